@@ -1,0 +1,15 @@
+"""The `nanum` command line. Command modules are imported here so they register on the app."""
+
+from __future__ import annotations
+
+import importlib
+
+COMMAND_MODULES = ("demo",)
+
+
+def main() -> None:
+    from nanum.cli.app import app
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"nanum.cli.{name}")
+    app()

@@ -1,0 +1,77 @@
+"""What a cycle returns: jobs to start (with exact placements), jobs to preempt, and why the rest wait.
+
+Each pending job gets a `Reason`: a closed `Code` a program can act on and a message a person understands, naming
+the numbers. What a driver does with each code:
+
+- `RESOURCES`, `RESERVED`, `QUEUED`, `BACKFILL`: wait; the job starts when capacity frees (estimate given where known).
+- `LAB_LIMIT`, `USER_LIMIT`: wait until the lab's or user's own jobs finish (or an admin raises the limit).
+- `BUDGET`: wait until the month turns or an admin raises the budget; running jobs are not touched.
+- `RECLAIMING`: victims were chosen; the job starts once they have stopped.
+- `IMPOSSIBLE`: no node or limit could ever satisfy it; the server refuses it at submit.
+- `NODE_DOWN`: every node that could run it is down or draining.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from nanum.core.model import JobId, Placement
+
+
+class Code(enum.Enum):
+    RESOURCES = "resources"
+    QUEUED = "queued"
+    RESERVED = "reserved"
+    BACKFILL = "backfill"
+    LAB_LIMIT = "lab_limit"
+    USER_LIMIT = "user_limit"
+    BUDGET = "budget"
+    RECLAIMING = "reclaiming"
+    IMPOSSIBLE = "impossible"
+    NODE_DOWN = "node_down"
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    code: Code
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Start:
+    """Start `job_id` on exactly these GPUs. `borrowing`: beyond its lab's guarantee, first to be reclaimed."""
+
+    job_id: JobId
+    placements: tuple[Placement, ...]
+    borrowing: bool = False
+    expected_end: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Preempt:
+    """Stop `job_id` and requeue it, so that `for_job` can start. The driver applies the grace period."""
+
+    job_id: JobId
+    for_job: JobId
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pending:
+    job_id: JobId
+    reason: Reason
+    estimated_start: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    starts: tuple[Start, ...]
+    preemptions: tuple[Preempt, ...]
+    pending: tuple[Pending, ...]
+
+    def pending_by_id(self) -> dict[JobId, Pending]:
+        return {p.job_id: p for p in self.pending}

@@ -1,0 +1,42 @@
+"""Usage decay and fair-share factors, shared by the `fairshare` and `priority` orders and `nanum priority`.
+
+Usage is GPU-seconds with exponential decay: usage seen `half_life` seconds ago counts half. A lab's fair-share
+factor is Slurm's classic 2^(-U/S): U its share of all decayed usage, S its share of all weights. A lab that used
+exactly its share gets 0.5, an idle lab 1.0, a lab at twice its share 0.25.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from nanum.core.model import Lab, User
+
+DEFAULT_HALF_LIFE = 7 * 24 * 3600.0
+
+
+def decay(usage: float, elapsed: float, half_life: float = DEFAULT_HALF_LIFE) -> float:
+    """`usage` as it counts `elapsed` seconds later."""
+    if elapsed <= 0 or half_life <= 0:
+        return usage
+    return float(usage * 0.5 ** (elapsed / half_life))
+
+
+def lab_factor(lab: str, labs: Mapping[str, Lab]) -> float:
+    """Fair-share factor in (0, 1]: 1 for a lab that used nothing, 0.5 for one exactly at its share."""
+    total_usage = sum(x.decayed_usage for x in labs.values())
+    total_weight = sum(x.weight for x in labs.values())
+    info = labs.get(lab)
+    if info is None or total_usage <= 0 or total_weight <= 0:
+        return 1.0
+    share = info.weight / total_weight
+    used = info.decayed_usage / total_usage
+    return float(2.0 ** (-used / share)) if share > 0 else 0.0
+
+
+def user_factor(user: str, users: Mapping[str, User]) -> float:
+    """The same factor between users, each with an equal share."""
+    total_usage = sum(x.decayed_usage for x in users.values())
+    info = users.get(user)
+    if info is None or total_usage <= 0 or not users:
+        return 1.0
+    return float(2.0 ** (-(info.decayed_usage / total_usage) * len(users)))

@@ -1,0 +1,164 @@
+"""The frozen data one scheduling cycle reasons about: nodes, jobs, running allocations, labs, users.
+
+Everything here is immutable and carries no behaviour that touches the outside world. Times are seconds on the
+driver's clock (the server passes wall-clock epoch seconds, the simulator virtual seconds); the core never reads a
+clock. Memory is in MiB everywhere.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import NewType
+
+JobId = NewType("JobId", int)
+
+#: GPU-hours are charged per second of allocation: GPU-seconds / 3600.
+SECONDS_PER_HOUR = 3600.0
+
+
+class NodeState(enum.Enum):
+    """A node's administrative state. Only `up` nodes receive new jobs; `draining` keeps its running jobs."""
+
+    UP = "up"
+    DRAINING = "draining"
+    DOWN = "down"
+
+
+class JobKind(enum.Enum):
+    BATCH = "batch"
+    NOTEBOOK = "notebook"
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One GPU of a node. `island` groups GPUs joined by NVLink (or one PCIe switch): GPUs of a job prefer one."""
+
+    index: int
+    model: str
+    memory_mb: int = 0
+    island: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Node:
+    """A machine with GPUs. `owner` names the lab that bought it (None: the organisation's shared pool)."""
+
+    name: str
+    gpus: tuple[Gpu, ...]
+    cpus: int = 0  # 0: not tracked
+    memory_mb: int = 0  # 0: not tracked
+    labels: frozenset[str] = frozenset()
+    state: NodeState = NodeState.UP
+    owner: str | None = None
+    #: GPU indices that something outside nanum is using (a process no job owns): treated as busy.
+    busy_gpus: frozenset[int] = frozenset()
+
+    @property
+    def gpu_model(self) -> str:
+        return self.gpus[0].model if self.gpus else ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """A request: `gpus` GPUs (and `cpus`, `memory_mb`) on each of `nodes` nodes, all at once (a gang when nodes > 1).
+
+    `attained_gpu_seconds` is the GPU service the job already received in earlier runs (it was preempted and
+    requeued); the LAS order uses it. `time_limit` is the user's limit in seconds, None when unlimited.
+    """
+
+    id: JobId
+    user: str
+    lab: str
+    gpus: int
+    nodes: int = 1
+    gpu_model: str | None = None
+    cpus: int = 0
+    memory_mb: int = 0
+    time_limit: float | None = None
+    priority: int = 0
+    kind: JobKind = JobKind.BATCH
+    submit_time: float = 0.0
+    preemptible: bool = True
+    name: str = ""
+    attained_gpu_seconds: float = 0.0
+    #: node labels the job requires (all of them).
+    labels: frozenset[str] = frozenset()
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus * self.nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The GPUs one job holds on one node."""
+
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Running:
+    """A running job with its allocation. `expected_end` is start + time limit or predicted run time (None: unknown).
+
+    `borrowing` marks a job started beyond its lab's guarantee: the first to be preempted when an owner reclaims.
+    `last_checkpoint` is when it last saved its state (None: never), so preemption can lose the least work.
+    """
+
+    job: Job
+    placements: tuple[Placement, ...]
+    start_time: float
+    expected_end: float | None = None
+    borrowing: bool = False
+    last_checkpoint: float | None = None
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(p.gpus) for p in self.placements)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """Hard limits; None means unlimited."""
+
+    max_gpus: int | None = None
+    max_running_jobs: int | None = None
+    monthly_gpu_hours: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lab:
+    """The unit of sharing. `guaranteed_gpus` is its deserved share (reclaimed from borrowers on demand);
+    `weight` its fair share against other labs; `used_gpu_hours` what it used this budget month;
+    `decayed_usage` its GPU-seconds with half-life decay (see `nanum.core.fairshare.decay`).
+    `guaranteed_gpus` None: the lab takes no part in guarantees (its jobs never borrow, are never reclaimed)."""
+
+    name: str
+    guaranteed_gpus: int | None = None
+    limits: Limits = field(default_factory=Limits)
+    weight: float = 1.0
+    used_gpu_hours: float = 0.0
+    decayed_usage: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class User:
+    name: str
+    limits: Limits = field(default_factory=Limits)
+    used_gpu_hours: float = 0.0
+    decayed_usage: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    """Everything one cycle needs. `month` names the budget period for reasons ("November")."""
+
+    now: float
+    nodes: tuple[Node, ...]
+    pending: tuple[Job, ...] = ()
+    running: tuple[Running, ...] = ()
+    labs: Mapping[str, Lab] = field(default_factory=dict)
+    users: Mapping[str, User] = field(default_factory=dict)
+    month: str = "this month"

@@ -1,0 +1,99 @@
+"""Queue orders: which pending job the cycle considers first. One small class per order, found by name.
+
+Each order gives a sort key; ties always fall back to submit time and then job id, so a cycle is deterministic.
+
+- `fifo`: submit time.
+- `priority`: Slurm-style multifactor, highest first: a weighted sum of normalised factors
+  (age up to 7 days, the lab's fair-share factor, the job's priority 0..100, its size as a share of the cluster).
+- `fairshare`: the lab with the least decayed usage against its weight first, then the user likewise.
+- `las`: Tiresias' discretised least-attained-service: jobs in queues by GPU-seconds already received
+  (thresholds 1 and 10 GPU-hours), FIFO inside a queue. A requeued job that already ran long waits behind new ones.
+- `shortest`: shortest expected run time first (the predictor's estimate capped by the time limit), as Helios' QSSF;
+  a job with neither runs after all jobs with an estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+from nanum.core.fairshare import lab_factor, user_factor
+from nanum.core.model import Job, Lab, User
+from nanum.core.predict import Predictor, expected_runtime
+
+INF = float("inf")
+LAS_THRESHOLDS = (3600.0, 36000.0)
+PRIORITY_WEIGHTS = {"age": 1000.0, "fairshare": 10000.0, "priority": 10000.0, "size": 1000.0}
+MAX_AGE = 7 * 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class OrderContext:
+    now: float
+    labs: Mapping[str, Lab]
+    users: Mapping[str, User]
+    total_gpus: int
+    predictor: Predictor | None
+
+
+class QueueOrder(Protocol):
+    name: ClassVar[str]
+
+    def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
+        """Smaller keys go first. Must be pure: the same job and context give the same key."""
+        ...
+
+
+class Fifo:
+    name: ClassVar[str] = "fifo"
+
+    def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
+        return (job.submit_time, job.id)
+
+
+def priority_factors(job: Job, ctx: OrderContext) -> dict[str, float]:
+    """The normalised factors (each 0..1) of the multifactor priority, as `nanum priority` shows them."""
+    return {
+        "age": min(max(ctx.now - job.submit_time, 0.0) / MAX_AGE, 1.0),
+        "fairshare": lab_factor(job.lab, ctx.labs),
+        "priority": min(max(job.priority, 0), 100) / 100.0,
+        "size": min(job.total_gpus / ctx.total_gpus, 1.0) if ctx.total_gpus else 0.0,
+    }
+
+
+def priority_score(job: Job, ctx: OrderContext) -> float:
+    return sum(PRIORITY_WEIGHTS[k] * v for k, v in priority_factors(job, ctx).items())
+
+
+class Priority:
+    name: ClassVar[str] = "priority"
+
+    def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
+        return (-priority_score(job, ctx), job.submit_time, job.id)
+
+
+class FairShare:
+    name: ClassVar[str] = "fairshare"
+
+    def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
+        return (-lab_factor(job.lab, ctx.labs), -user_factor(job.user, ctx.users), job.submit_time, job.id)
+
+
+class Las:
+    name: ClassVar[str] = "las"
+
+    def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
+        queue = sum(job.attained_gpu_seconds >= t for t in LAS_THRESHOLDS)
+        return (queue, job.submit_time, job.id)
+
+
+class Shortest:
+    name: ClassVar[str] = "shortest"
+
+    def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
+        runtime = expected_runtime(job, ctx.predictor)
+        return (INF if runtime is None else runtime, job.submit_time, job.id)
+
+
+ORDERS: dict[str, type[QueueOrder]] = {o.name: o for o in (Fifo, Priority, FairShare, Las, Shortest)}

@@ -1,0 +1,81 @@
+"""Policy: the named parts of a scheduler (order, placement, backfill) and its switches, checked when built.
+
+A policy is written `ORDER[+PLACEMENT][+backfill|+nobackfill]`, e.g. `las+binpack+backfill` or `fifo+nobackfill`;
+missing parts take the defaults. An unknown name fails with the list of known ones, so a bad profile fails at
+startup, not in the middle of a cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from nanum.core.ordering import ORDERS, QueueOrder
+from nanum.core.placement import PLACEMENTS, PlacementPolicy
+
+DEFAULT_ORDER = "fifo"
+DEFAULT_PLACEMENT = "binpack"
+BACKFILL_WORDS = {"backfill": True, "easy": True, "nobackfill": False, "none": False}
+
+
+class PolicyError(ValueError):
+    """A policy string or setting names something that does not exist."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Policy:
+    """How a cycle decides.
+
+    `lend`: idle GPUs of nodes a lab owns may run other labs' jobs (pooled); False keeps each lab on its own and the
+    shared nodes (partitioned, like Slurm partitions). `reclaim`: a lab under its guarantee preempts borrowers.
+    `estimate_depth`: how many blocked jobs per partition get a start estimate (the first is EASY's reservation).
+    """
+
+    order: str = DEFAULT_ORDER
+    placement: str = DEFAULT_PLACEMENT
+    backfill: bool = True
+    lend: bool = True
+    reclaim: bool = True
+    estimate_depth: int = 1
+
+    def __post_init__(self) -> None:
+        if self.order not in ORDERS:
+            raise PolicyError(f"unknown queue order {self.order!r}; choose one of {', '.join(ORDERS)}")
+        if self.placement not in PLACEMENTS:
+            raise PolicyError(
+                f"unknown placement {self.placement!r}; choose one of {', '.join(PLACEMENTS)}"
+            )
+        if self.estimate_depth < 1:
+            raise PolicyError("estimate_depth must be at least 1")
+
+    @classmethod
+    def parse(cls, text: str, **overrides: object) -> Policy:
+        """`las+binpack+backfill` → Policy(order='las', placement='binpack', backfill=True)."""
+        parts = [p.strip().lower() for p in text.split("+") if p.strip()]
+        if not parts:
+            raise PolicyError("empty policy; write ORDER[+PLACEMENT][+backfill|+nobackfill], e.g. fifo+binpack")
+        fields: dict[str, object] = {"order": parts[0]}
+        for part in parts[1:]:
+            if part in BACKFILL_WORDS:
+                fields["backfill"] = BACKFILL_WORDS[part]
+            elif part in PLACEMENTS:
+                fields["placement"] = part
+            else:
+                raise PolicyError(
+                    f"unknown policy part {part!r} in {text!r}; placements: {', '.join(PLACEMENTS)}; "
+                    "backfill: backfill, nobackfill"
+                )
+        fields.update(overrides)
+        return cls(**fields)  # type: ignore[arg-type]
+
+    @property
+    def label(self) -> str:
+        return f"{self.order}+{self.placement}+{'backfill' if self.backfill else 'nobackfill'}"
+
+    def with_(self, **changes: object) -> Policy:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def make_order(self) -> QueueOrder:
+        return ORDERS[self.order]()
+
+    def make_placement(self) -> PlacementPolicy:
+        return PLACEMENTS[self.placement]()

@@ -1,0 +1,146 @@
+"""Quotas: hard limits, guarantees and borrowing, budgets, and the order in which borrowers are reclaimed.
+
+All quota arithmetic lives here. `Usage` counts the GPUs and running jobs per lab and per user as the cycle starts
+jobs, so each check sees the starts already decided in this cycle.
+
+A lab with `guaranteed_gpus` set runs up to that many GPUs as owner; jobs beyond it are *borrowing*: they run only
+on GPUs nobody entitled wants, only if preemptible, and are the first reclaimed. A lab without a guarantee (None)
+takes no part in lending: its jobs never borrow and are never reclaimed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from nanum.core.decision import Code, Reason
+from nanum.core.model import Job, Lab, Limits, Node, Running, User
+
+
+@dataclass(slots=True)
+class Usage:
+    lab_gpus: Counter[str] = field(default_factory=Counter)
+    lab_jobs: Counter[str] = field(default_factory=Counter)
+    user_gpus: Counter[str] = field(default_factory=Counter)
+    user_jobs: Counter[str] = field(default_factory=Counter)
+
+    @classmethod
+    def of(cls, running: tuple[Running, ...]) -> Usage:
+        usage = cls()
+        for run in running:
+            usage.add(run.job)
+        return usage
+
+    def add(self, job: Job, sign: int = 1) -> None:
+        self.lab_gpus[job.lab] += sign * job.total_gpus
+        self.lab_jobs[job.lab] += sign
+        self.user_gpus[job.user] += sign * job.total_gpus
+        self.user_jobs[job.user] += sign
+
+
+def _limit_reason(kind: str, name: str, limits: Limits, gpus: int, jobs: int, job: Job) -> str | None:
+    if limits.max_gpus is not None and gpus + job.total_gpus > limits.max_gpus:
+        return f"{kind} {name} is at max_gpus {limits.max_gpus} ({gpus} in use, this job needs {job.total_gpus})"
+    if limits.max_running_jobs is not None and jobs + 1 > limits.max_running_jobs:
+        return f"{kind} {name} is at max_running_jobs {limits.max_running_jobs}"
+    return None
+
+
+def _budget_reason(kind: str, name: str, limits: Limits, used: float, month: str) -> str | None:
+    budget = limits.monthly_gpu_hours
+    if budget is not None and used >= budget:
+        return f"{kind} {name} has used its {budget:,.0f} GPU-hours for {month} ({used:,.1f} used)"
+    return None
+
+
+def admit(
+    job: Job, usage: Usage, labs: Mapping[str, Lab], users: Mapping[str, User], month: str
+) -> Reason | None:
+    """Why `job` may not start now whatever the free GPUs, or None. Budgets first, then lab, then user limits."""
+    lab, user = labs.get(job.lab), users.get(job.user)
+    if lab is not None and (why := _budget_reason("lab", lab.name, lab.limits, lab.used_gpu_hours, month)):
+        return Reason(Code.BUDGET, why)
+    if user is not None and (why := _budget_reason("user", user.name, user.limits, user.used_gpu_hours, month)):
+        return Reason(Code.BUDGET, why)
+    if lab is not None and (
+        why := _limit_reason("lab", lab.name, lab.limits, usage.lab_gpus[job.lab], usage.lab_jobs[job.lab], job)
+    ):
+        return Reason(Code.LAB_LIMIT, why)
+    if user is not None and (
+        why := _limit_reason(
+            "user", user.name, user.limits, usage.user_gpus[job.user], usage.user_jobs[job.user], job
+        )
+    ):
+        return Reason(Code.USER_LIMIT, why)
+    return None
+
+
+def would_borrow(job: Job, usage: Usage, labs: Mapping[str, Lab]) -> bool:
+    """True when starting `job` would take its lab beyond its guarantee."""
+    lab = labs.get(job.lab)
+    if lab is None or lab.guaranteed_gpus is None:
+        return False
+    return usage.lab_gpus[job.lab] + job.total_gpus > lab.guaranteed_gpus
+
+
+def victim_key(run: Running) -> tuple[float, ...]:
+    """Cheapest victims first. Only borrowing, preemptible jobs of other labs are candidates at all; among them:
+
+    1. lower job priority first;
+    2. least work lost first: the most recent of start and last checkpoint latest;
+    3. fewest GPUs lost first;
+    4. highest job id first (the youngest), so the choice is deterministic.
+    """
+    saved = max(run.start_time, run.last_checkpoint or run.start_time)
+    return (run.job.priority, -saved, run.gpus, -run.job.id)
+
+
+def impossible(job: Job, nodes: tuple[Node, ...], labs: Mapping[str, Lab], lend: bool) -> Reason | None:
+    """Why no cluster state could ever run `job` (so it should be refused at submit), or None.
+
+    Counts every node that is not down; a job that only down nodes could run is not impossible (the node may
+    come back) and gets `NODE_DOWN` in the cycle instead."""
+    if job.gpus < 0 or job.nodes < 1:
+        return Reason(Code.IMPOSSIBLE, "needs at least one node and zero or more GPUs")
+    lab = labs.get(job.lab)
+    if lab is not None and lab.limits.max_gpus is not None and job.total_gpus > lab.limits.max_gpus:
+        return Reason(
+            Code.IMPOSSIBLE, f"needs {job.total_gpus} GPUs; lab {job.lab} has max_gpus {lab.limits.max_gpus}"
+        )
+    usable = [n for n in nodes if lend or n.owner is None or n.owner == job.lab]
+    models = sorted({n.gpu_model for n in usable if n.gpus})
+    if job.gpu_model is not None and job.gpu_model not in models:
+        have = ", ".join(models) or "no GPUs"
+        return Reason(Code.IMPOSSIBLE, f"needs GPU model {job.gpu_model}; the cluster has {have}")
+    usable = [n for n in usable if job.gpu_model is None or n.gpu_model == job.gpu_model]
+    fitting = [n for n in usable if _could_ever_fit(n, job)]
+    if len(fitting) >= job.nodes:
+        return None
+    return Reason(Code.IMPOSSIBLE, _never_fits_message(job, usable, len(fitting)))
+
+
+def _could_ever_fit(node: Node, job: Job) -> bool:
+    return (
+        len(node.gpus) >= job.gpus
+        and (not node.cpus or job.cpus <= node.cpus)
+        and (not node.memory_mb or job.memory_mb <= node.memory_mb)
+        and job.labels <= node.labels
+    )
+
+
+def _never_fits_message(job: Job, usable: list[Node], fitting: int) -> str:
+    if job.nodes > 1:
+        return f"needs {job.nodes} nodes with {job.gpus} GPUs each; only {fitting} such nodes exist"
+    if not usable:
+        return "no node this job may use exists"
+    biggest = max(usable, key=lambda n: len(n.gpus))
+    if len(biggest.gpus) < job.gpus:
+        return f"needs {job.gpus} GPUs on one node; the largest node has {len(biggest.gpus)} ({biggest.name})"
+    most_cpus = max((n.cpus for n in usable), default=0)
+    if most_cpus and job.cpus > most_cpus:
+        return f"needs {job.cpus} CPUs on one node; the largest node has {most_cpus}"
+    most_mem = max((n.memory_mb for n in usable), default=0)
+    if most_mem and job.memory_mb > most_mem:
+        return f"needs {job.memory_mb} MiB of memory on one node; the largest node has {most_mem} MiB"
+    return f"needs node labels {', '.join(sorted(job.labels))}; no node has them all"

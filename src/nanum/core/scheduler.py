@@ -1,0 +1,294 @@
+"""One scheduling cycle: from a Snapshot to Decisions. The live server and the simulator both call `schedule`.
+
+The cycle, in order:
+
+1. order the pending queue with the policy's queue order;
+2. pass one: in that order, every job that would *not* borrow: admit it against budgets and limits, then place
+   it (with EASY backfill around the first blocked job of each partition); a blocked job whose lab is under its
+   guarantee reclaims GPUs from borrowers;
+3. pass two: the jobs that would borrow, in the same order, on the GPUs left over;
+4. every job left pending gets a reason with numbers and, where one can be computed, an estimated start.
+
+A partition is the whole cluster when owners lend their idle GPUs, else each lab's own nodes (plus shared ones).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from nanum.core.backfill import Reservation, Timeline, reserve
+from nanum.core.decision import Code, Decisions, Pending, Preempt, Reason, Start
+from nanum.core.model import Job, JobId, Placement, Running, Snapshot
+from nanum.core.ordering import OrderContext
+from nanum.core.placement import PlacementPolicy, fits
+from nanum.core.policy import Policy
+from nanum.core.predict import Predictor, expected_runtime
+from nanum.core.quota import Usage, admit, impossible, victim_key, would_borrow
+from nanum.core.state import ClusterState
+
+Keys = list[tuple[str | None, str]]
+
+
+def schedule(snapshot: Snapshot, policy: Policy, predictor: Predictor | None = None) -> Decisions:
+    """Decide which pending jobs start where, which running jobs yield, and why the rest wait.
+
+    Pure and deterministic: the same snapshot, policy and predictor state always give the same decisions."""
+    cycle = _Cycle(snapshot, policy, predictor)
+    # 1. Order the queue.
+    ctx = OrderContext(snapshot.now, snapshot.labs, snapshot.users, cycle.total_gpus, predictor)
+    order = policy.make_order()
+    queue = sorted(snapshot.pending, key=lambda j: order.sort_key(j, ctx))
+    # 2. Owners first: jobs within their lab's guarantee (or in labs without one).
+    borrowers = [(pos, job) for pos, job in enumerate(queue) if not cycle.consider(job, pos, borrowing=False)]
+    # 3. Then borrowers, on what is left.
+    for pos, job in borrowers:
+        cycle.consider(job, pos, borrowing=True)
+    # 4. Reasons and estimates were collected along the way.
+    return Decisions(tuple(cycle.starts), tuple(cycle.preemptions), tuple(cycle.pending))
+
+
+@dataclass(slots=True)
+class _Partition:
+    reservations: list[Reservation] = field(default_factory=list)
+    head: JobId | None = None
+
+
+class _Cycle:
+    """The working state of one cycle; `consider` is called once per job (twice for a deferred borrower)."""
+
+    def __init__(self, snapshot: Snapshot, policy: Policy, predictor: Predictor | None) -> None:
+        self.snap, self.policy, self.predictor = snapshot, policy, predictor
+        self.placement: PlacementPolicy = policy.make_placement()
+        self.state = ClusterState.build(snapshot.nodes, snapshot.running)
+        self.usage = Usage.of(snapshot.running)
+        self.total_gpus = sum(len(n.gpus) for n in snapshot.nodes)
+        self.owners = {n.owner for n in snapshot.nodes if n.owner is not None}
+        self.starts: list[Start] = []
+        self.preemptions: list[Preempt] = []
+        self.pending: list[Pending] = []
+        self.partitions: dict[str | None, _Partition] = {}
+        self.victims: set[JobId] = set()
+        self._timeline: Timeline | None = None
+        self._never: dict[tuple[object, ...], bool] = {}
+
+    # -- the per-job steps -------------------------------------------------------------------------------------
+
+    def consider(self, job: Job, pos: int, *, borrowing: bool) -> bool:
+        """Start, reclaim for, or explain `job`. Returns False only when pass one defers it as a borrower."""
+        if (why := admit(job, self.usage, self.snap.labs, self.snap.users, self.snap.month)) is not None:
+            return self._wait(job, why)
+        if would_borrow(job, self.usage, self.snap.labs):
+            if not borrowing:
+                return False
+            if not job.preemptible:
+                lab = self.snap.labs[job.lab]
+                return self._wait(job, Reason(Code.LAB_LIMIT, (
+                    f"lab {job.lab} is at its guarantee of {lab.guaranteed_gpus} GPUs "
+                    f"({self.usage.lab_gpus[job.lab]} in use); a job that must not be preempted never borrows")))
+        keys = self._keys(job)
+        if self._never_fits(job, keys):
+            never = impossible(job, self.snap.nodes, self.snap.labs, self.policy.lend)
+            return self._wait(job, never or Reason(Code.NODE_DOWN, "every node that could run it is down or draining"))
+        part = self.partitions.setdefault(self._partition(job), _Partition())
+        placement = self._try_place(job, keys, part)
+        if placement is not None:
+            self._start(job, placement, borrowing and would_borrow(job, self.usage, self.snap.labs), part)
+            return True
+        if not borrowing and self._entitled(job) and self._reclaim(job, keys):
+            return True
+        return self._blocked(job, keys, part, pos)
+
+    def _try_place(self, job: Job, keys: Keys, part: _Partition) -> tuple[Placement, ...] | None:
+        if part.head is None:
+            return self.placement.place(self.state, job, keys)
+        if not self.policy.backfill:
+            return None
+        head = part.reservations[0] if part.reservations else None
+        runtime = expected_runtime(job, self.predictor)
+        short = head is None or (runtime is not None and self.snap.now + runtime <= head.start)
+        return self.placement.place(self.state, job, keys, None if short else head.caps)
+
+    def _start(self, job: Job, placements: tuple[Placement, ...], borrowing: bool, part: _Partition) -> None:
+        for p in placements:
+            self.state.take(p, job)
+        self.usage.add(job)
+        runtime = expected_runtime(job, self.predictor)
+        end = None if runtime is None else self.snap.now + runtime
+        head = part.reservations[0] if part.reservations else None
+        if head is not None and (end is None or end > head.start):
+            for p in placements:
+                idx = self.state.by_name[p.node].index
+                if idx in head.caps:
+                    head.caps[idx] -= len(p.gpus)
+        if end is not None and self._timeline is not None:
+            for p in placements:
+                self._timeline.add(end, self.state.by_name[p.node].index, len(p.gpus), f"job {job.id} ends")
+        self.starts.append(Start(job_id=job.id, placements=placements, borrowing=borrowing, expected_end=end))
+
+    def _wait(self, job: Job, why: Reason, estimate: float | None = None) -> bool:
+        self.pending.append(Pending(job_id=job.id, reason=why, estimated_start=estimate))
+        return True
+
+    # -- blocked jobs: reservation, estimate, reason ----------------------------------------------------------
+
+    def _blocked(self, job: Job, keys: Keys, part: _Partition, pos: int) -> bool:
+        now = self.snap.now
+        ahead = f"{pos} jobs ahead" if pos != 1 else "1 job ahead"
+        first = part.head is None
+        if first:
+            part.head = job.id
+        res: Reservation | None = None
+        if len(part.reservations) < self.policy.estimate_depth and (first or part.reservations):
+            res = reserve(job, self.state, self.timeline(), keys, now)
+            if res is not None:
+                self._plan(job, res)
+                part.reservations.append(res)
+        if res is not None:
+            when = f"{'reserved to start' if first else 'expected to start'} in {_human(res.start - now)}"
+            code = Code.RESERVED if first else Code.QUEUED
+            return self._wait(job, Reason(code, f"{ahead}; {when} when {res.cause}"), res.start)
+        if not first and self.policy.backfill and self.placement.place(self.state, job, keys) is not None:
+            head = part.reservations[0] if part.reservations else None
+            when = f", reserved to start in {_human(head.start - now)}" if head else ""
+            return self._wait(job, Reason(Code.BACKFILL, f"{ahead}; starting now would delay job {part.head}{when}"))
+        if not first and not self.policy.backfill:
+            return self._wait(job, Reason(Code.QUEUED, f"{ahead}; waiting behind job {part.head}"))
+        return self._wait(job, Reason(Code.RESOURCES, f"{ahead}; {self._no_room(job, keys)}"))
+
+    def _plan(self, job: Job, res: Reservation) -> None:
+        runtime = expected_runtime(job, self.predictor)
+        res.end = None if runtime is None else res.start + runtime
+        events = [(res.start, i, -g, f"job {job.id} starts") for i, g in res.nodes.items()]
+        if res.end is not None:
+            events += [(res.end, i, g, f"job {job.id} ends") for i, g in res.nodes.items()]
+        if self.policy.estimate_depth > 1:
+            self.timeline().extend(events)
+
+    def timeline(self) -> Timeline:
+        """Expected ends of running jobs and of jobs started this cycle, built once, on first need."""
+        if self._timeline is None:
+            self._timeline = Timeline()
+            self._timeline.extend(self._running_ends(self.snap.running))
+            for start in self.starts:
+                if start.expected_end is not None:
+                    for p in start.placements:
+                        self._timeline.events.append(
+                            (start.expected_end, self.state.by_name[p.node].index, len(p.gpus), f"job {start.job_id} ends"))
+            self._timeline.events.sort()
+        return self._timeline
+
+    def _running_ends(self, running: Iterable[Running]) -> Iterable[tuple[float, int, int, str]]:
+        now = self.snap.now
+        for run in running:
+            if run.expected_end is None or run.job.id in self.victims:
+                continue
+            limit = run.job.time_limit
+            at_limit = limit is not None and abs(run.start_time + limit - run.expected_end) < 1.0
+            why = f"job {run.job.id} {'reaches its time limit' if at_limit else 'is expected to end'}"
+            for p in run.placements:
+                nf = self.state.by_name.get(p.node)
+                if nf is not None:
+                    yield (max(run.expected_end, now), nf.index, len(p.gpus), why)
+
+    def _no_room(self, job: Job, keys: Keys) -> str:
+        model = f" of model {job.gpu_model}" if job.gpu_model else ""
+        if job.nodes > 1:
+            have = sum(1 for nf in self.state.candidates(keys, job.gpus, True) if fits(nf, job, None))
+            return f"needs {job.nodes} nodes with {job.gpus} free GPUs{model} each; {have} have that now"
+        block, where = self.state.largest_block(keys)
+        if block >= job.gpus:
+            return f"needs {job.gpus} GPUs{model} with {job.cpus} CPUs and {job.memory_mb} MiB on one node; none has all free"
+        at = f" (node {where.node.name})" if where is not None else ""
+        return f"needs {job.gpus} GPUs{model} on one node; the largest free block is {block}{at}"
+
+    # -- reclaim -----------------------------------------------------------------------------------------------
+
+    def _entitled(self, job: Job) -> bool:
+        lab = self.snap.labs.get(job.lab)
+        return self.policy.reclaim and lab is not None and lab.guaranteed_gpus is not None
+
+    def _reclaim(self, job: Job, keys: Keys) -> bool:
+        """Preempt the cheapest borrowers whose GPUs let `job` start; hold those GPUs for it. False if none can."""
+        allowed = set(keys)
+        cands = sorted(
+            (r for r in self.snap.running
+             if r.borrowing and r.job.preemptible and r.job.lab != job.lab and r.job.id not in self.victims
+             and any(p.node in self.state.by_name and self.state.by_name[p.node].key in allowed for p in r.placements)),
+            key=victim_key,
+        )
+        released: list[Running] = []
+        placement = None
+        for run in cands:
+            for p in run.placements:
+                self.state.release(p, run.job)
+            released.append(run)
+            if (placement := self.placement.place(self.state, job, keys)) is not None:
+                break
+        if placement is None:
+            self._retake(released)
+            return False
+        used = {p.node for p in placement}
+        needed = [r for r in released if any(p.node in used for p in r.placements)]
+        self._retake([r for r in released if r not in needed])
+        for run in reversed(needed):  # give back any victim the job turns out not to need
+            self._retake([run])
+            if all(fits(self.state.by_name[n], job, None) for n in used):
+                needed.remove(run)
+            else:
+                for p in run.placements:
+                    self.state.release(p, run.job)
+        final = tuple(Placement(n, self.state.by_name[n].pick_gpus(job.gpus)) for n in sorted(used))
+        for p in final:
+            self.state.take(p, job)
+        self.usage.add(job)
+        for run in needed:
+            self.victims.add(run.job.id)
+            self.usage.add(run.job, -1)
+            self.preemptions.append(Preempt(job_id=run.job.id, for_job=job.id, reason=(
+                f"lab {job.lab} reclaims its guaranteed GPUs for job {job.id}; job {run.job.id} was borrowing")))
+        ids = ", ".join(str(r.job.id) for r in needed)
+        self._wait(job, Reason(Code.RECLAIMING, f"reclaiming guaranteed GPUs from borrowing job(s) {ids}"))
+        return True
+
+    def _retake(self, runs: list[Running]) -> None:
+        for run in runs:
+            for p in run.placements:
+                self.state.take(p, run.job)
+
+    # -- partitions and impossible requests ---------------------------------------------------------------------
+
+    def _partition(self, job: Job) -> str | None:
+        return None if self.policy.lend or job.lab not in self.owners else job.lab
+
+    def _keys(self, job: Job) -> Keys:
+        pools = None if self.policy.lend else (None, job.lab)
+        return self.state.keys_for(job, pools)
+
+    def _never_fits(self, job: Job, keys: Keys) -> bool:
+        cache_key = (tuple(keys), job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels)
+        hit = self._never.get(cache_key)
+        if hit is None:
+            allowed = set(keys)
+            count = sum(
+                1 for nf in self.state.nodes
+                if nf.key in allowed and nf.node.state.value == "up" and len(nf.node.gpus) >= job.gpus
+                and (not nf.node.cpus or job.cpus <= nf.node.cpus)
+                and (not nf.node.memory_mb or job.memory_mb <= nf.node.memory_mb)
+                and job.labels <= nf.node.labels
+            )
+            hit = self._never[cache_key] = count < job.nodes
+        return hit
+
+
+def _human(seconds: float) -> str:
+    """3d 4h, 2h 10m, 5m 3s, 40s."""
+    s = max(int(round(seconds)), 0)
+    d, h, m = s // 86400, s % 86400 // 3600, s % 3600 // 60
+    if d:
+        return f"{d}d {h}h"
+    if h:
+        return f"{h}h {m}m"
+    if m:
+        return f"{m}m {s % 60}s"
+    return f"{s}s"
