@@ -1,0 +1,94 @@
+"""The agent protocol: what an agent tells the server in a heartbeat and what the server answers.
+
+Agents are level-triggered reconcilers. Each heartbeat carries the node's inventory, the state of every job the
+agent holds (running, or exited and not yet acknowledged) and new log output. The reply carries the full list of
+jobs that should be running on the node: the agent starts those it does not run, stops (SIGTERM, grace, SIGKILL)
+those it runs that are not listed, and forgets exited jobs once the server acknowledges them. The server may hold
+the reply up to `wait_s` seconds while it has nothing new to say, so starts and stops are prompt without busy
+polling. Endpoint: `POST /api/v1/agent/heartbeat`, authenticated with the node token.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class GpuInfo(BaseModel):
+    index: int
+    uuid: str
+    model: str
+    memory_mb: int
+    island: int = 0
+
+
+class NodeInfo(BaseModel):
+    name: str
+    hostname: str
+    gpus: list[GpuInfo]
+    cpus: int
+    memory_mb: int
+    simulated: bool = False
+    unix_user: str = Field(description="the account the agent runs as")
+    is_root: bool = False
+    version: str = ""
+
+
+class JobStatus(BaseModel):
+    """One job the agent holds. `reason` explains a failure to start or an abnormal end in words."""
+
+    job_id: int
+    state: Literal["running", "exited", "failed_to_start"]
+    pid: int | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    reason: str | None = None
+
+
+class LogChunk(BaseModel):
+    """Output of a job from byte `offset` of its log (stdout and stderr together), decoded as UTF-8."""
+
+    job_id: int
+    offset: int
+    data: str
+
+
+class Heartbeat(BaseModel):
+    node: NodeInfo
+    jobs: list[JobStatus] = []
+    logs: list[LogChunk] = []
+    wait_s: float = Field(default=0.0, ge=0, le=30, description="hold the reply this long if nothing changes")
+
+
+class JobLaunch(BaseModel):
+    """Everything the agent needs to run one job (one node's part of it, for a gang)."""
+
+    job_id: int
+    name: str
+    command: list[str]
+    workdir: str
+    env: dict[str, str] = {}
+    gpus: list[int]
+    unix_user: str
+    time_limit_s: float | None = None
+    checkpoint_dir: str
+    grace_s: float = 60.0
+    # Gang (multi-node) jobs: torchrun-style rendezvous.
+    master_addr: str | None = None
+    master_port: int | None = None
+    nnodes: int = 1
+    node_rank: int = 0
+    nproc_per_node: int = 1
+
+
+class HeartbeatReply(BaseModel):
+    desired: list[JobLaunch] = []
+    ack: list[int] = Field(default=[], description="exited jobs the server has recorded; the agent may forget them")
+    log_offsets: dict[int, int] = Field(default={}, description="bytes of each job's log the server already has")
+    grace_s: float = 60.0
+    allow_root: bool = False
+    interval_s: float = 2.0
