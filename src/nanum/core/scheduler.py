@@ -71,6 +71,8 @@ class _Cycle:
         self.victims: set[JobId] = set()
         self._timeline: Timeline | None = None
         self._never: dict[tuple[object, ...], bool] = {}
+        self._no_reclaim: set[tuple[object, ...]] = set()
+        self._borrowers: list[Running] | None = None
 
     # -- the per-job steps -------------------------------------------------------------------------------------
 
@@ -134,7 +136,7 @@ class _Cycle:
 
     def _blocked(self, job: Job, keys: Keys, part: _Partition, pos: int) -> bool:
         now = self.snap.now
-        ahead = f"{pos} jobs ahead" if pos != 1 else "1 job ahead"
+        ahead = "next in line" if pos == 0 else "1 job ahead" if pos == 1 else f"{pos} jobs ahead"
         first = part.head is None
         if first:
             part.head = job.id
@@ -198,9 +200,10 @@ class _Cycle:
             return f"needs {job.nodes} nodes with {job.gpus} free GPUs{model} each; {have} have that now"
         block, where = self.state.largest_block(keys)
         if block >= job.gpus:
-            return f"needs {job.gpus} GPUs{model} with {job.cpus} CPUs and {job.memory_mb} MiB on one node; none has all free"
+            return (f"needs {_gpus(job.gpus)}{model} with {job.cpus} CPUs and {job.memory_mb} MiB on one node; "
+                    "no node has all of that free")
         at = f" (node {where.node.name})" if where is not None else ""
-        return f"needs {job.gpus} GPUs{model} on one node; the largest free block is {block}{at}"
+        return f"needs {_gpus(job.gpus)}{model} on one node; the largest free block is {block}{at}"
 
     # -- reclaim -----------------------------------------------------------------------------------------------
 
@@ -209,47 +212,63 @@ class _Cycle:
         return self.policy.reclaim and lab is not None and lab.guaranteed_gpus is not None
 
     def _reclaim(self, job: Job, keys: Keys) -> bool:
-        """Preempt the cheapest borrowers whose GPUs let `job` start; hold those GPUs for it. False if none can."""
+        """Preempt the cheapest borrowers whose GPUs let `job` start; their GPUs stay theirs until they stop.
+
+        Victims are released in `victim_key` order until enough nodes fit the job; victims on other nodes are
+        given back, and so is any victim on a chosen node that the job turns out not to need. A failure is
+        remembered for the rest of the cycle: borrowers only ever become fewer and free GPUs scarcer."""
+        shape = (job.lab, tuple(keys), job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels)
+        if shape in self._no_reclaim:
+            return False
         allowed = set(keys)
-        cands = sorted(
-            (r for r in self.snap.running
-             if r.borrowing and r.job.preemptible and r.job.lab != job.lab and r.job.id not in self.victims
-             and any(p.node in self.state.by_name and self.state.by_name[p.node].key in allowed for p in r.placements)),
-            key=victim_key,
-        )
+        cands = [r for r in self.borrowers() if r.job.lab != job.lab and r.job.id not in self.victims
+                 and any(self._node_key(p.node) in allowed for p in r.placements)]
+        fitting = {nf.index for nf in self.state.candidates(keys, job.gpus, True) if fits(nf, job, None)}
         released: list[Running] = []
-        placement = None
         for run in cands:
             for p in run.placements:
                 self.state.release(p, run.job)
+                nf = self.state.by_name[p.node]
+                if nf.key in allowed and fits(nf, job, None):
+                    fitting.add(nf.index)
             released.append(run)
-            if (placement := self.placement.place(self.state, job, keys)) is not None:
+            if len(fitting) >= job.nodes:
                 break
-        if placement is None:
+        if len(fitting) < job.nodes:
             self._retake(released)
+            self._no_reclaim.add(shape)
             return False
-        used = {p.node for p in placement}
+        used = {self.state.nodes[i].node.name for i in sorted(fitting)[: job.nodes]}
         needed = [r for r in released if any(p.node in used for p in r.placements)]
         self._retake([r for r in released if r not in needed])
-        for run in reversed(needed):  # give back any victim the job turns out not to need
+        for run in reversed(list(needed)):  # give back any victim the job turns out not to need
             self._retake([run])
             if all(fits(self.state.by_name[n], job, None) for n in used):
                 needed.remove(run)
             else:
                 for p in run.placements:
                     self.state.release(p, run.job)
-        final = tuple(Placement(n, self.state.by_name[n].pick_gpus(job.gpus)) for n in sorted(used))
-        for p in final:
-            self.state.take(p, job)
+        # The victims keep their GPUs until they have stopped; the job starts in a later cycle.
+        self._retake(needed)
         self.usage.add(job)
         for run in needed:
-            self.victims.add(run.job.id)
-            self.usage.add(run.job, -1)
+            self.victims.add(run.job.id)  # still counted in its lab's usage until it has stopped
             self.preemptions.append(Preempt(job_id=run.job.id, for_job=job.id, reason=(
                 f"lab {job.lab} reclaims its guaranteed GPUs for job {job.id}; job {run.job.id} was borrowing")))
         ids = ", ".join(str(r.job.id) for r in needed)
         self._wait(job, Reason(Code.RECLAIMING, f"reclaiming guaranteed GPUs from borrowing job(s) {ids}"))
         return True
+
+    def borrowers(self) -> list[Running]:
+        """Running borrowers that may be preempted, cheapest victim first; sorted once per cycle."""
+        if self._borrowers is None:
+            self._borrowers = sorted((r for r in self.snap.running if r.borrowing and r.job.preemptible),
+                                     key=victim_key)
+        return self._borrowers
+
+    def _node_key(self, name: str) -> tuple[str | None, str] | None:
+        nf = self.state.by_name.get(name)
+        return None if nf is None else nf.key
 
     def _retake(self, runs: list[Running]) -> None:
         for run in runs:
@@ -279,6 +298,10 @@ class _Cycle:
             )
             hit = self._never[cache_key] = count < job.nodes
         return hit
+
+
+def _gpus(count: int) -> str:
+    return "1 GPU" if count == 1 else f"{count} GPUs"
 
 
 def _human(seconds: float) -> str:
