@@ -47,6 +47,7 @@ class JobStatus(BaseModel):
     signal: int | None = None
     timed_out: bool = False
     reason: str | None = None
+    log_size: int | None = Field(default=None, description="bytes in the job's log when this was sent")
 
 
 class LogChunk(BaseModel):
@@ -55,6 +56,9 @@ class LogChunk(BaseModel):
     job_id: int
     offset: int
     data: str
+    nbytes: int | None = Field(
+        default=None, description="log bytes this chunk covers (`data` differs where bytes were not UTF-8)"
+    )
 
 
 class Heartbeat(BaseModel):
