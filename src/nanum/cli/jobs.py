@@ -1,0 +1,226 @@
+"""The researcher's commands: `nanum submit`, `ps`, `show`, `wait`, `logs`, `cancel` and `nodes`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from nanum.cli.app import app
+from nanum.cli.common import JsonOpt, ServerOpt, TokenOpt, clean_errors, connect, fail, note, print_json
+
+_Opt = typer.Option
+JobIdArg = Annotated[int, typer.Argument(help="Job ID (see `nanum ps`).", show_default=False)]
+
+
+CommandArg = Annotated[list[str] | None, typer.Argument(
+    metavar="[COMMAND [ARG...] | SCRIPT]", show_default=False,
+    help="What to run (put `--` before it), or a script whose #NANUM lines set defaults.")]
+GpusOpt = Annotated[int | None, _Opt("--gpus", "-g", metavar="N", help="GPUs per node (default: 1).")]
+NodesOpt = Annotated[int | None, _Opt("--nodes", "-N", metavar="K",
+                                      help="Nodes, started together (default: 1).")]
+ModelOpt = Annotated[str | None, _Opt("--gpu-model", metavar="MODEL",
+                                      help="Only GPUs of this model, e.g. A100.")]
+CpusOpt = Annotated[int | None, _Opt("--cpus", "-c", metavar="C", help="CPU cores per node.")]
+MemOpt = Annotated[str | None, _Opt("--mem", metavar="SIZE", help="Memory per node: 512M, 32G, 1T.")]
+TimeOpt = Annotated[str | None, _Opt(
+    "--time", "-t", metavar="DURATION",
+    help="Time limit: 30m, 4h, 2d, 1:30:00, 2-00:00:00 (a bare number is minutes).")]
+PriorityOpt = Annotated[int | None, _Opt("--priority", metavar="P",
+                                         help="0..100, higher first (default: 0).")]
+LabOpt = Annotated[str | None, _Opt("--lab", metavar="LAB",
+                                    help="Lab to charge (default: your default lab).")]
+NameOpt = Annotated[str | None, _Opt("--name", "-J", metavar="NAME",
+                                     help="Job name (default: the program's).")]
+WorkdirOpt = Annotated[str | None, _Opt("--workdir", "-D", metavar="DIR",
+                                        help="Working directory (default: the current one).")]
+EnvOpt = Annotated[list[str] | None, _Opt(
+    "--env", "-e", metavar="K=V", help="Environment variable for the job (K alone copies yours); repeat.")]
+NoPreemptOpt = Annotated[bool, _Opt("--no-preempt", help="Never preempt this job (it will not borrow GPUs).")]
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+@clean_errors
+def submit(
+    command: CommandArg = None,
+    gpus: GpusOpt = None,
+    nodes: NodesOpt = None,
+    gpu_model: ModelOpt = None,
+    cpus: CpusOpt = None,
+    mem: MemOpt = None,
+    time: TimeOpt = None,
+    priority: PriorityOpt = None,
+    lab: LabOpt = None,
+    name: NameOpt = None,
+    workdir: WorkdirOpt = None,
+    env: EnvOpt = None,
+    no_preempt: NoPreemptOpt = False,
+    json: JsonOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Queue a job: `nanum submit --gpus 2 --time 4h -- python train.py`, or `nanum submit train.sh`."""
+    from pathlib import Path
+
+    from nanum.cli.jobspec import SubmitOptions, build_request, parse_env, parse_mem, parse_time
+
+    options = SubmitOptions(
+        gpus=gpus, nodes=nodes, gpu_model=gpu_model, cpus=cpus, priority=priority, lab=lab, name=name,
+        workdir=workdir, memory_mb=parse_mem(mem) if mem is not None else None,
+        time_limit_s=parse_time(time) if time is not None else None, env=parse_env(env or []),
+        preemptible=False if no_preempt else None,
+    )
+    body = build_request(list(command or []), options, Path.cwd())
+    with connect(server, token) as client:
+        job = client.submit(body.pop("command"), **body)
+    if json:
+        print_json(job)
+    else:
+        print(f"Submitted job {job['id']}")
+
+
+@app.command()
+@clean_errors
+def ps(
+    all: Annotated[bool, _Opt("--all", "-a", help="Include finished jobs.")] = False,
+    user: Annotated[str | None, _Opt("--user", "-u", help="Only this user's jobs.")] = None,
+    lab: Annotated[str | None, _Opt("--lab", help="Only this lab's jobs.")] = None,
+    state: Annotated[list[str] | None, _Opt("--state", "-s", help="Only jobs in this state; repeat.")] = None,
+    json: JsonOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """The queue: running and waiting jobs of everyone (why they wait, when they should start)."""
+    with connect(server, token) as client:
+        jobs = client.jobs(all=all, user=user, lab=lab, state=state)
+    if json:
+        print_json(jobs)
+        return
+    if not jobs:
+        note("No jobs." if all or state else "No active jobs (`nanum ps --all` shows finished ones).")
+        return
+    from datetime import UTC, datetime
+
+    from nanum.cli.views import BORROW_MARK, PS_COLUMNS, print_table, ps_rows
+
+    rows = ps_rows(jobs, datetime.now(UTC))  # type: ignore[arg-type]
+    borrowing = any(row[4].endswith(BORROW_MARK) for row in rows)
+    caption = f"{BORROW_MARK} borrowing idle GPUs: preempted first when their lab needs them"
+    print_table(PS_COLUMNS, rows, caption=caption if borrowing else None, wide="REASON")
+
+
+@app.command()
+@clean_errors
+def show(job_id: JobIdArg, json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None) -> None:
+    """Everything about one job."""
+    with connect(server, token) as client:
+        job = client.job(job_id)
+    if json:
+        print_json(job)
+        return
+    from nanum.cli.views import show_lines
+
+    lines = show_lines(job)  # type: ignore[arg-type]
+    width = max(len(k) for k, _ in lines)
+    sys.stdout.write("".join(f"{k + ':':<{width + 1}} {v}\n" for k, v in lines))
+
+
+@app.command()
+@clean_errors
+def wait(
+    job_id: JobIdArg,
+    timeout: Annotated[float | None, _Opt("--timeout", metavar="S",
+                                          help="Give up after S seconds (exit 124).")] = None,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Wait for a job to end and exit with its exit code (124 when --timeout passes first)."""
+    from nanum.client import WaitTimeout
+
+    with connect(server, token) as client:
+        try:
+            job = client.wait(job_id, timeout=timeout)
+        except WaitTimeout as exc:
+            fail(str(exc), 124)
+    raise typer.Exit(wait_exit_code(job["state"], job.get("exit_code"), job_id))
+
+
+def wait_exit_code(state: str, exit_code: int | None, job_id: int) -> int:
+    """The job's own exit code when it has one; 1 with a line on stderr when it ended without one."""
+    if state == "completed" and not exit_code:
+        return 0
+    if state != "completed" and state != "failed":
+        what = {"cancelled": "was cancelled", "timeout": "reached its time limit", "lost": "was lost"}
+        note(f"nanum: job {job_id} {what.get(state, 'ended ' + state)}")
+    if exit_code is None or exit_code == 0:
+        return 1
+    if exit_code < 0:  # killed by a signal, as Python reports it
+        return min(128 - exit_code, 255)
+    return exit_code if exit_code <= 255 else 1
+
+
+@app.command()
+@clean_errors
+def logs(
+    job_id: JobIdArg,
+    follow: Annotated[bool, _Opt("--follow", "-f", help="Print new output until the job ends.")] = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """A job's output (stdout and stderr together)."""
+    out = sys.stdout
+    with connect(server, token) as client:
+        if follow:
+            for text in client.follow_logs(job_id):
+                out.write(text)
+                out.flush()
+            return
+        offset = 0
+        while True:
+            chunk = client.logs(job_id, offset)
+            out.write(chunk.text)
+            if not chunk.text or chunk.offset <= offset:
+                break
+            offset = chunk.offset
+
+
+@app.command()
+@clean_errors
+def cancel(
+    job_ids: Annotated[list[int], typer.Argument(help="Job IDs.", show_default=False)],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Cancel jobs (yours, or anyone's as an admin); running ones are stopped."""
+    from nanum.cli.common import exit_code_for_status
+    from nanum.client import ApiError
+
+    worst = 0
+    with connect(server, token) as client:
+        for job_id in job_ids:
+            try:
+                client.cancel(job_id)
+            except ApiError as exc:
+                sys.stderr.write(f"nanum: error: job {job_id}: {exc.detail}\n")
+                worst = max(worst, exit_code_for_status(exc.status))
+                continue
+            print(f"Cancelled job {job_id}")
+    raise typer.Exit(worst)
+
+
+@app.command()
+@clean_errors
+def nodes(json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None) -> None:
+    """The nodes and their GPUs: who uses which."""
+    with connect(server, token) as client:
+        found = client.nodes()
+    if json:
+        print_json(found)
+        return
+    if not found:
+        note("No nodes yet: start `nanum up`, or `nanum agent` on a GPU server.")
+        return
+    from nanum.cli.views import NODE_COLUMNS, node_rows, print_table
+
+    print_table(NODE_COLUMNS, node_rows(found), wide="USER")  # type: ignore[arg-type]

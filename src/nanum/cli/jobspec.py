@@ -1,0 +1,247 @@
+"""Turning `nanum submit` flags and `#NANUM` script headers into the body of `POST /jobs`.
+
+A batch script may carry its own options, like `#SBATCH` lines: `#NANUM` lines in the comment block at the
+top of the script (after the `#!` line, among other comments and blank lines) are read as if given on the
+command line; flags actually given on the command line win. Example:
+
+    #!/bin/bash
+    #NANUM --gpus 2 --time 4h
+    #NANUM --env WANDB_MODE=offline
+    python train.py
+
+Values: `--mem` takes 512M, 32G, 1.5T (or a bare number of MiB) and becomes MiB; `--time` takes the forms
+sbatch knows (90 = 90 minutes, 30:00, 1:30:00, 2-00:00:00, 2-12) or a unit suffix (90s, 30m, 4h, 2d) and
+becomes seconds. A bad value raises `UsageProblem` naming the option, the value and an example that works.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from nanum.cli.common import UsageProblem
+
+_MEM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_MEM_FACTOR = {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024 * 1024}
+_UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|hr|d|day|days)\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400, "day": 86400,
+                 "days": 86400}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_mem(text: str, option: str = "--mem") -> int:
+    """'32G' -> 32768 (MiB). A bare number is MiB."""
+    match = _MEM.match(text)
+    if not match:
+        raise UsageProblem(f"{option}: cannot read {text!r}; give a size such as 512M, 32G or 1T")
+    mib = float(match.group(1)) * _MEM_FACTOR[match.group(2).lower()]
+    if mib <= 0:
+        raise UsageProblem(f"{option}: {text!r} is not a positive size; give e.g. 512M or 32G")
+    return max(1, round(mib))
+
+
+def parse_time(text: str, option: str = "--time") -> int:
+    """'4h' -> 14400, '1:30:00' -> 5400, '2-00:00:00' -> 172800, '90' -> 5400 (minutes, as in sbatch)."""
+    seconds = _parse_duration(text.strip())
+    if seconds is None:
+        raise UsageProblem(
+            f"{option}: cannot read {text!r}; give e.g. 90s, 30m, 4h, 2d, 1:30:00 or 2-00:00:00 "
+            "(a bare number is minutes)"
+        )
+    if seconds <= 0:
+        raise UsageProblem(f"{option}: {text!r} is not a positive duration; give e.g. 30m or 4h")
+    return seconds
+
+
+def _parse_duration(text: str) -> int | None:
+    if match := _UNIT.match(text):
+        return round(float(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()])
+    days = 0
+    if "-" in text:
+        head, _, text = text.partition("-")
+        if not head.isdigit() or not text:
+            return None
+        days = int(head)
+        parts = text.split(":")  # days-hours[:minutes[:seconds]]
+        if not all(p.isdigit() for p in parts) or len(parts) > 3:
+            return None
+        h, m, s = ([int(p) for p in parts] + [0, 0])[:3]
+    else:
+        parts = text.split(":")  # minutes | minutes:seconds | hours:minutes:seconds
+        if not all(p.isdigit() for p in parts) or len(parts) > 3:
+            return None
+        nums = [int(p) for p in parts]
+        h, m, s = (0, nums[0], 0) if len(nums) == 1 else (0, nums[0], nums[1]) if len(nums) == 2 else nums
+    return days * 86400 + h * 3600 + m * 60 + s
+
+
+def parse_env(items: list[str], option: str = "--env") -> dict[str, str]:
+    """['K=V', 'HOME'] -> {'K': 'V', 'HOME': <the current value>}. A bare name copies this shell's value."""
+    env: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not _ENV_NAME.match(name):
+            raise UsageProblem(f"{option}: {item!r} is not NAME=VALUE with a valid name, e.g. SEED=1")
+        if not sep:
+            if name not in os.environ:
+                raise UsageProblem(f"{option}: {name} is not set here; give {name}=VALUE")
+            value = os.environ[name]
+        env[name] = value
+    return env
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitOptions:
+    """Options of one submission; None means "not given" so that script headers and the server fill in."""
+
+    gpus: int | None = None
+    nodes: int | None = None
+    gpu_model: str | None = None
+    cpus: int | None = None
+    memory_mb: int | None = None
+    time_limit_s: int | None = None
+    priority: int | None = None
+    lab: str | None = None
+    name: str | None = None
+    workdir: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    preemptible: bool | None = None
+
+    def over(self, base: SubmitOptions) -> SubmitOptions:
+        """These options where given, else `base`'s; environment variables are merged, these winning."""
+        merged = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        merged["env"] = {**base.env, **self.env}
+        return replace(base, **merged)
+
+
+def _int(option: str, lo: int, hi: int | None = None) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise UsageProblem(f"{option}: {text!r} is not a whole number") from None
+        if value < lo or (hi is not None and value > hi):
+            bounds = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+            raise UsageProblem(f"{option}: {value} must be {bounds}")
+        return value
+
+    return parse
+
+
+# option -> (field, parser); parsers take the text and raise UsageProblem.
+HEADER_OPTIONS: dict[str, tuple[str, Any]] = {
+    "--gpus": ("gpus", _int("--gpus", 0)),
+    "--nodes": ("nodes", _int("--nodes", 1)),
+    "--gpu-model": ("gpu_model", str),
+    "--cpus": ("cpus", _int("--cpus", 1)),
+    "--mem": ("memory_mb", parse_mem),
+    "--time": ("time_limit_s", parse_time),
+    "--priority": ("priority", _int("--priority", 0, 100)),
+    "--lab": ("lab", str),
+    "--name": ("name", str),
+    "--workdir": ("workdir", str),
+}
+
+
+def parse_header_args(args: list[str], where: str) -> SubmitOptions:
+    """Options from one script's `#NANUM` words, e.g. ['--gpus', '2', '--env=K=V', '--no-preempt']."""
+    values: dict[str, Any] = {}
+    env: list[str] = []
+    i = 0
+    while i < len(args):
+        opt, eq, inline = args[i].partition("=")
+        if opt == "--no-preempt" and not eq:
+            values["preemptible"] = False
+            i += 1
+            continue
+        if opt not in HEADER_OPTIONS and opt != "--env":
+            raise UsageProblem(f"{where}: unknown option {opt!r} in a #NANUM line")
+        if not eq:
+            if i + 1 >= len(args):
+                raise UsageProblem(f"{where}: {opt} needs a value")
+            inline, i = args[i + 1], i + 1
+        i += 1
+        try:
+            if opt == "--env":
+                env.append(inline)
+            else:
+                name, parse = HEADER_OPTIONS[opt]
+                values[name] = parse(inline)
+        except UsageProblem as exc:
+            raise UsageProblem(f"{where}: {exc}") from None
+    try:
+        return SubmitOptions(env=parse_env(env), **values)
+    except UsageProblem as exc:
+        raise UsageProblem(f"{where}: {exc}") from None
+
+
+def read_script_header(path: Path) -> SubmitOptions:
+    """The `#NANUM` options at the top of a script; stops at the first line that is not a comment or blank."""
+    options = SubmitOptions()
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        raise UsageProblem(f"cannot read the script {path}: {exc.strerror}") from None
+    for number, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        if stripped.startswith("#NANUM"):
+            try:
+                words = shlex.split(stripped[len("#NANUM"):], comments=True)
+            except ValueError as exc:
+                raise UsageProblem(f"{path.name} line {number}: {exc}") from None
+            options = parse_header_args(words, f"{path.name} line {number}").over(options)
+        elif stripped and not stripped.startswith("#"):
+            break
+    return options
+
+
+def script_command(path: Path, args: list[str]) -> list[str]:
+    """How to run a script: itself if executable, else through its `#!` interpreter, else through bash."""
+    path = path.resolve()
+    if os.access(path, os.X_OK):
+        return [str(path), *args]
+    with path.open("rb") as f:
+        first = f.readline(256).decode(errors="replace")
+    if first.startswith("#!") and (interpreter := shlex.split(first[2:].strip())):
+        return [*interpreter, str(path), *args]
+    return ["bash", str(path), *args]
+
+
+def build_request(command: list[str], cli: SubmitOptions, cwd: Path) -> dict[str, Any]:
+    """The `POST /jobs` body for `command` (a script path or an argv) with the command line's options."""
+    if not command:
+        raise UsageProblem("nothing to run; give a command after `--` or a script, e.g. "
+                           "`nanum submit --gpus 1 -- python train.py`")
+    options = cli
+    first = Path(command[0]) if Path(command[0]).is_absolute() else cwd / command[0]
+    if first.is_file() and ("/" in command[0] or not _on_path(command[0])):
+        options = cli.over(read_script_header(first))
+        command = script_command(first, command[1:])
+        default_name = first.name
+    else:
+        default_name = Path(command[0]).name
+    workdir = Path(options.workdir) if options.workdir else cwd
+    body: dict[str, Any] = {
+        "command": command,
+        "name": options.name or default_name,
+        "workdir": str(workdir if workdir.is_absolute() else (cwd / workdir).resolve()),
+        "env": options.env,
+    }
+    for key in _PASSED_AS_IS:
+        if (value := getattr(options, key)) is not None:
+            body[key] = value
+    return body
+
+
+_PASSED_AS_IS = ("gpus", "nodes", "gpu_model", "cpus", "memory_mb", "time_limit_s", "priority", "lab",
+                 "preemptible")
+
+
+def _on_path(name: str) -> bool:
+    import shutil
+
+    return shutil.which(name) is not None

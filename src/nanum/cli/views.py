@@ -1,0 +1,229 @@
+"""How jobs and nodes look in a terminal: the `nanum ps` and `nanum nodes` tables, the `nanum show` listing.
+
+Pure functions from API objects (and `now`) to strings and rows, so they are tested without a server.
+Tables are plain aligned text (as `ps` and `squeue` print them): one line per row, fitted to the terminal,
+and no Rich, which would add 35 ms to every `nanum ps`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+ACTIVE = ("pending", "held")
+BORROW_MARK = "*"
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """An API timestamp (ISO 8601, UTC, maybe with a trailing Z) as an aware datetime."""
+    if not value:
+        return None
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def duration(seconds: float) -> str:
+    """Like squeue: M:SS, H:MM:SS, then D-HH:MM:SS."""
+    total = max(0, int(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}"
+
+
+def job_time(job: dict[str, Any], now: datetime) -> str:
+    """Waiting time while pending, running time while running, run time once finished."""
+    submit, start, end = (parse_time(job.get(k)) for k in ("submit_time", "start_time", "end_time"))
+    if job["state"] in ACTIVE or start is None:
+        return duration(((end or now) - submit).total_seconds()) if submit else ""
+    return duration(((end or now) - start).total_seconds())
+
+
+def ranges(indices: Sequence[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    out: list[str] = []
+    items = sorted(indices)
+    i = 0
+    while i < len(items):
+        j = i
+        while j + 1 < len(items) and items[j + 1] == items[j] + 1:
+            j += 1
+        out.append(str(items[i]) if i == j else f"{items[i]}-{items[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def where(job: dict[str, Any]) -> str:
+    """'gpu-01:0,1' for the first node of the allocation, '+N' for the other nodes of a gang."""
+    alloc = job.get("allocation") or []
+    if not alloc:
+        return ""
+    first = alloc[0]
+    text = f"{first['node']}:{ranges(first['gpus'])}" if first.get("gpus") else str(first["node"])
+    return text + (f" +{len(alloc) - 1}" if len(alloc) > 1 else "")
+
+
+def starts_at(estimate: str | None, now: datetime) -> str:
+    """'starts ~19:05' in local time (with the date when not today), or 'starts soon' when due."""
+    when = parse_time(estimate)
+    if when is None:
+        return ""
+    if when <= now:
+        return "starts soon"
+    local = when.astimezone()
+    same_day = local.date() == now.astimezone().date()
+    return f"starts ~{local:%H:%M}" if same_day else f"starts ~{local:%b %d %H:%M}"
+
+
+def why(job: dict[str, Any], now: datetime) -> str:
+    """The REASON column: estimate and reason while waiting, the exit status once finished."""
+    state = job["state"]
+    if state in ACTIVE:
+        parts = [starts_at(job.get("estimated_start"), now), job.get("reason") or ""]
+        return "; ".join(p for p in parts if p)
+    if state == "running":
+        return ""
+    if job.get("reason"):
+        return str(job["reason"])
+    return f"exit {job['exit_code']}" if job.get("exit_code") is not None else ""
+
+
+def gpus_text(job: dict[str, Any]) -> str:
+    nodes = job.get("nodes") or 1
+    return f"{nodes}x{job['gpus']}" if nodes > 1 else str(job["gpus"])
+
+
+PS_COLUMNS = ("ID", "NAME", "USER", "LAB", "STATE", "GPUS", "NODE", "TIME", "REASON")
+
+
+def ps_rows(jobs: Sequence[dict[str, Any]], now: datetime) -> list[tuple[str, ...]]:
+    return [
+        (
+            str(job["id"]),
+            job.get("name") or "",
+            job.get("user") or "",
+            job.get("lab") or "",
+            job["state"] + (BORROW_MARK if job.get("borrowing") and job["state"] == "running" else ""),
+            gpus_text(job),
+            where(job),
+            job_time(job, now),
+            why(job, now),
+        )
+        for job in jobs
+    ]
+
+
+SHOW_ORDER = (
+    "id", "name", "user", "lab", "state", "reason", "reason_code", "estimated_start", "gpus", "nodes",
+    "gpu_model", "cpus", "memory_mb", "time_limit_s", "priority", "kind", "preemptible", "borrowing",
+    "allocation", "submit_time", "start_time", "end_time", "exit_code", "runs", "command", "workdir", "env",
+)
+
+
+def show_lines(job: dict[str, Any]) -> list[tuple[str, str]]:
+    """Every field of a job, known ones in a reading order, then anything newer servers add."""
+    keys = [k for k in SHOW_ORDER if k in job] + sorted(k for k in job if k not in SHOW_ORDER)
+    return [(key, _show_value(key, job[key])) for key in keys]
+
+
+def _show_value(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if key == "allocation":
+        return "; ".join(f"{a['node']} gpus {','.join(map(str, a['gpus']))}" for a in value) or "-"
+    if key == "command":
+        return shlex.join(value)
+    if key == "env":
+        return " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(value.items())) or "-"
+    if key == "memory_mb":
+        return f"{value} MiB"
+    if key == "time_limit_s":
+        return f"{value} s ({duration(value)})"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+NODE_COLUMNS = ("NODE", "STATE", "GPU", "MODEL", "MEMORY", "JOB", "USER")
+
+
+def node_rows(nodes: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """One row per GPU, the node's name and state on its first row only."""
+    rows: list[tuple[str, ...]] = []
+    for node in nodes:
+        state = node["state"] + (" (simulated)" if node.get("simulated") else "")
+        gpus = node.get("gpus") or []
+        if not gpus:
+            rows.append((node["name"], state, "-", "", "", "", ""))
+        for i, gpu in enumerate(gpus):
+            job = "" if gpu.get("job_id") is None else str(gpu["job_id"])
+            rows.append((node["name"] if i == 0 else "", state if i == 0 else "", str(gpu["index"]),
+                         gpu.get("model") or "", f"{round(gpu.get('memory_mb', 0) / 1024)} GiB", job,
+                         gpu.get("user") or ""))
+    return rows
+
+
+RIGHT_ALIGNED = frozenset({"ID", "GPUS", "GPU", "JOB", "TIME", "MEMORY"})
+
+
+def format_table(columns: Sequence[str], rows: Sequence[tuple[str, ...]], width: int | None = None,
+                 wide: str | None = None) -> list[str]:
+    """Rows as aligned text lines, like `ps` and `squeue`: one line per row, never wrapped. When `width` is
+    given and the table is wider, the `wide` column (then the widest others) is cut short with an ellipsis."""
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    if width is not None:
+        _fit(widths, list(columns), width, wide)
+    lines = []
+    for cells in (tuple(columns), *rows):
+        parts = [_cell(text, w, columns[i] in RIGHT_ALIGNED) for i, (text, w) in enumerate(zip(cells, widths,
+                                                                                                 strict=True))]
+        lines.append("  ".join(parts).rstrip())
+    return lines
+
+
+def _fit(widths: list[int], columns: list[str], width: int, wide: str | None) -> None:
+    """Shrink column widths in place until the table (with two-space gaps) fits in `width`."""
+    excess = sum(widths) + 2 * (len(widths) - 1) - width
+    order = ([columns.index(wide)] if wide in columns else []) + sorted(
+        range(len(widths)), key=lambda i: -widths[i])
+    for i in order:
+        if excess <= 0:
+            return
+        floor = max(len(columns[i]), 6)
+        cut = min(excess, max(widths[i] - floor, 0))
+        widths[i] -= cut
+        excess -= cut
+
+
+def _cell(text: str, width: int, right: bool) -> str:
+    if len(text) > width:
+        text = text[: max(width - 1, 0)] + "…"
+    return text.rjust(width) if right else text.ljust(width)
+
+
+def print_table(columns: Sequence[str], rows: Sequence[tuple[str, ...]], caption: str | None = None,
+                wide: str | None = None) -> None:
+    """Print a table on stdout, fitted to the terminal's width when stdout is one (bold header there)."""
+    import os
+    import sys
+
+    tty = sys.stdout.isatty()
+    width = os.get_terminal_size(sys.stdout.fileno()).columns if tty else _columns_env()
+    lines = format_table(columns, rows, width, wide)
+    if tty and not os.environ.get("NO_COLOR"):
+        lines[0] = f"\033[1m{lines[0]}\033[0m"
+    sys.stdout.write("\n".join(lines) + "\n" + (f"{caption}\n" if caption else ""))
+
+
+def _columns_env() -> int | None:
+    """$COLUMNS when set (so `COLUMNS=100 nanum ps | less` fits); otherwise piped output is never cut."""
+    import os
+
+    value = os.environ.get("COLUMNS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None

@@ -1,0 +1,389 @@
+"""The Python SDK: a typed HTTP client for the nanum server, used by the CLI, the tests and your own scripts.
+
+    from nanum.client import Client
+
+    with Client.from_settings() as nanum:            # NANUM_SERVER/NANUM_TOKEN, else `nanum login`'s file
+        job = nanum.submit(["python", "train.py"], gpus=2, time_limit_s=4 * 3600)
+        done = nanum.wait(job["id"], timeout=8 * 3600)
+        print(done["state"], done["exit_code"], nanum.logs(job["id"]).text)
+
+Objects come back exactly as the API returns them (docs/api.md), typed as `TypedDict`s. Failures raise
+`ApiError` (the server refused: `.status`, `.detail`), `ServerUnreachable` or `WaitTimeout`, all of them
+`NanumError`s.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+
+if "httpx" not in sys.modules:
+    # httpx imports its own command line (click, rich, pygments) at import time: 40 ms that no client uses.
+    # Hiding that one submodule while importing keeps `nanum` commands quick to start.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+    import httpx
+
+    if sys.modules.get("httpx._main", 0) is None:
+        del sys.modules["httpx._main"]
+else:
+    import httpx
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = [
+    "TERMINAL_STATES",
+    "ApiError",
+    "Client",
+    "Gpu",
+    "Job",
+    "Lab",
+    "LogChunk",
+    "Me",
+    "NanumError",
+    "NewToken",
+    "Node",
+    "ServerUnreachable",
+    "SubmitFields",
+    "WaitTimeout",
+    "resolve_settings",
+]
+
+T = TypeVar("T")
+TERMINAL_STATES = frozenset({"completed", "failed", "cancelled", "timeout"})
+
+
+class Allocation(TypedDict):
+    node: str
+    gpus: list[int]
+
+
+class Job(TypedDict):
+    id: int
+    name: str
+    user: str
+    lab: str
+    state: str
+    reason: str | None
+    reason_code: str | None
+    estimated_start: str | None
+    gpus: int
+    nodes: int
+    gpu_model: str | None
+    cpus: int
+    memory_mb: int | None
+    time_limit_s: float | None
+    priority: int
+    kind: str
+    preemptible: bool
+    borrowing: bool
+    allocation: list[Allocation]
+    submit_time: str
+    start_time: str | None
+    end_time: str | None
+    exit_code: int | None
+    command: list[str]
+    workdir: str
+    env: dict[str, str]
+    runs: int
+
+
+class SubmitFields(TypedDict, total=False):
+    """The optional fields of `POST /jobs`; anything left out takes the server's default."""
+
+    name: str
+    gpus: int
+    nodes: int
+    gpu_model: str | None
+    cpus: int
+    memory_mb: int | None
+    time_limit_s: float | None
+    priority: int
+    lab: str | None
+    workdir: str
+    env: dict[str, str]
+    kind: str
+    preemptible: bool
+
+
+class Gpu(TypedDict):
+    index: int
+    uuid: str
+    model: str
+    memory_mb: int
+    job_id: int | None
+    user: str | None
+
+
+class Node(TypedDict):
+    name: str
+    state: str
+    last_seen: str | None
+    simulated: bool
+    cpus: int
+    memory_mb: int
+    gpus: list[Gpu]
+
+
+class Me(TypedDict):
+    name: str
+    admin: bool
+    labs: list[str]
+    default_lab: str | None
+    unix_user: str | None
+
+
+class Lab(TypedDict, total=False):
+    name: str
+    guaranteed_gpus: int | None
+    max_gpus: int | None
+    max_running_jobs: int | None
+    monthly_gpu_hours: float | None
+    weight: float
+
+
+class NewToken(TypedDict):
+    """A created user or node with its token, shown once."""
+
+    name: str
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    """Output of a job from some byte offset; `offset` is where the next read starts, `state` the job's."""
+
+    text: str
+    offset: int
+    state: str
+
+
+class NanumError(Exception):
+    """Anything the client reports to its caller."""
+
+
+class ApiError(NanumError):
+    """The server refused a request: `status` is the HTTP status, `detail` its one-line explanation."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+class ServerUnreachable(NanumError, ConnectionError):
+    """No nanum server answers at `server`."""
+
+    def __init__(self, server: str) -> None:
+        super().__init__(f"cannot reach the nanum server at {server}; is `nanum up` running?")
+        self.server = server
+
+
+class WaitTimeout(NanumError, TimeoutError):
+    """`Client.wait` gave up before the job ended; `job` is its last known state."""
+
+    def __init__(self, job: Job, timeout: float) -> None:
+        super().__init__(f"job {job['id']} is still {job['state']} after {timeout:g} s")
+        self.job = job
+
+
+def resolve_settings(server: str | None = None, token: str | None = None) -> tuple[str | None, str | None]:
+    """Server URL and token: the arguments, else NANUM_SERVER/NANUM_TOKEN, else the credentials file."""
+    server = server or os.environ.get("NANUM_SERVER") or None
+    token = token or os.environ.get("NANUM_TOKEN") or None
+    if server is None or token is None:
+        from nanum.config import load_credentials
+
+        saved = load_credentials()
+        if server is None:
+            server = saved.get("server")
+            token = token or saved.get("token")
+        elif token is None and saved.get("server", "").rstrip("/") == server.rstrip("/"):
+            token = saved.get("token")
+    return server, token
+
+
+class Client:
+    """A connection to one nanum server as one user (or admin): a context manager, or call `close()`."""
+
+    def __init__(
+        self,
+        server: str,
+        token: str | None = None,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.server = server.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if transport is None and self.server.startswith("http://"):
+            transport = httpx.HTTPTransport(verify=False)  # plain HTTP: skip loading CA certificates
+        self._http = httpx.Client(
+            base_url=f"{self.server}/api/v1", headers=headers, transport=transport, timeout=timeout
+        )
+
+    @classmethod
+    def from_settings(cls, server: str | None = None, token: str | None = None) -> Client:
+        """A client for the configured server (see `resolve_settings`)."""
+        url, tok = resolve_settings(server, token)
+        if url is None:
+            raise NanumError(
+                "no nanum server configured; start one with `nanum up`, or run "
+                "`nanum login --server URL --token TOKEN`, or set NANUM_SERVER and NANUM_TOKEN"
+            )
+        return cls(url, tok)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- jobs -------------------------------------------------------------------------------------------
+
+    def submit(self, command: Sequence[str], **fields: Unpack[SubmitFields]) -> Job:
+        """Queue `command` (argv list) with the given fields; returns the new job."""
+        body: dict[str, Any] = {"command": list(command), **fields}
+        return self._call("POST", "/jobs", json=body).json()  # type: ignore[no-any-return]
+
+    def jobs(
+        self,
+        *,
+        all: bool = False,
+        user: str | None = None,
+        lab: str | None = None,
+        state: str | Sequence[str] | None = None,
+    ) -> list[Job]:
+        """Jobs ordered by id: active ones of every user, or with `all=True` finished ones too."""
+        params: list[tuple[str, str]] = [("all", "true")] if all else []
+        params += [("user", user)] if user else []
+        params += [("lab", lab)] if lab else []
+        states = [state] if isinstance(state, str) else list(state or ())
+        params += [("state", s) for s in states]
+        return self._call("GET", "/jobs", params=params).json()  # type: ignore[no-any-return]
+
+    def job(self, job_id: int) -> Job:
+        return self._call("GET", f"/jobs/{job_id}").json()  # type: ignore[no-any-return]
+
+    def cancel(self, job_id: int) -> Job:
+        """Cancel a job of yours (any job, as an admin); 409 if it already ended."""
+        return self._call("POST", f"/jobs/{job_id}/cancel").json()  # type: ignore[no-any-return]
+
+    def logs(self, job_id: int, offset: int = 0) -> LogChunk:
+        """The job's output (stdout and stderr together) from byte `offset`."""
+        response = self._call("GET", f"/jobs/{job_id}/logs", params={"offset": offset})
+        next_offset = int(response.headers.get("X-Nanum-Log-Offset", offset + len(response.content)))
+        return LogChunk(response.text, next_offset, response.headers.get("X-Nanum-Job-State", ""))
+
+    def follow_logs(self, job_id: int, offset: int = 0, poll_s: float = 0.5) -> Iterator[str]:
+        """Yield the job's output as it arrives, until the job has ended and all its output is read."""
+        while True:
+            chunk = self._retrying(functools.partial(self.logs, job_id, offset))
+            offset = chunk.offset
+            if chunk.text:
+                yield chunk.text
+            elif chunk.state in TERMINAL_STATES:
+                return
+            else:
+                time.sleep(poll_s)
+
+    def wait(self, job_id: int, timeout: float | None = None, poll_s: float = 0.1) -> Job:
+        """Block until the job ends and return it; raise `WaitTimeout` after `timeout` seconds.
+
+        Polls with a growing interval (`poll_s` up to 1 s) and rides out brief server restarts."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self._retrying(functools.partial(self.job, job_id), deadline)
+            if job["state"] in TERMINAL_STATES:
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(job, timeout or 0.0)
+            pause = poll_s if deadline is None else min(poll_s, max(deadline - time.monotonic(), 0.0))
+            time.sleep(pause)
+            poll_s = min(poll_s * 1.5, 1.0)
+
+    # -- cluster, users, labs -----------------------------------------------------------------------------
+
+    def nodes(self) -> list[Node]:
+        return self._call("GET", "/nodes").json()  # type: ignore[no-any-return]
+
+    def add_node(self, name: str) -> NewToken:
+        """Register a node (admin); the token is what `nanum agent --token` needs."""
+        return self._call("POST", "/nodes", json={"name": name}).json()  # type: ignore[no-any-return]
+
+    def me(self) -> Me:
+        return self._call("GET", "/me").json()  # type: ignore[no-any-return]
+
+    def health(self) -> dict[str, Any]:
+        return self._call("GET", "/health").json()  # type: ignore[no-any-return]
+
+    def users(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/users").json()  # type: ignore[no-any-return]
+
+    def add_user(
+        self, name: str, labs: Sequence[str] = (), *, admin: bool = False, unix_user: str | None = None
+    ) -> NewToken:
+        """Create a user (admin); the first lab is the user's default and labs are created if missing."""
+        body = {"name": name, "labs": list(labs), "admin": admin, "unix_user": unix_user}
+        return self._call("POST", "/users", json=body).json()  # type: ignore[no-any-return]
+
+    def labs(self) -> list[Lab]:
+        return self._call("GET", "/labs").json()  # type: ignore[no-any-return]
+
+    def add_lab(self, name: str, **quota: Any) -> Lab:
+        """Create a lab (admin) with optional `guaranteed_gpus`, `max_gpus`, `max_running_jobs`,
+        `monthly_gpu_hours`, `weight`."""
+        return self._call("POST", "/labs", json={"name": name, **quota}).json()  # type: ignore[no-any-return]
+
+    # -- plumbing -------------------------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            raise ServerUnreachable(self.server) from exc
+        except httpx.TimeoutException as exc:
+            raise NanumError(f"the nanum server at {self.server} did not answer in time") from exc
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, _detail(response))
+        return response
+
+    def _retrying(self, call: Callable[[], T], deadline: float | None = None, outage_s: float = 60.0) -> T:
+        """Run `call`, retrying while the server is unreachable (a restart) for up to `outage_s` seconds."""
+        give_up = time.monotonic() + outage_s
+        if deadline is not None:
+            give_up = min(give_up, deadline)
+        pause = 0.2
+        while True:
+            try:
+                return call()
+            except ServerUnreachable:
+                if time.monotonic() >= give_up:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 2.0)
+
+
+def _detail(response: httpx.Response) -> str:
+    """The server's `detail` as one line (FastAPI validation errors are lists of {loc, msg})."""
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    if isinstance(detail, list):
+        parts = []
+        for item in detail:
+            loc = [str(p) for p in item.get("loc", ()) if p not in ("body", "query", "path")]
+            parts.append(f"{'.'.join(loc)}: {item.get('msg', '')}" if loc else str(item.get("msg", item)))
+        detail = "; ".join(parts)
+    if not detail:
+        detail = response.text.strip() or response.reason_phrase
+    return f"{detail}".replace("\n", " ")
