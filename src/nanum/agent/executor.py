@@ -1,0 +1,359 @@
+"""The executor: runs job processes on this node, stops them, enforces time limits, and notices when they end.
+
+It keeps one `JobRecord` per job it holds (running, or ended and not yet forgotten) in STATE/jobs/<id>/, so a
+new Executor over the same state directory re-adopts jobs that are still running (same pid *and* same start
+time) and reads the exit status of those that ended meanwhile. A watcher thread waits on a pidfd per job (a 20
+ms poll where the kernel has no pidfds), so an exit is seen at once; it also sends the SIGKILL that follows a
+SIGTERM after the grace period and the SIGTERM when a time limit runs out. `on_change` is called (from any
+thread) whenever a job starts, fails to start or ends.
+
+Stopping a job sends SIGTERM to its whole process group after creating its preempt file, then SIGKILL to the
+group after the grace period. When a job's main command ends, anything it left running in its process group is
+killed too: a job's GPUs are free when the server hears that it ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from nanum.agent import procs
+from nanum.agent.accounts import Refused, agent_account, job_account
+from nanum.agent.jobrecord import JobRecord, read_exit_file, read_log, signal_of
+from nanum.agent.launch import job_env, prepare, spawn
+from nanum.protocol import JobLaunch, JobStatus
+
+__all__ = ["Executor"]
+
+log = logging.getLogger("nanum.agent")
+
+POLL_S = 0.02
+MAX_SLEEP_S = 5.0
+# Processes this Python process started, by pid, shared by every Executor so that one created over the same
+# state directory (an agent restart inside one process, as tests do) can still reap them.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+class Executor:
+    def __init__(self, state_dir: Path, node: str, *, on_change: Callable[[], None] | None = None) -> None:
+        self.node = node
+        self.jobs_dir = Path(state_dir) / "jobs"
+        self.version = 0
+        self._on_change = on_change
+        self._agent = agent_account()
+        self._boot = procs.boot_id()
+        self._cond = threading.Condition(threading.RLock())
+        self._jobs: dict[int, JobRecord] = {}
+        self._fd_job: dict[int, int] = {}
+        self._polled: set[int] = set()
+        self._epoll = select.epoll()
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._epoll.register(self._wake_r, select.EPOLLIN)
+        self._closed = False
+        self._make_dirs()
+        with self._cond:
+            self._adopt()
+        self._thread = threading.Thread(target=self._watch, name="nanum-executor", daemon=True)
+        self._thread.start()
+
+    # --- what the agent calls -------------------------------------------------------------------------------
+
+    def start(self, launch: JobLaunch, *, allow_root: bool = False) -> JobStatus:
+        """Start `launch` unless this executor already holds that job; a refusal becomes `failed_to_start`."""
+        with self._cond:
+            held = self._jobs.get(launch.job_id)
+            if held is not None:
+                return held.status()
+            record = self._new_record(launch)
+            try:
+                self._launch(record, allow_root)
+            except Refused as exc:
+                record.state, record.reason, record.ended_at = "failed_to_start", str(exc), time.time()
+                record.save()
+                log.info("job %d failed to start: %s", launch.job_id, exc)
+            self._jobs[launch.job_id] = record
+            self._changed()
+            return record.status()
+
+    def stop(self, job_id: int, grace_s: float, reason: str = "stopped") -> None:
+        """SIGTERM the job's process group now and SIGKILL it `grace_s` later if it is still there."""
+        with self._cond:
+            record = self._jobs.get(job_id)
+            if record is None or record.state != "running":
+                return
+            if record.stop_reason is None:
+                self._terminate(record, reason, grace_s)
+            elif record.kill_at is not None and time.time() + grace_s < record.kill_at:
+                record.kill_at = time.time() + grace_s
+                record.save()
+        self._wake()
+
+    def forget(self, job_id: int) -> bool:
+        """Drop an ended job and its files (the server has its status and log). Running jobs are kept."""
+        with self._cond:
+            record = self._jobs.get(job_id)
+            if record is None or record.state in ("starting", "running"):
+                return False
+            del self._jobs[job_id]
+        shutil.rmtree(record.dir, ignore_errors=True)
+        return True
+
+    def statuses(self) -> list[JobStatus]:
+        with self._cond:
+            return [r.status() for r in self._jobs.values()]
+
+    def status(self, job_id: int) -> JobStatus | None:
+        with self._cond:
+            record = self._jobs.get(job_id)
+            return record.status() if record else None
+
+    def held(self) -> dict[int, str]:
+        """Job id → state for every job held."""
+        with self._cond:
+            return {i: r.state for i, r in self._jobs.items()}
+
+    def read_log(self, job_id: int, offset: int, limit: int) -> tuple[str, int]:
+        """Up to `limit` bytes of the job's log from `offset` as (text, bytes consumed)."""
+        with self._cond:
+            record = self._jobs.get(job_id)
+            if record is None:
+                return "", 0
+            path, final = record.log_path, record.state in ("exited", "failed_to_start")
+        return read_log(path, offset, limit, final=final)
+
+    def log_size(self, job_id: int) -> int:
+        with self._cond:
+            record = self._jobs.get(job_id)
+            return record.log_size() if record else 0
+
+    def wait(self, job_id: int, timeout: float | None = None) -> JobStatus | None:
+        """Block until the job is no longer running (for tests and tools); its status, or None on timeout."""
+        with self._cond:
+            ended = self._cond.wait_for(
+                lambda: job_id in self._jobs and self._jobs[job_id].state not in ("starting", "running"),
+                timeout,
+            )
+            return self._jobs[job_id].status() if ended else None
+
+    def close(self) -> None:
+        """Stop watching. Running jobs keep running; a new Executor over the same directory re-adopts them."""
+        with self._cond:
+            self._closed = True
+        self._wake()
+        self._thread.join()
+        for fd in self._fd_job:
+            os.close(fd)
+        self._fd_job.clear()
+        self._epoll.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    # --- starting -------------------------------------------------------------------------------------------
+
+    def _make_dirs(self) -> None:
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        if self._agent.uid == 0:
+            # Jobs of other users must reach their preempt file (STATE/jobs/<id>/preempt) by path.
+            for directory in (self.jobs_dir.parent, self.jobs_dir):
+                os.chmod(directory, os.stat(directory).st_mode | 0o111)
+
+    def _new_record(self, launch: JobLaunch) -> JobRecord:
+        job_dir = self.jobs_dir / str(launch.job_id)
+        shutil.rmtree(job_dir, ignore_errors=True)
+        job_dir.mkdir(mode=0o711)
+        return JobRecord(launch=launch, dir=job_dir, boot_id=self._boot)
+
+    def _launch(self, record: JobRecord, allow_root: bool) -> None:
+        launch = record.launch
+        account = job_account(launch.unix_user, node=self.node, allow_root=allow_root, agent=self._agent)
+        switch = account.uid != self._agent.uid
+        prepare(record, account, node=self.node, switch_user=switch)
+        record.save()
+        env = job_env(launch, record, account, switch_user=switch)
+        proc = spawn(record, account, env, switch_user=switch)
+        _CHILDREN[proc.pid] = proc
+        record.pid, record.start_ticks = proc.pid, procs.start_ticks(proc.pid)
+        record.state, record.started_at = "running", time.time()
+        record.save()
+        self._watch_pid(record)
+
+    def _watch_pid(self, record: JobRecord) -> None:
+        assert record.pid is not None
+        fd = procs.open_pidfd(record.pid)
+        if fd is None:
+            self._polled.add(record.job_id)
+        else:
+            self._fd_job[fd] = record.job_id
+            self._epoll.register(fd, select.EPOLLIN)
+        self._wake()
+
+    # --- adopting after a restart ---------------------------------------------------------------------------
+
+    def _adopt(self) -> None:
+        for job_dir in sorted(self.jobs_dir.iterdir(), key=lambda p: p.name):
+            record = JobRecord.load(job_dir) if job_dir.name.isdigit() else None
+            if record is None:
+                continue
+            self._jobs[record.job_id] = record
+            if record.state == "starting":
+                record.state, record.ended_at = "failed_to_start", time.time()
+                record.reason = "the agent stopped while it was starting the job"
+                record.save()
+            elif record.state == "running":
+                self._adopt_running(record)
+
+    def _adopt_running(self, record: JobRecord) -> None:
+        assert record.pid is not None
+        same_boot = record.boot_id == self._boot
+        if same_boot and procs.is_alive(record.pid, record.start_ticks):
+            self._watch_pid(record)
+            # The pidfd was opened after the check: make sure it is still the same process.
+            if procs.is_alive(record.pid, record.start_ticks):
+                log.info("re-adopted job %d (pid %d)", record.job_id, record.pid)
+                return
+        self._finish(record, lost=None if same_boot else "the node restarted while the job was running")
+
+    # --- the watcher thread ---------------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        while True:
+            with self._cond:
+                if self._closed:
+                    return
+                timeout = self._sleep_time(time.time())
+            events = self._epoll.poll(timeout)
+            with self._cond:
+                for fd, _ in events:
+                    if fd == self._wake_r:
+                        self._drain_wake()
+                    elif fd in self._fd_job:
+                        self._finish(self._jobs[self._fd_job[fd]])
+                self._poll_fallback()
+                self._enforce(time.time())
+
+    def _sleep_time(self, now: float) -> float:
+        if self._polled:
+            return POLL_S
+        due = [
+            t for r in self._jobs.values() if r.state == "running" and (t := self._next_due(r)) is not None
+        ]
+        return max(0.0, min([MAX_SLEEP_S, *(t - now for t in due)]))
+
+    @staticmethod
+    def _next_due(record: JobRecord) -> float | None:
+        if record.stop_reason is None:
+            return record.deadline
+        return None if record.killed else record.kill_at
+
+    def _poll_fallback(self) -> None:
+        for job_id in list(self._polled):
+            record = self._jobs[job_id]
+            if not procs.is_alive(record.pid or 0, record.start_ticks):
+                self._finish(record)
+
+    def _enforce(self, now: float) -> None:
+        for record in list(self._jobs.values()):
+            if record.state != "running":
+                continue
+            if record.stop_reason is None and record.deadline is not None and now >= record.deadline:
+                self._terminate(record, "timeout", record.launch.grace_s)
+            elif (
+                record.stop_reason
+                and not record.killed
+                and record.kill_at is not None
+                and now >= record.kill_at
+            ):
+                record.killed = True
+                record.save()
+                self._signal_group(record, signal.SIGKILL)
+
+    # --- stopping and ending --------------------------------------------------------------------------------
+
+    def _terminate(self, record: JobRecord, reason: str, grace_s: float) -> None:
+        now = time.time()
+        try:
+            record.preempt_path.touch(mode=0o644)
+        except OSError as exc:
+            log.warning("job %d: cannot create %s: %s", record.job_id, record.preempt_path, exc)
+        record.stop_reason, record.term_at, record.kill_at = reason, now, now + max(0.0, grace_s)
+        record.save()
+        self._signal_group(record, signal.SIGTERM)
+
+    def _signal_group(self, record: JobRecord, sig: signal.Signals) -> None:
+        if record.pid is None or not procs.is_alive(record.pid, record.start_ticks):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(record.pid, sig)
+
+    def _finish(self, record: JobRecord, lost: str | None = None) -> None:
+        """Record how the job ended; kill what it left in its process group; reap it if it is our child."""
+        pid = record.pid or 0
+        self._unwatch(record)
+        if pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        proc = _CHILDREN.pop(pid, None)
+        returncode = proc.wait() if proc is not None else None
+        self._set_result(record, read_exit_file(record.exit_path), returncode, lost)
+        record.state, record.ended_at = "exited", time.time()
+        record.save()
+        self._changed()
+
+    def _unwatch(self, record: JobRecord) -> None:
+        self._polled.discard(record.job_id)
+        for fd, job_id in list(self._fd_job.items()):
+            if job_id == record.job_id:
+                del self._fd_job[fd]
+                self._epoll.unregister(fd)
+                os.close(fd)
+
+    @staticmethod
+    def _set_result(record: JobRecord, code: int | None, returncode: int | None, lost: str | None) -> None:
+        if code is None and returncode is not None and returncode < 0:
+            code = 128 - returncode
+        elif code is None and record.killed:
+            code = 128 + signal.SIGKILL
+        record.exit_code = code
+        record.signal = signal_of(code) if code is not None else None
+        record.timed_out = record.stop_reason == "timeout"
+        if record.timed_out:
+            record.reason = f"time limit of {_duration(record.launch.time_limit_s or 0)} reached"
+        elif code is None:
+            record.reason = (
+                lost or "the job ended while the agent was not running; its exit status is unknown"
+            )
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._cond.notify_all()
+        if self._on_change is not None:
+            self._on_change()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._wake_w, b"x")
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+
+def _duration(seconds: float) -> str:
+    """`90` → `1m 30s`, `7200` → `2h`, `0.5` → `0.5s`."""
+    if seconds < 60:
+        return f"{seconds:g}s"
+    s = round(seconds)
+    parts = [(s // 86400, "d"), (s % 86400 // 3600, "h"), (s % 3600 // 60, "m"), (s % 60, "s")]
+    return " ".join(f"{n}{u}" for n, u in parts if n) or "0s"

@@ -1,0 +1,156 @@
+"""What the agent remembers about one job, on disk in STATE/jobs/<id>/ so that a restarted agent carries on.
+
+Files in a job's directory:
+- `job.json`  this record: the launch request, pid and process start time, stop requests, and the result;
+- `output.log` stdout and stderr of the job;
+- `exit`      written by the wrapper shell with the job's exit status when the command ends;
+- `preempt`   created by the agent just before it sends SIGTERM, so the job can tell it should checkpoint.
+
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+from nanum.protocol import JobLaunch, JobStatus
+
+__all__ = ["JobRecord", "read_exit_file", "read_log", "signal_of"]
+
+log = logging.getLogger("nanum.agent")
+
+State = Literal["starting", "running", "exited", "failed_to_start"]
+MAX_SIGNAL = 64
+
+
+@dataclass(slots=True)
+class JobRecord:
+    launch: JobLaunch
+    dir: Path
+    state: State = "starting"
+    pid: int | None = None
+    start_ticks: int | None = None
+    boot_id: str = ""
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    reason: str | None = None
+    # A stop in progress: why, when SIGTERM went out, when SIGKILL follows, and whether it has.
+    stop_reason: str | None = None
+    term_at: float | None = None
+    kill_at: float | None = None
+    killed: bool = False
+
+    @property
+    def job_id(self) -> int:
+        return self.launch.job_id
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "output.log"
+
+    @property
+    def exit_path(self) -> Path:
+        return self.dir / "exit"
+
+    @property
+    def preempt_path(self) -> Path:
+        return self.dir / "preempt"
+
+    @property
+    def deadline(self) -> float | None:
+        """When the time limit runs out (wall clock), if there is one."""
+        if self.started_at is None or self.launch.time_limit_s is None:
+            return None
+        return self.started_at + self.launch.time_limit_s
+
+    def status(self) -> JobStatus:
+        state = "running" if self.state == "starting" else self.state
+        return JobStatus(
+            job_id=self.job_id,
+            state=state,
+            pid=self.pid,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+            exit_code=self.exit_code,
+            signal=self.signal,
+            timed_out=self.timed_out,
+            reason=self.reason,
+            log_size=self.log_size(),
+        )
+
+    def log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def save(self) -> None:
+        """Write job.json atomically (a crash leaves the old or the new record, never half of one)."""
+        data = {k: v for k, v in asdict(self).items() if k not in ("launch", "dir")}
+        data["launch"] = self.launch.model_dump(mode="json")
+        tmp = self.dir / "job.json.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, self.dir / "job.json")
+
+    @classmethod
+    def load(cls, job_dir: Path) -> JobRecord | None:
+        try:
+            data = json.loads((job_dir / "job.json").read_text())
+            launch = JobLaunch.model_validate(data.pop("launch"))
+            return cls(launch=launch, dir=job_dir, **data)
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            log.warning("ignoring %s: unreadable job record (%s)", job_dir, exc)
+            return None
+
+
+def read_exit_file(path: Path) -> int | None:
+    """The exit status the wrapper recorded, or None when it wrote nothing (it was killed, or is running)."""
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def signal_of(code: int) -> int | None:
+    """The signal a shell-style exit status 128+N stands for."""
+    return code - 128 if 128 < code <= 128 + MAX_SIGNAL else None
+
+
+def read_log(path: Path, offset: int, limit: int, *, final: bool) -> tuple[str, int]:
+    """Up to `limit` bytes of `path` from `offset`, as (text, bytes consumed).
+
+    A multi-byte UTF-8 character cut by the end of the chunk is left for the next chunk unless the log is
+    `final` (the job has ended); bytes that are not UTF-8 become U+FFFD.
+    """
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            raw = f.read(limit)
+    except OSError:
+        return "", 0
+    if not final:
+        raw = raw[: len(raw) - _incomplete_tail(raw)]
+    return raw.decode("utf-8", errors="replace"), len(raw)
+
+
+def _incomplete_tail(raw: bytes) -> int:
+    """How many bytes at the end of `raw` begin a UTF-8 character that is not complete yet."""
+    for back in range(1, min(4, len(raw)) + 1):
+        byte = raw[-back]
+        if byte & 0xC0 != 0x80:  # a lead byte (or ASCII)
+            need = 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4 if byte >> 3 == 0b11110 else 1
+            return back if need > back else 0
+    return 0

@@ -1,0 +1,137 @@
+"""Starting one job process: its directory, environment, account and the wrapper that records its exit status.
+
+Every job runs as `/bin/sh -c WRAPPER nanum-job-ID COMMAND...` in a session of its own, with its standard
+input open for writing on the job's `exit` file. The wrapper moves that descriptor to 3, gives the command
+/dev/null as input and no fd 3, and sets a trap *handler* (not `trap ''`, whose ignored signals the command
+would inherit), so that a SIGTERM sent to the process group stops the command but not the shell, which then
+writes the command's status to the exit file. That file is how a restarted agent learns the exit status of a
+job that ended while it was down; being an inherited descriptor, it works even where the job's user cannot
+reach the state directory.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from nanum.agent.accounts import Account, Refused
+from nanum.agent.jobrecord import JobRecord
+from nanum.protocol import JobLaunch
+
+__all__ = ["WRAPPER", "job_env", "prepare", "spawn"]
+
+WRAPPER = 'exec 3>&0 </dev/null; trap : TERM INT HUP; "$@" 3>&-; echo $? >&3'
+SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+SECRET_VARS = ("NANUM_TOKEN", "NANUM_NODE_TOKEN")
+PASSED_VARS = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
+
+
+def job_env(
+    launch: JobLaunch,
+    record: JobRecord,
+    account: Account,
+    *,
+    switch_user: bool,
+    base: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The job's environment: a base, then the job's own variables, then nanum's (which always win).
+
+    A job run as the agent's own account starts from the agent's environment (less nanum's secrets); a job run
+    as another account starts from a clean login-like environment for that account.
+    """
+    base = os.environ if base is None else base
+    if switch_user:
+        env = {k: base[k] for k in PASSED_VARS if k in base}
+        env["PATH"] = SAFE_PATH
+    else:
+        env = {k: v for k, v in base.items() if k not in SECRET_VARS}
+        env.setdefault("PATH", SAFE_PATH)
+    env.update(HOME=account.home, USER=account.name, LOGNAME=account.name, SHELL=account.shell)
+    env.update(launch.env)
+    env.update(_nanum_vars(launch, record))
+    return env
+
+
+def _nanum_vars(launch: JobLaunch, record: JobRecord) -> dict[str, str]:
+    env = {
+        "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in launch.gpus),
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "NANUM_JOB_ID": str(launch.job_id),
+        "NANUM_JOB_NAME": launch.name,
+        "NANUM_PREEMPT_FILE": str(record.preempt_path),
+    }
+    if launch.checkpoint_dir:
+        env["NANUM_CHECKPOINT_DIR"] = launch.checkpoint_dir
+    if launch.master_addr is not None or launch.nnodes > 1:
+        env.update(
+            MASTER_ADDR=launch.master_addr or "127.0.0.1",
+            MASTER_PORT=str(launch.master_port or 29500),
+            NNODES=str(launch.nnodes),
+            NODE_RANK=str(launch.node_rank),
+            NPROC_PER_NODE=str(launch.nproc_per_node),
+            WORLD_SIZE=str(launch.nnodes * launch.nproc_per_node),
+        )
+    return env
+
+
+def prepare(record: JobRecord, account: Account, *, node: str, switch_user: bool) -> None:
+    """Check the working directory and create the job's files and checkpoint directory, or raise `Refused`."""
+    launch = record.launch
+    if not launch.command:
+        raise Refused("the job has no command to run")
+    if not os.path.isdir(launch.workdir):
+        raise Refused(f"working directory {launch.workdir} does not exist on node {node}")
+    for path in (record.log_path, record.exit_path):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+    if switch_user:  # the job's own output belongs to its owner
+        os.chown(record.log_path, account.uid, account.gid)
+    if launch.checkpoint_dir:
+        _make_owned_dirs(Path(launch.checkpoint_dir), account, switch_user)
+
+
+def _make_owned_dirs(path: Path, account: Account, switch_user: bool) -> None:
+    missing = []
+    for parent in (path, *path.parents):
+        if parent.exists():
+            break
+        missing.append(parent)
+    try:
+        for directory in reversed(missing):
+            directory.mkdir(mode=0o755)
+            if switch_user:
+                os.lchown(directory, account.uid, account.gid)
+    except OSError as exc:
+        raise Refused(f"cannot create checkpoint directory {path}: {exc.strerror}") from None
+
+
+def spawn(
+    record: JobRecord, account: Account, env: dict[str, str], *, switch_user: bool
+) -> subprocess.Popen[bytes]:
+    """Start the wrapper in a new session with output to the job's log; raise `Refused` if exec fails."""
+    launch = record.launch
+    argv = ["/bin/sh", "-c", WRAPPER, f"nanum-job-{launch.job_id}", *launch.command]
+    ids: dict[str, object] = {}
+    if switch_user:
+        ids = {"user": account.uid, "group": account.gid, "extra_groups": list(account.groups)}
+    log_fd = os.open(record.log_path, os.O_WRONLY | os.O_APPEND)
+    exit_fd = os.open(record.exit_path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        return subprocess.Popen(
+            argv,
+            cwd=launch.workdir,
+            env=env,
+            stdin=exit_fd,
+            stdout=log_fd,
+            stderr=log_fd,
+            start_new_session=True,
+            close_fds=True,
+            **ids,  # type: ignore[arg-type]
+        )
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename else ""
+        raise Refused(f"could not start the job as {account.name!r}: {exc.strerror}{where}") from None
+    finally:
+        os.close(log_fd)
+        os.close(exit_fd)

@@ -1,0 +1,51 @@
+"""Linux process facts the executor relies on: start times from /proc, liveness, pidfds, the boot id.
+
+A pid alone does not name a process across an agent restart (pids are reused), so a job is identified by its
+pid together with its start time in clock ticks since boot (field 22 of /proc/PID/stat) and the boot id.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["boot_id", "is_alive", "open_pidfd", "start_ticks"]
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may itself contain spaces or parentheses.
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot; None when there is no such process."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def is_alive(pid: int, ticks: int | None) -> bool:
+    """Whether `pid` is a live (not zombie) process that started at `ticks` (any start time when None)."""
+    fields = _stat_fields(pid)
+    if not fields or fields[0] in ("Z", "X", "x"):
+        return False
+    return ticks is None or int(fields[19]) == ticks
+
+
+def open_pidfd(pid: int) -> int | None:
+    """A pidfd that becomes readable when `pid` exits, or None where the kernel offers none."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def boot_id() -> str:
+    """This boot's id: jobs recorded under another boot id cannot still be running."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""

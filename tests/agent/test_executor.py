@@ -1,0 +1,221 @@
+"""The executor runs real processes: environment, exit codes, stopping whole process groups, time limits."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from nanum.agent import procs
+from nanum.agent.executor import Executor
+from tests.agent.conftest import NODE, make_launch
+
+
+def log_text(ex: Executor, job_id: int) -> str:
+    return ex.read_log(job_id, 0, 1 << 20)[0]
+
+
+def wait_for_file(path: Path, timeout: float = 5.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and (text := path.read_text()):
+            return text
+        time.sleep(0.01)
+    raise AssertionError(f"{path} never appeared")
+
+
+def test_job_sees_its_gpus_and_id(executor: Executor) -> None:
+    script = 'echo "$CUDA_VISIBLE_DEVICES|$NANUM_JOB_ID|$CUDA_DEVICE_ORDER|$FOO|$PWD"; echo err >&2'
+    executor.start(
+        allow_root=True, launch=make_launch(7, "sh", "-c", script, gpus=[1, 3], env={"FOO": "bar"})
+    )
+    status = executor.wait(7, 5)
+    assert status is not None and status.state == "exited" and status.exit_code == 0 and status.signal is None
+    assert log_text(executor, 7) == "1,3|7|PCI_BUS_ID|bar|/tmp\nerr\n"
+    assert status.log_size == len("1,3|7|PCI_BUS_ID|bar|/tmp\nerr\n")
+
+
+def test_exit_code_is_recorded(executor: Executor) -> None:
+    executor.start(allow_root=True, launch=make_launch(1, "sh", "-c", "exit 3"))
+    status = executor.wait(1, 5)
+    assert status is not None and status.exit_code == 3 and status.ended_at and status.started_at
+
+
+def test_job_gets_no_stdin_and_no_wrapper_descriptor(executor: Executor) -> None:
+    executor.start(allow_root=True, launch=make_launch(1, "sh", "-c", "cat; ls -l /proc/$$/fd"))
+    assert executor.wait(1, 5) is not None
+    listing = log_text(executor, 1)
+    assert "/dev/null" in listing and "output.log" in listing
+    assert "/exit" not in listing
+
+
+def test_gang_jobs_get_rendezvous_variables(executor: Executor) -> None:
+    launch = make_launch(
+        2,
+        "sh",
+        "-c",
+        'echo "$MASTER_ADDR $MASTER_PORT $NNODES $NODE_RANK $NPROC_PER_NODE $WORLD_SIZE"',
+        master_addr="10.0.0.1",
+        master_port=29400,
+        nnodes=2,
+        node_rank=1,
+        nproc_per_node=4,
+    )
+    executor.start(launch, allow_root=True)
+    executor.wait(2, 5)
+    assert log_text(executor, 2) == "10.0.0.1 29400 2 1 4 8\n"
+
+
+def test_checkpoint_dir_is_created(executor: Executor, tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt" / "job3"
+    executor.start(
+        allow_root=True,
+        launch=make_launch(
+            3, "sh", "-c", 'test -d "$NANUM_CHECKPOINT_DIR" && echo ok', checkpoint_dir=str(ckpt)
+        ),
+    )
+    executor.wait(3, 5)
+    assert log_text(executor, 3) == "ok\n"
+
+
+def test_missing_workdir_fails_to_start_naming_it(executor: Executor) -> None:
+    status = executor.start(allow_root=True, launch=make_launch(4, "true", workdir="/no/such/dir"))
+    assert status.state == "failed_to_start"
+    assert status.reason == f"working directory /no/such/dir does not exist on node {NODE}"
+
+
+def test_stop_terms_then_kills_the_whole_group(executor: Executor, tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    stubborn = (
+        "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        f"open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    )
+    script = f"trap '' TERM; python3 -c \"{stubborn}\" & wait"
+    executor.start(allow_root=True, launch=make_launch(5, "sh", "-c", script))
+    child = int(wait_for_file(pidfile))
+    started = time.monotonic()
+    executor.stop(5, grace_s=0.3)
+    status = executor.wait(5, 5)
+    assert status is not None and status.signal == 9 and status.exit_code == 137
+    assert 0.3 <= time.monotonic() - started < 2.0
+    assert not procs.is_alive(child, None)
+    assert (executor.jobs_dir / "5" / "preempt").exists()
+
+
+def test_sigterm_ends_a_job_and_the_wrapper_records_it(executor: Executor) -> None:
+    executor.start(allow_root=True, launch=make_launch(6, "sleep", "60"))
+    time.sleep(0.1)
+    executor.stop(6, grace_s=10)
+    status = executor.wait(6, 5)
+    assert status is not None and status.exit_code == 143 and status.signal == 15
+    assert (executor.jobs_dir / "6" / "exit").read_text().strip() == "143"
+
+
+def test_job_may_catch_sigterm_and_exit_cleanly(executor: Executor) -> None:
+    script = (
+        'trap "echo checkpoint; test -e \\"$NANUM_PREEMPT_FILE\\" && echo preempted; exit 0" TERM; '
+        "sleep 60 & wait"
+    )
+    executor.start(allow_root=True, launch=make_launch(8, "sh", "-c", script))
+    time.sleep(0.2)
+    executor.stop(8, grace_s=10)
+    status = executor.wait(8, 5)
+    assert status is not None and status.exit_code == 0
+    assert log_text(executor, 8) == "checkpoint\npreempted\n"
+
+
+def test_time_limit_times_out(executor: Executor) -> None:
+    executor.start(allow_root=True, launch=make_launch(9, "sleep", "60", time_limit_s=0.3, grace_s=1))
+    status = executor.wait(9, 5)
+    assert status is not None and status.timed_out and status.exit_code == 143
+    assert status.reason == "time limit of 0.3s reached"
+
+
+def test_processes_left_behind_are_killed_when_the_job_ends(executor: Executor, tmp_path: Path) -> None:
+    pidfile = tmp_path / "bg.pid"
+    executor.start(
+        allow_root=True, launch=make_launch(10, "sh", "-c", f"sleep 60 & echo $! > {pidfile}; exit 0")
+    )
+    executor.wait(10, 5)
+    bg = int(wait_for_file(pidfile))
+    deadline = time.monotonic() + 2
+    while procs.is_alive(bg, None) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not procs.is_alive(bg, None)
+
+
+def test_restarted_executor_readopts_a_running_job(state_dir: Path) -> None:
+    first = Executor(state_dir, NODE)
+    first.start(allow_root=True, launch=make_launch(11, "sh", "-c", "sleep 0.5; exit 5"))
+    pid = first.status(11).pid  # type: ignore[union-attr]
+    first.close()
+    second = Executor(state_dir, NODE)
+    try:
+        running = second.status(11)
+        assert running is not None and running.state == "running" and running.pid == pid
+        status = second.wait(11, 5)
+        assert status is not None and status.exit_code == 5
+    finally:
+        second.close()
+
+
+def test_restarted_executor_reads_exit_codes_of_jobs_that_ended_meanwhile(state_dir: Path) -> None:
+    first = Executor(state_dir, NODE)
+    first.start(allow_root=True, launch=make_launch(12, "sh", "-c", "sleep 0.2; exit 4"))
+    first.close()
+    wait_for_file(state_dir / "jobs" / "12" / "exit")
+    second = Executor(state_dir, NODE)
+    try:
+        status = second.status(12)
+        assert status is not None and status.state == "exited" and status.exit_code == 4
+    finally:
+        second.close()
+
+
+def test_restarted_executor_can_stop_an_adopted_job(state_dir: Path) -> None:
+    first = Executor(state_dir, NODE)
+    first.start(allow_root=True, launch=make_launch(13, "sleep", "60"))
+    first.close()
+    second = Executor(state_dir, NODE)
+    try:
+        second.stop(13, grace_s=5)
+        status = second.wait(13, 5)
+        assert status is not None and status.exit_code == 143
+    finally:
+        second.close()
+
+
+def test_dead_pid_with_another_start_time_is_not_adopted(state_dir: Path) -> None:
+    first = Executor(state_dir, NODE)
+    first.start(allow_root=True, launch=make_launch(14, "sleep", "60"))
+    first.close()
+    record = state_dir / "jobs" / "14" / "job.json"
+    text = record.read_text()
+    import json
+
+    data = json.loads(text)
+    real_pid = data["pid"]
+    data["pid"] = os.getpid()  # alive, but not the job (different start time)
+    record.write_text(json.dumps(data))
+    second = Executor(state_dir, NODE)
+    try:
+        status = second.status(14)
+        assert status is not None and status.state == "exited" and status.exit_code is None
+        assert "exit status is unknown" in (status.reason or "")
+    finally:
+        second.close()
+        os.killpg(real_pid, 9)
+
+
+def test_forget_removes_an_ended_job(executor: Executor) -> None:
+    executor.start(allow_root=True, launch=make_launch(15, "true"))
+    executor.wait(15, 5)
+    assert executor.forget(15)
+    assert executor.held() == {}
+    assert not (executor.jobs_dir / "15").exists()
+
+
+def test_starting_a_held_job_again_does_nothing(executor: Executor) -> None:
+    first = executor.start(allow_root=True, launch=make_launch(16, "sleep", "60"))
+    again = executor.start(allow_root=True, launch=make_launch(16, "sleep", "60"))
+    assert again.pid == first.pid
