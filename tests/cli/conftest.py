@@ -30,8 +30,9 @@ class Nanum:
     """Runs `nanum ARGS` in this process against a server URL, like a user at a shell would."""
 
     def __init__(self, server: str | None) -> None:
-        from nanum.cli import COMMAND_MODULES
         import importlib
+
+        from nanum.cli import COMMAND_MODULES
 
         for name in COMMAND_MODULES:
             importlib.import_module(f"nanum.cli.{name}")

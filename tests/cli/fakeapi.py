@@ -1,4 +1,4 @@
-"""A stand-in nanum server for CLI tests: real HTTP on loopback, answers scripted per route, requests recorded."""
+"""A stand-in nanum server for CLI tests: real loopback HTTP, scripted answers per route, requests kept."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class FakeApi:
         self.routes: dict[tuple[str, str], list[Answer]] = {}
         self.requests: list[Request] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
         self._thread.start()
 
     @property

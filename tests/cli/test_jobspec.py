@@ -135,7 +135,8 @@ def test_scripts_run_by_absolute_path_or_their_interpreter(tmp_path: Path) -> No
     write_script(tmp_path / "exe.sh", "#!/bin/bash\necho hi\n", executable=True)
     write_script(tmp_path / "plain.sh", "echo hi\n")
     write_script(tmp_path / "tool.py", "#!/usr/bin/env python3\nprint(1)\n")
-    assert build_request(["exe.sh", "a"], SubmitOptions(), tmp_path)["command"] == [str(tmp_path / "exe.sh"), "a"]
+    assert build_request(["exe.sh", "a"], SubmitOptions(), tmp_path)["command"] == [
+        str(tmp_path / "exe.sh"), "a"]
     assert build_request(["./plain.sh"], SubmitOptions(), tmp_path)["command"] == [
         "bash", str(tmp_path / "plain.sh")]
     assert build_request(["tool.py"], SubmitOptions(), tmp_path)["command"] == [
@@ -155,5 +156,5 @@ def test_a_relative_workdir_is_made_absolute(tmp_path: Path) -> None:
 
 
 def test_nothing_to_run_is_refused_with_an_example(tmp_path: Path) -> None:
-    with pytest.raises(UsageProblem, match="nothing to run.*nanum submit --gpus 1 -- python train.py"):
+    with pytest.raises(UsageProblem, match=r"nothing to run.*nanum submit --gpus 1 -- python train\.py"):
         build_request([], SubmitOptions(), tmp_path)

@@ -1,0 +1,129 @@
+"""The Python SDK against a scripted transport: requests it sends, errors it raises, waiting, logs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from nanum.client import ApiError, Client, ServerUnreachable, WaitTimeout, resolve_settings
+from nanum.config import save_credentials
+from tests.cli.fakeapi import job
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def client(handler: Handler) -> Client:
+    return Client("http://nanum.test:8470/", "tok", transport=httpx.MockTransport(handler))
+
+
+def test_submit_posts_the_command_and_only_the_fields_given() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(201, json=job(id=9))
+
+    with client(handler) as nanum:
+        created = nanum.submit(["python", "train.py"], gpus=2, time_limit_s=600)
+    assert created["id"] == 9
+    assert seen[0].url == "http://nanum.test:8470/api/v1/jobs"
+    assert seen[0].headers["Authorization"] == "Bearer tok"
+    assert json.loads(seen[0].content) == {"command": ["python", "train.py"], "gpus": 2, "time_limit_s": 600}
+
+
+def test_job_filters_become_query_parameters() -> None:
+    seen: list[httpx.URL] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url)
+        return httpx.Response(200, json=[])
+
+    with client(handler) as nanum:
+        nanum.jobs()
+        nanum.jobs(all=True, user="bob", lab="nlp", state=["pending", "held"])
+    assert seen[0].query == b""
+    assert seen[1].params.multi_items() == [("all", "true"), ("user", "bob"), ("lab", "nlp"),
+                                            ("state", "pending"), ("state", "held")]
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "detail"),
+    [
+        pytest.param(400, {"detail": "needs 64 GPUs on one node; the largest node has 4 (local)"},
+                     "needs 64 GPUs on one node; the largest node has 4 (local)", id="refused"),
+        pytest.param(422, {"detail": [{"loc": ["body", "gpus"], "msg": "Input should be >= 0"}]},
+                     "gpus: Input should be >= 0", id="validation-list"),
+        pytest.param(500, None, "Internal Server Error", id="no-json"),
+    ],
+)
+def test_refusals_raise_api_error_with_one_line(status: int, body: object, detail: str) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, json=body) if body is not None else httpx.Response(status)
+
+    with client(handler) as nanum, pytest.raises(ApiError) as err:
+        nanum.job(1)
+    assert (err.value.status, err.value.detail) == (status, detail)
+
+
+def test_an_unreachable_server_says_how_to_start_one() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    with client(handler) as nanum, pytest.raises(ServerUnreachable) as err:
+        nanum.me()
+    assert str(err.value) == ("cannot reach the nanum server at http://nanum.test:8470; "
+                              "is `nanum up` running?")
+    assert isinstance(err.value, ConnectionError)
+
+
+def test_wait_returns_the_finished_job_and_rides_out_a_restart() -> None:
+    answers = iter(["running", "down", "running", "completed"])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        state = next(answers)
+        if state == "down":
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(200, json=job(state=state, exit_code=0 if state == "completed" else None))
+
+    with client(handler) as nanum:
+        done = nanum.wait(7, timeout=10, poll_s=0.01)
+    assert (done["state"], done["exit_code"]) == ("completed", 0)
+
+
+def test_wait_gives_up_after_its_timeout() -> None:
+    with client(lambda r: httpx.Response(200, json=job(state="pending"))) as nanum, \
+            pytest.raises(WaitTimeout, match=r"job 7 is still pending after 0\.2 s"):
+        nanum.wait(7, timeout=0.2, poll_s=0.05)
+
+
+def test_logs_page_by_offset_and_follow_stops_once_the_job_ended() -> None:
+    text = b"epoch 1\nepoch 2\n"
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        offset = int(request.url.params["offset"])
+        chunk = text[offset: offset + 8]
+        state = "running" if offset < 8 else "completed"
+        return httpx.Response(200, content=chunk, headers={
+            "X-Nanum-Log-Offset": str(offset + len(chunk)), "X-Nanum-Job-State": state})
+
+    with client(handler) as nanum:
+        first = nanum.logs(7)
+        assert (first.text, first.offset, first.state) == ("epoch 1\n", 8, "running")
+        assert "".join(nanum.follow_logs(7, poll_s=0.01)) == "epoch 1\nepoch 2\n"
+
+
+def test_settings_come_from_arguments_then_environment_then_the_saved_file(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert resolve_settings() == (None, None)
+    save_credentials("http://saved:1", "saved-token")
+    assert resolve_settings() == ("http://saved:1", "saved-token")
+    monkeypatch.setenv("NANUM_SERVER", "http://env:2")
+    assert resolve_settings() == ("http://env:2", None)  # a saved token is only sent to its own server
+    monkeypatch.setenv("NANUM_TOKEN", "env-token")
+    assert resolve_settings() == ("http://env:2", "env-token")
+    assert resolve_settings("http://flag:3", "flag-token") == ("http://flag:3", "flag-token")
+    monkeypatch.delenv("NANUM_TOKEN")
+    assert resolve_settings("http://saved:1/") == ("http://saved:1/", "saved-token")

@@ -1,0 +1,247 @@
+"""The `nanum` commands against a scripted loopback server: output, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nanum.config import credentials_path
+from tests.cli.conftest import Nanum
+from tests.cli.fakeapi import Answer, FakeApi, job
+
+
+def test_submit_sends_the_request_and_prints_the_id(api: FakeApi, nanum: Nanum, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    api.on("POST", "/jobs", job(id=42), status=201)
+    result = nanum("submit", "--gpus", "2", "--mem", "32G", "--time", "4h", "--env", "SEED=1",
+                   "--priority", "5", "--", "python", "train.py", "--lr", "3e-4")
+    assert (result.exit_code, result.stdout) == (0, "Submitted job 42\n")
+    (sent,) = api.sent("POST", "/jobs")
+    assert sent.body == {"command": ["python", "train.py", "--lr", "3e-4"], "name": "python",
+                         "workdir": str(tmp_path), "env": {"SEED": "1"}, "gpus": 2, "memory_mb": 32768,
+                         "time_limit_s": 14400, "priority": 5}
+    assert sent.headers["Authorization"] == "Bearer tok-alice"
+
+
+def test_submit_without_dashes_passes_the_programs_own_options_through(api: FakeApi, nanum: Nanum) -> None:
+    api.on("POST", "/jobs", job(id=1), status=201)
+    assert nanum("submit", "-g", "1", "python", "train.py", "--gpus", "8").exit_code == 0
+    assert api.sent("POST", "/jobs")[0].body["command"] == ["python", "train.py", "--gpus", "8"]
+    assert api.sent("POST", "/jobs")[0].body["gpus"] == 1
+
+
+def test_submit_a_script_with_headers_and_json_output(api: FakeApi, nanum: Nanum, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n#NANUM --gpus 2 --time 30m --no-preempt\npython train.py\n")
+    api.on("POST", "/jobs", job(id=5, gpus=4), status=201)
+    result = nanum("submit", "--gpus", "4", "--json", "train.sh")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == job(id=5, gpus=4)
+    body = api.sent("POST", "/jobs")[0].body
+    assert (body["gpus"], body["time_limit_s"], body["preemptible"]) == (4, 1800, False)
+    assert body["command"] == ["/bin/bash", str(script)]
+    assert body["name"] == "train.sh"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--mem", "lots", "--", "true"], "nanum: error: --mem: cannot read 'lots'", id="mem"),
+        pytest.param(["--time", "4x", "--", "true"], "nanum: error: --time: cannot read '4x'", id="time"),
+        pytest.param(["--env", "1=2", "--", "true"], "nanum: error: --env: '1=2' is not NAME=",
+                     id="env"),
+        pytest.param([], "nanum: error: nothing to run", id="no-command"),
+    ],
+)
+def test_bad_submissions_are_refused_before_reaching_the_server(api: FakeApi, nanum: Nanum, args: list[str],
+                                                               message: str) -> None:
+    result = nanum("submit", *args)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(message)
+    assert len(result.stderr.splitlines()) == 1
+    assert api.requests == []
+
+
+def test_a_request_the_server_refuses_exits_2_with_its_reason(api: FakeApi, nanum: Nanum) -> None:
+    refusal = {"detail": "needs 64 GPUs on one node; the largest node has 4 (local)"}
+    api.on("POST", "/jobs", refusal, status=400)
+    result = nanum("submit", "--gpus", "64", "--", "true")
+    assert result.exit_code == 2
+    assert result.stderr == "nanum: error: needs 64 GPUs on one node; the largest node has 4 (local)\n"
+
+
+def test_unknown_options_are_usage_errors(nanum: Nanum) -> None:
+    assert nanum("ps", "--bogus").exit_code == 2
+    assert nanum("submit", "--gpus", "two", "--", "true").exit_code == 2
+
+
+def test_an_unreachable_server_is_one_line_and_exit_1() -> None:
+    result = Nanum("http://127.0.0.1:9")("ps")
+    assert result.exit_code == 1
+    assert result.stderr == ("nanum: error: cannot reach the nanum server at http://127.0.0.1:9; "
+                             "is `nanum up` running?\n")
+
+
+def test_no_configured_server_says_how_to_get_one() -> None:
+    result = Nanum(None)("ps")
+    assert result.exit_code == 2
+    assert "nanum login --server URL --token TOKEN" in result.stderr
+
+
+def test_ps_prints_a_table_and_json_prints_the_api_list(api: FakeApi, nanum: Nanum) -> None:
+    jobs = [job(id=1, state="running", borrowing=True, start_time="2026-11-29T17:00:00Z",
+                allocation=[{"node": "local", "gpus": [0]}]),
+            job(id=2, user="bob", reason="waiting for 2 GPUs", estimated_start="2026-11-29T17:00:00Z")]
+    api.on("GET", "/jobs", jobs)
+    table = nanum("ps", env={"COLUMNS": "100"})
+    assert table.exit_code == 0
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["ID", "NAME", "USER", "LAB", "STATE", "GPUS", "NODE", "TIME", "REASON"]
+    assert "running*" in lines[1] and "local:0" in lines[1]
+    assert "starts soon; waiting for 2 GPUs" in lines[2]
+    assert lines[3].startswith("* borrowing")
+    assert all(len(line) <= 100 for line in lines)
+    assert json.loads(nanum("ps", "--json").stdout) == jobs
+
+
+def test_ps_filters_reach_the_server(api: FakeApi, nanum: Nanum) -> None:
+    api.on("GET", "/jobs", [])
+    result = nanum("ps", "--all", "--user", "bob", "--state", "failed", "--state", "cancelled")
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "", "No jobs.\n")
+    assert api.requests[0].query == {"all": ["true"], "user": ["bob"], "state": ["failed", "cancelled"]}
+
+
+def test_show_prints_every_field(api: FakeApi, nanum: Nanum) -> None:
+    allocation = [{"node": "local", "gpus": [2, 3]}]
+    api.on("GET", "/jobs/7", job(state="completed", exit_code=0, allocation=allocation))
+    result = nanum("show", "7")
+    assert result.exit_code == 0
+    fields = dict(line.split(":", 1) for line in result.stdout.splitlines())
+    assert fields["allocation"].strip() == "local gpus 2,3"
+    assert fields["exit_code"].strip() == "0"
+    assert fields["command"].strip() == "python train.py"
+    assert json.loads(nanum("show", "7", "--json").stdout)["allocation"] == allocation
+
+
+def test_show_of_a_missing_job_exits_2(api: FakeApi, nanum: Nanum) -> None:
+    api.on("GET", "/jobs/99", {"detail": "no job 99"}, status=404)
+    result = nanum("show", "99")
+    assert (result.exit_code, result.stderr) == (2, "nanum: error: no job 99\n")
+
+
+@pytest.mark.parametrize(
+    ("final", "code", "says"),
+    [
+        pytest.param(job(state="completed", exit_code=0), 0, "", id="completed"),
+        pytest.param(job(state="failed", exit_code=3), 3, "", id="failed-with-code"),
+        pytest.param(job(state="failed", exit_code=None), 1, "", id="failed-without-code"),
+        pytest.param(job(state="failed", exit_code=-9), 137, "", id="killed-by-signal"),
+        pytest.param(job(state="cancelled"), 1, "job 7 was cancelled", id="cancelled"),
+        pytest.param(job(state="timeout", exit_code=-15), 143, "reached its time limit", id="time-limit"),
+    ],
+)
+def test_wait_exits_with_the_jobs_code(api: FakeApi, nanum: Nanum, final: dict[str, object], code: int,
+                                       says: str) -> None:
+    api.on("GET", "/jobs/7", job(state="running"), final)
+    result = nanum("wait", "7")
+    assert result.exit_code == code
+    assert says in result.stderr
+
+
+def test_wait_timeout_exits_124(api: FakeApi, nanum: Nanum) -> None:
+    api.on("GET", "/jobs/7", job(state="pending"))
+    result = nanum("wait", "7", "--timeout", "0.3")
+    assert result.exit_code == 124
+    assert result.stderr == "nanum: error: job 7 is still pending after 0.3 s\n"
+
+
+def test_logs_read_all_output_and_follow_until_the_end(api: FakeApi, nanum: Nanum) -> None:
+    api.on("GET", "/jobs/7/logs",
+           Answer(text="hello\n", headers={"X-Nanum-Log-Offset": "6", "X-Nanum-Job-State": "running"}),
+           Answer(text="", headers={"X-Nanum-Log-Offset": "6", "X-Nanum-Job-State": "running"}),
+           Answer(text="world\n", headers={"X-Nanum-Log-Offset": "12", "X-Nanum-Job-State": "completed"}),
+           Answer(text="", headers={"X-Nanum-Log-Offset": "12", "X-Nanum-Job-State": "completed"}))
+    result = nanum("logs", "-f", "7")
+    assert (result.exit_code, result.stdout) == (0, "hello\nworld\n")
+    assert [r.query["offset"] for r in api.sent("GET", "/jobs/7/logs")] == [["0"], ["6"], ["6"], ["12"]]
+
+
+def test_cancel_reports_each_job_and_refusals_exit_2(api: FakeApi, nanum: Nanum) -> None:
+    api.on("POST", "/jobs/1/cancel", job(id=1, state="cancelled"))
+    api.on("POST", "/jobs/2/cancel", {"detail": "job 2 belongs to bob; only bob or an admin may cancel it"},
+           status=403)
+    result = nanum("cancel", "1", "2")
+    assert result.exit_code == 2
+    assert result.stdout == "Cancelled job 1\n"
+    assert result.stderr == "nanum: error: job 2: job 2 belongs to bob; only bob or an admin may cancel it\n"
+
+
+def test_nodes_table(api: FakeApi, nanum: Nanum) -> None:
+    api.on("GET", "/nodes", [{"name": "local", "state": "up", "simulated": True, "cpus": 4, "memory_mb": 1024,
+                              "last_seen": None, "gpus": [{"index": 0, "uuid": "u", "model": "A100",
+                                                           "memory_mb": 40960, "job_id": 3, "user": "bob"}]}])
+    result = nanum("nodes")
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[1].split() == [
+        "local", "up", "(simulated)", "0", "A100", "40", "GiB", "3", "bob"]
+
+
+def test_login_checks_the_token_then_saves_it(api: FakeApi, nanum: Nanum) -> None:
+    api.on("GET", "/me", {"name": "alice", "admin": False, "labs": ["vision"], "default_lab": "vision",
+                          "unix_user": "alice"})
+    result = nanum("login", "--server", api.url, "--token", "tok-1")
+    assert result.exit_code == 0
+    assert f"Logged in to {api.url} as alice" in result.stdout
+    assert json.loads(credentials_path().read_text()) == {"server": api.url, "token": "tok-1"}
+    assert credentials_path().stat().st_mode & 0o077 == 0
+    assert api.sent("GET", "/me")[0].headers["Authorization"] == "Bearer tok-1"
+
+
+def test_login_with_a_bad_token_saves_nothing(api: FakeApi, nanum: Nanum) -> None:
+    api.on("GET", "/me", {"detail": "unknown token; ask an admin for one (`nanum user add`)"}, status=401)
+    result = nanum("login", "--server", api.url, "--token", "wrong")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("nanum: error: unknown token")
+    assert not credentials_path().exists()
+
+
+def test_saved_credentials_are_used_when_nothing_else_is_given(api: FakeApi) -> None:
+    from nanum.config import save_credentials
+
+    save_credentials(api.url, "saved-tok")
+    api.on("GET", "/jobs", [])
+    assert Nanum(None)("ps").exit_code == 0
+    assert api.requests[0].headers["Authorization"] == "Bearer saved-tok"
+
+
+def test_user_add_prints_only_the_token(api: FakeApi, nanum: Nanum) -> None:
+    api.on("POST", "/users", {"name": "bob", "token": "tok-bob"}, status=201)
+    result = nanum("user", "add", "bob", "--lab", "nlp", "--lab", "vision", "--unix-user", "bob2")
+    assert (result.exit_code, result.stdout) == (0, "tok-bob\n")
+    assert api.requests[0].body == {"name": "bob", "labs": ["nlp", "vision"], "admin": False,
+                                    "unix_user": "bob2"}
+    assert json.loads(nanum("user", "add", "bob", "--json").stdout) == {"name": "bob", "token": "tok-bob"}
+
+
+def test_lab_add_sends_only_the_limits_given(api: FakeApi, nanum: Nanum) -> None:
+    api.on("POST", "/labs", {"name": "vision", "guaranteed_gpus": 4}, status=201)
+    result = nanum("lab", "add", "vision", "--guaranteed-gpus", "4", "--monthly-gpu-hours", "1000")
+    assert (result.exit_code, result.stdout) == (0, "Created lab vision\n")
+    assert api.requests[0].body == {"name": "vision", "guaranteed_gpus": 4, "monthly_gpu_hours": 1000.0}
+
+
+def test_node_add_prints_the_node_token(api: FakeApi, nanum: Nanum) -> None:
+    api.on("POST", "/nodes", {"name": "gpu-01", "token": "node-tok"}, status=201)
+    result = nanum("node", "add", "gpu-01")
+    assert (result.exit_code, result.stdout) == (0, "node-tok\n")
+
+
+def test_non_admins_are_refused_clearly(api: FakeApi, nanum: Nanum) -> None:
+    api.on("POST", "/users", {"detail": "only admins may add users"}, status=403)
+    result = nanum("user", "add", "eve")
+    assert (result.exit_code, result.stderr) == (2, "nanum: error: only admins may add users\n")
