@@ -188,17 +188,17 @@ def format_table(columns: Sequence[str], rows: Sequence[tuple[str, ...]], width:
 
 
 def _fit(widths: list[int], columns: list[str], width: int, wide: str | None) -> None:
-    """Shrink column widths in place until the table (with two-space gaps) fits in `width`."""
-    excess = sum(widths) + 2 * (len(widths) - 1) - width
-    order = ([columns.index(wide)] if wide in columns else []) + sorted(
-        range(len(widths)), key=lambda i: -widths[i])
-    for i in order:
+    """Shrink column widths in place until the table (with two-space gaps) fits in `width`: first long
+    names to 16, then the `wide` column to 20, then the others to 6, then the `wide` one to its header."""
+    w = columns.index(wide) if wide in columns else None
+    others = sorted((i for i in range(len(widths)) if i != w), key=lambda i: -widths[i])
+    steps = [(i, 16) for i in others] + ([(w, 20)] if w is not None else []) + [(i, 6) for i in others]
+    steps += [(w, len(columns[w]))] if w is not None else []
+    for i, floor in steps:
+        excess = sum(widths) + 2 * (len(widths) - 1) - width
         if excess <= 0:
             return
-        floor = max(len(columns[i]), 6)
-        cut = min(excess, max(widths[i] - floor, 0))
-        widths[i] -= cut
-        excess -= cut
+        widths[i] -= min(excess, max(widths[i] - max(floor, len(columns[i])), 0))
 
 
 def _cell(text: str, width: int, right: bool) -> str:
