@@ -58,7 +58,7 @@ def clusters(draw: st.DrawFn, *, extras: bool = True, labs: tuple[str, ...] = ("
         n = draw(st.sampled_from(node_list))
         want = draw(st.integers(1, 4))
         c = draw(st.sampled_from([0, 4])) if extras and n.cpus else 0
-        if len(free[n.name]) < want or cpus[n.name] < c and n.cpus:
+        if len(free[n.name]) < want or (cpus[n.name] < c and n.cpus):
             continue
         taken, free[n.name] = tuple(free[n.name][:want]), free[n.name][want:]
         cpus[n.name] -= c
@@ -127,7 +127,8 @@ def test_gangs_are_whole_and_node_cpus_and_memory_never_exceeded(snapshot: Snaps
         assert all(len(p.gpus) == job.gpus for p in s.placements)
         assert job.gpu_model is None or all(
             n.gpu_model == job.gpu_model for n in snapshot.nodes if n.name in {p.node for p in s.placements})
-    for jid, where in [(r.job.id, r.placements) for r in snapshot.running] + [(s.job_id, s.placements) for s in d.starts]:
+    allocations = [(r.job.id, r.placements) for r in snapshot.running] + [(s.job_id, s.placements) for s in d.starts]
+    for jid, where in allocations:
         for p in where:
             cpu[p.node] += jobs[jid].cpus
             mem[p.node] += jobs[jid].memory_mb
@@ -161,7 +162,9 @@ def test_no_start_breaks_a_lab_limit(snapshot: Snapshot, policy: Policy) -> None
 
 @settings(max_examples=200, deadline=None)
 @given(clusters(), policies, st.randoms(use_true_random=False))
-def test_same_input_same_decisions_whatever_the_input_order(snapshot: Snapshot, policy: Policy, rnd: random.Random) -> None:
+def test_same_input_same_decisions_whatever_the_input_order(
+    snapshot: Snapshot, policy: Policy, rnd: random.Random
+) -> None:
     pending, runs = list(snapshot.pending), list(snapshot.running)
     rnd.shuffle(pending)
     rnd.shuffle(runs)
@@ -189,7 +192,8 @@ def test_backfill_never_delays_the_reservation_when_run_times_are_exact(
         for s in d.starts:
             job = jobs[s.job_id]
             if NOW + (job.time_limit or 0) > t:
-                still += (Running(job=job, placements=s.placements, start_time=NOW, expected_end=NOW + job.time_limit),)
+                end = NOW + (job.time_limit or 0)
+                still += (Running(job=job, placements=s.placements, start_time=NOW, expected_end=end),)
         later = schedule(replace(snap, now=t, running=still, pending=(jobs[head.job_id],)), policy)
         assert [s.job_id for s in later.starts] == [head.job_id], later.pending
 

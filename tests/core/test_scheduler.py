@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nanum.core import Code, HistoryPredictor, JobKind, NodeState, Policy, PolicyError, User, Limits, schedule
+from nanum.core import Code, HistoryPredictor, JobKind, Limits, NodeState, Policy, PolicyError, User, schedule
 from tests.core.builders import job, lab, node, nodes, running, snap
 
 

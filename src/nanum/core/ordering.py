@@ -15,7 +15,7 @@ Each order gives a sort key; ties always fall back to submit time and then job i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
 from nanum.core.fairshare import lab_factor, user_factor
@@ -30,11 +30,26 @@ MAX_AGE = 7 * 24 * 3600.0
 
 @dataclass(frozen=True, slots=True)
 class OrderContext:
+    """What orders may read besides the job. Fair-share factors are computed once per cycle, on first use."""
+
     now: float
     labs: Mapping[str, Lab]
     users: Mapping[str, User]
     total_gpus: int
     predictor: Predictor | None
+    _factors: dict[tuple[str, str], float] = field(default_factory=dict, compare=False, repr=False)
+
+    def lab_factor(self, lab: str) -> float:
+        hit = self._factors.get(("lab", lab))
+        if hit is None:
+            hit = self._factors[("lab", lab)] = lab_factor(lab, self.labs)
+        return hit
+
+    def user_factor(self, user: str) -> float:
+        hit = self._factors.get(("user", user))
+        if hit is None:
+            hit = self._factors[("user", user)] = user_factor(user, self.users)
+        return hit
 
 
 class QueueOrder(Protocol):
@@ -56,7 +71,7 @@ def priority_factors(job: Job, ctx: OrderContext) -> dict[str, float]:
     """The normalised factors (each 0..1) of the multifactor priority, as `nanum priority` shows them."""
     return {
         "age": min(max(ctx.now - job.submit_time, 0.0) / MAX_AGE, 1.0),
-        "fairshare": lab_factor(job.lab, ctx.labs),
+        "fairshare": ctx.lab_factor(job.lab),
         "priority": min(max(job.priority, 0), 100) / 100.0,
         "size": min(job.total_gpus / ctx.total_gpus, 1.0) if ctx.total_gpus else 0.0,
     }
@@ -77,7 +92,7 @@ class FairShare:
     name: ClassVar[str] = "fairshare"
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
-        return (-lab_factor(job.lab, ctx.labs), -user_factor(job.user, ctx.users), job.submit_time, job.id)
+        return (-ctx.lab_factor(job.lab), -ctx.user_factor(job.user), job.submit_time, job.id)
 
 
 class Las:

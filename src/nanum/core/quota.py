@@ -81,7 +81,7 @@ def would_borrow(job: Job, usage: Usage, labs: Mapping[str, Lab]) -> bool:
     lab = labs.get(job.lab)
     if lab is None or lab.guaranteed_gpus is None:
         return False
-    return usage.lab_gpus[job.lab] + job.total_gpus > lab.guaranteed_gpus
+    return usage.lab_gpus.get(job.lab, 0) + job.gpus * job.nodes > lab.guaranteed_gpus
 
 
 def victim_key(run: Running) -> tuple[float, ...]:

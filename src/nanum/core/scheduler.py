@@ -19,15 +19,16 @@ from dataclasses import dataclass, field
 
 from nanum.core.backfill import Reservation, Timeline, reserve
 from nanum.core.decision import Code, Decisions, Pending, Preempt, Reason, Start
-from nanum.core.model import Job, JobId, Placement, Running, Snapshot
+from nanum.core.model import Job, JobId, Limits, NodeState, Placement, Running, Snapshot
 from nanum.core.ordering import OrderContext
 from nanum.core.placement import PlacementPolicy, fits
 from nanum.core.policy import Policy
 from nanum.core.predict import Predictor, expected_runtime
 from nanum.core.quota import Usage, admit, impossible, victim_key, would_borrow
-from nanum.core.state import ClusterState
+from nanum.core.state import ClusterState, NodeFree
 
 Keys = list[tuple[str | None, str]]
+NO_LIMITS = Limits()
 
 
 def schedule(snapshot: Snapshot, policy: Policy, predictor: Predictor | None = None) -> Decisions:
@@ -64,38 +65,49 @@ class _Cycle:
         self.usage = Usage.of(snapshot.running)
         self.total_gpus = sum(len(n.gpus) for n in snapshot.nodes)
         self.owners = {n.owner for n in snapshot.nodes if n.owner is not None}
+        #: labs and users with any limit or budget: only their jobs need `admit`.
+        self.limited = {x.name for x in snapshot.labs.values() if x.limits != NO_LIMITS}
+        self.limited |= {x.name for x in snapshot.users.values() if x.limits != NO_LIMITS}
         self.starts: list[Start] = []
         self.preemptions: list[Preempt] = []
         self.pending: list[Pending] = []
         self.partitions: dict[str | None, _Partition] = {}
         self.victims: set[JobId] = set()
         self._timeline: Timeline | None = None
-        self._never: dict[tuple[object, ...], bool] = {}
+        self._never: dict[tuple[object, ...], int] = {}
+        self._never_any: dict[tuple[object, ...], bool] = {}
+        self._room: dict[tuple[object, ...], str] = {}
         self._no_reclaim: set[tuple[object, ...]] = set()
-        self._borrowers: list[Running] | None = None
+        self._no_fit: set[tuple[object, ...]] = set()
+        self._reclaimable: tuple[list[Running], dict[int, int]] | None = None
 
     # -- the per-job steps -------------------------------------------------------------------------------------
 
     def consider(self, job: Job, pos: int, *, borrowing: bool) -> bool:
         """Start, reclaim for, or explain `job`. Returns False only when pass one defers it as a borrower."""
-        if (why := admit(job, self.usage, self.snap.labs, self.snap.users, self.snap.month)) is not None:
+        borrows = would_borrow(job, self.usage, self.snap.labs)
+        if borrows and not borrowing:
+            return False
+        if (job.lab in self.limited or job.user in self.limited) and (
+            why := admit(job, self.usage, self.snap.labs, self.snap.users, self.snap.month)
+        ) is not None:
             return self._wait(job, why)
-        if would_borrow(job, self.usage, self.snap.labs):
-            if not borrowing:
-                return False
-            if not job.preemptible:
-                lab = self.snap.labs[job.lab]
-                return self._wait(job, Reason(Code.LAB_LIMIT, (
-                    f"lab {job.lab} is at its guarantee of {lab.guaranteed_gpus} GPUs "
-                    f"({self.usage.lab_gpus[job.lab]} in use); a job that must not be preempted never borrows")))
+        if borrows and not job.preemptible:
+            lab = self.snap.labs[job.lab]
+            return self._wait(job, Reason(Code.LAB_LIMIT, (
+                f"lab {job.lab} is at its guarantee of {lab.guaranteed_gpus} GPUs "
+                f"({self.usage.lab_gpus[job.lab]} in use); a job that must not be preempted never borrows")))
         keys = self._keys(job)
         if self._never_fits(job, keys):
             never = impossible(job, self.snap.nodes, self.snap.labs, self.policy.lend)
             return self._wait(job, never or Reason(Code.NODE_DOWN, "every node that could run it is down or draining"))
-        part = self.partitions.setdefault(self._partition(job), _Partition())
+        part_key = self._partition(job)
+        part = self.partitions.get(part_key)
+        if part is None:
+            part = self.partitions[part_key] = _Partition()
         placement = self._try_place(job, keys, part)
         if placement is not None:
-            self._start(job, placement, borrowing and would_borrow(job, self.usage, self.snap.labs), part)
+            self._start(job, placement, borrows, part)
             return True
         if not borrowing and self._entitled(job) and self._reclaim(job, keys):
             return True
@@ -103,13 +115,30 @@ class _Cycle:
 
     def _try_place(self, job: Job, keys: Keys, part: _Partition) -> tuple[Placement, ...] | None:
         if part.head is None:
-            return self.placement.place(self.state, job, keys)
+            return self._place(job, keys)
         if not self.policy.backfill:
             return None
         head = part.reservations[0] if part.reservations else None
+        if head is None or (found := self._place(job, keys)) is None:
+            return None if head is not None else self._place(job, keys)
+        if not head.caps:
+            return found
         runtime = expected_runtime(job, self.predictor)
-        short = head is None or (runtime is not None and self.snap.now + runtime <= head.start)
-        return self.placement.place(self.state, job, keys, None if short else head.caps)
+        if runtime is not None and self.snap.now + runtime <= head.start:
+            return found  # ends before the reservation: may use any free GPU
+        return self._place(job, keys, head.caps)
+
+    def _place(self, job: Job, keys: Keys, caps: dict[int, int] | None = None) -> tuple[Placement, ...] | None:
+        """The placement policy's answer, remembering failures until the free capacity next changes.
+
+        Most of a long queue is jobs of a few shapes that do not fit: each shape is tried once per change."""
+        shape = (id(keys), job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels, id(caps), self.state.version)
+        if shape in self._no_fit:
+            return None
+        found = self.placement.place(self.state, job, keys, caps)
+        if found is None:
+            self._no_fit.add(shape)
+        return found
 
     def _start(self, job: Job, placements: tuple[Placement, ...], borrowing: bool, part: _Partition) -> None:
         for p in placements:
@@ -150,13 +179,17 @@ class _Cycle:
             when = f"{'reserved to start' if first else 'expected to start'} in {_human(res.start - now)}"
             code = Code.RESERVED if first else Code.QUEUED
             return self._wait(job, Reason(code, f"{ahead}; {when} when {res.cause}"), res.start)
-        if not first and self.policy.backfill and self.placement.place(self.state, job, keys) is not None:
+        if not first and self.policy.backfill and self._place(job, keys) is not None:
             head = part.reservations[0] if part.reservations else None
             when = f", reserved to start in {_human(head.start - now)}" if head else ""
             return self._wait(job, Reason(Code.BACKFILL, f"{ahead}; starting now would delay job {part.head}{when}"))
         if not first and not self.policy.backfill:
             return self._wait(job, Reason(Code.QUEUED, f"{ahead}; waiting behind job {part.head}"))
-        return self._wait(job, Reason(Code.RESOURCES, f"{ahead}; {self._no_room(job, keys)}"))
+        shape = (id(keys), job.gpus, job.nodes, job.cpus, job.memory_mb, self.state.version)
+        room = self._room.get(shape)
+        if room is None:
+            room = self._room[shape] = self._no_room(job, keys)
+        return self._wait(job, Reason(Code.RESOURCES, f"{ahead}; {room}"))
 
     def _plan(self, job: Job, res: Reservation) -> None:
         runtime = expected_runtime(job, self.predictor)
@@ -175,8 +208,9 @@ class _Cycle:
             for start in self.starts:
                 if start.expected_end is not None:
                     for p in start.placements:
+                        idx = self.state.by_name[p.node].index
                         self._timeline.events.append(
-                            (start.expected_end, self.state.by_name[p.node].index, len(p.gpus), f"job {start.job_id} ends"))
+                            (start.expected_end, idx, len(p.gpus), f"job {start.job_id} ends"))
             self._timeline.events.sort()
         return self._timeline
 
@@ -214,66 +248,63 @@ class _Cycle:
     def _reclaim(self, job: Job, keys: Keys) -> bool:
         """Preempt the cheapest borrowers whose GPUs let `job` start; their GPUs stay theirs until they stop.
 
-        Victims are released in `victim_key` order until enough nodes fit the job; victims on other nodes are
-        given back, and so is any victim on a chosen node that the job turns out not to need. A failure is
-        remembered for the rest of the cycle: borrowers only ever become fewer and free GPUs scarcer."""
-        shape = (job.lab, tuple(keys), job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels)
+        Borrowers of other labs are taken in `victim_key` order, counting what each frees on its nodes, until
+        enough nodes would fit the job: so the chosen nodes are those whose most expensive victim is cheapest.
+        Only the victims on the chosen nodes are preempted. A failure is remembered for the rest of the cycle:
+        borrowers only ever become fewer and free GPUs scarcer."""
+        shape = (job.lab, id(keys), job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels)
         if shape in self._no_reclaim:
             return False
+        borrowers, reach = self._reclaim_index()
         allowed = set(keys)
-        cands = [r for r in self.borrowers() if r.job.lab != job.lab and r.job.id not in self.victims
-                 and any(self._node_key(p.node) in allowed for p in r.placements)]
-        fitting = {nf.index for nf in self.state.candidates(keys, job.gpus, True) if fits(nf, job, None)}
-        released: list[Running] = []
-        for run in cands:
+        fitting: list[int] = []
+        if job.nodes > 1:  # a single-node job that fit somewhere would have been placed already
+            fitting = [nf.index for nf in self.state.candidates(keys, job.gpus, True) if fits(nf, job, None)]
+        freed: dict[int, list[int]] = {}  # node index -> [GPUs, CPUs, MiB] the victims so far would free
+        taken: dict[int, list[Running]] = {}
+        for run in borrowers:
+            if run.job.lab == job.lab or run.job.id in self.victims:
+                continue
             for p in run.placements:
-                self.state.release(p, run.job)
                 nf = self.state.by_name[p.node]
-                if nf.key in allowed and fits(nf, job, None):
-                    fitting.add(nf.index)
-            released.append(run)
+                if nf.key not in allowed or reach.get(nf.index, 0) < job.gpus or nf.index in fitting:
+                    continue
+                extra = freed.setdefault(nf.index, [0, 0, 0])
+                extra[0] += len(p.gpus)
+                extra[1] += run.job.cpus
+                extra[2] += run.job.memory_mb
+                taken.setdefault(nf.index, []).append(run)
+                if _fits_with(nf, job, extra):
+                    fitting.append(nf.index)
             if len(fitting) >= job.nodes:
                 break
         if len(fitting) < job.nodes:
-            self._retake(released)
             self._no_reclaim.add(shape)
             return False
-        used = {self.state.nodes[i].node.name for i in sorted(fitting)[: job.nodes]}
-        needed = [r for r in released if any(p.node in used for p in r.placements)]
-        self._retake([r for r in released if r not in needed])
-        for run in reversed(list(needed)):  # give back any victim the job turns out not to need
-            self._retake([run])
-            if all(fits(self.state.by_name[n], job, None) for n in used):
-                needed.remove(run)
-            else:
-                for p in run.placements:
-                    self.state.release(p, run.job)
+        victims = {r.job.id: r for idx in fitting for r in taken.get(idx, ())}
         # The victims keep their GPUs until they have stopped; the job starts in a later cycle.
-        self._retake(needed)
         self.usage.add(job)
-        for run in needed:
+        for run in sorted(victims.values(), key=victim_key):
             self.victims.add(run.job.id)  # still counted in its lab's usage until it has stopped
             self.preemptions.append(Preempt(job_id=run.job.id, for_job=job.id, reason=(
                 f"lab {job.lab} reclaims its guaranteed GPUs for job {job.id}; job {run.job.id} was borrowing")))
-        ids = ", ".join(str(r.job.id) for r in needed)
+        ids = ", ".join(str(i) for i in sorted(victims))
         self._wait(job, Reason(Code.RECLAIMING, f"reclaiming guaranteed GPUs from borrowing job(s) {ids}"))
         return True
 
-    def borrowers(self) -> list[Running]:
-        """Running borrowers that may be preempted, cheapest victim first; sorted once per cycle."""
-        if self._borrowers is None:
-            self._borrowers = sorted((r for r in self.snap.running if r.borrowing and r.job.preemptible),
-                                     key=victim_key)
-        return self._borrowers
-
-    def _node_key(self, name: str) -> tuple[str | None, str] | None:
-        nf = self.state.by_name.get(name)
-        return None if nf is None else nf.key
-
-    def _retake(self, runs: list[Running]) -> None:
-        for run in runs:
-            for p in run.placements:
-                self.state.take(p, run.job)
+    def _reclaim_index(self) -> tuple[list[Running], dict[int, int]]:
+        """Preemptible borrowers, cheapest victim first, and per node the GPUs that free plus borrowed reach
+        (an upper bound all cycle long: free GPUs only get fewer). Built on first need."""
+        if self._reclaimable is None:
+            runs = sorted((r for r in self.snap.running if r.borrowing and r.job.preemptible), key=victim_key)
+            reach: dict[int, int] = {}
+            for run in runs:
+                for p in run.placements:
+                    nf = self.state.by_name.get(p.node)
+                    if nf is not None:
+                        reach[nf.index] = reach.get(nf.index, len(nf.free)) + len(p.gpus)
+            self._reclaimable = (runs, reach)
+        return self._reclaimable
 
     # -- partitions and impossible requests ---------------------------------------------------------------------
 
@@ -285,19 +316,39 @@ class _Cycle:
         return self.state.keys_for(job, pools)
 
     def _never_fits(self, job: Job, keys: Keys) -> bool:
-        cache_key = (tuple(keys), job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels)
+        """True when no up node this job may use is big enough for it, whatever runs there (cached per shape)."""
+        cache_key = (id(keys), job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels)
+        hit = self._never_any.get(cache_key)
+        if hit is None:
+            hit = self._never_any[cache_key] = (
+                job.gpus > self.state.max_gpus_per_node
+                or sum(self._could_fit(key, job) for key in keys) < job.nodes
+            )
+        return hit
+
+    def _could_fit(self, key: tuple[str | None, str], job: Job) -> int:
+        """How many up nodes in bucket `key` could hold one node's share of `job` when empty (cached)."""
+        cache_key = (key, job.gpus, job.cpus, job.memory_mb, job.labels)
         hit = self._never.get(cache_key)
         if hit is None:
-            allowed = set(keys)
-            count = sum(
+            hit = self._never[cache_key] = sum(
                 1 for nf in self.state.nodes
-                if nf.key in allowed and nf.node.state.value == "up" and len(nf.node.gpus) >= job.gpus
+                if nf.key == key and nf.node.state is NodeState.UP and len(nf.node.gpus) >= job.gpus
                 and (not nf.node.cpus or job.cpus <= nf.node.cpus)
                 and (not nf.node.memory_mb or job.memory_mb <= nf.node.memory_mb)
                 and job.labels <= nf.node.labels
             )
-            hit = self._never[cache_key] = count < job.nodes
         return hit
+
+
+def _fits_with(nf: NodeFree, job: Job, extra: list[int]) -> bool:
+    """Would `job` fit on `nf` once `extra` = [GPUs, CPUs, MiB] more were free?"""
+    return (
+        len(nf.free) + extra[0] >= job.gpus
+        and (nf.cpus is None or nf.cpus + extra[1] >= job.cpus)
+        and (nf.memory_mb is None or nf.memory_mb + extra[2] >= job.memory_mb)
+        and job.labels <= nf.node.labels
+    )
 
 
 def _gpus(count: int) -> str:
@@ -306,7 +357,7 @@ def _gpus(count: int) -> str:
 
 def _human(seconds: float) -> str:
     """3d 4h, 2h 10m, 5m 3s, 40s."""
-    s = max(int(round(seconds)), 0)
+    s = max(round(seconds), 0)
     d, h, m = s // 86400, s % 86400 // 3600, s % 3600 // 60
     if d:
         return f"{d}d {h}h"

@@ -62,6 +62,9 @@ class ClusterState:
     by_name: dict[str, NodeFree]
     buckets: dict[tuple[str | None, str], list[dict[int, None]]] = field(default_factory=dict)
     max_gpus_per_node: int = 0
+    #: bumped whenever free capacity changes, so callers can cache answers until then.
+    version: int = 0
+    _keys: dict[tuple[object, ...], list[tuple[str | None, str]]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, nodes: tuple[Node, ...], running: tuple[Running, ...]) -> ClusterState:
@@ -82,13 +85,13 @@ class ClusterState:
             state.by_name[node.name] = nf
         for run in running:
             for p in run.placements:
-                nf = state.by_name.get(p.node)
-                if nf is not None:
-                    nf.free.difference_update(p.gpus)
-                    if nf.cpus is not None:
-                        nf.cpus -= run.job.cpus
-                    if nf.memory_mb is not None:
-                        nf.memory_mb -= run.job.memory_mb
+                held = state.by_name.get(p.node)
+                if held is not None:
+                    held.free.difference_update(p.gpus)
+                    if held.cpus is not None:
+                        held.cpus -= run.job.cpus
+                    if held.memory_mb is not None:
+                        held.memory_mb -= run.job.memory_mb
         for nf in state.nodes:
             if nf.node.state is NodeState.UP and nf.node.gpus:
                 state._bucket(nf.key)[len(nf.free)][nf.index] = None
@@ -102,6 +105,7 @@ class ClusterState:
         return b
 
     def _move(self, nf: NodeFree, before: int) -> None:
+        self.version += 1
         if nf.node.state is not NodeState.UP or not nf.node.gpus:
             return
         b = self.buckets[nf.key]
@@ -131,13 +135,19 @@ class ClusterState:
         self._move(nf, before)
 
     def keys_for(self, job: Job, pools: tuple[str | None, ...] | None) -> list[tuple[str | None, str]]:
-        """The (pool, model) buckets a job may use, own pool first. `pools` None: every pool."""
-        keys = [
-            k
-            for k in self.buckets
-            if (job.gpu_model is None or k[1] == job.gpu_model) and (pools is None or k[0] in pools)
-        ]
-        keys.sort(key=lambda k: (k[0] != job.lab, k[0] is not None, k[0] or "", k[1]))
+        """The (pool, model) buckets a job may use, own pool first. `pools` None: every pool.
+
+        The same list object is returned for the same question, so callers may key caches on it."""
+        cache_key = (job.gpu_model, job.lab, pools)
+        keys = self._keys.get(cache_key)
+        if keys is None:
+            keys = [
+                k
+                for k in self.buckets
+                if (job.gpu_model is None or k[1] == job.gpu_model) and (pools is None or k[0] in pools)
+            ]
+            keys.sort(key=lambda k: (k[0] != job.lab, k[0] is not None, k[0] or "", k[1]))
+            self._keys[cache_key] = keys
         return keys
 
     def largest_block(self, keys: list[tuple[str | None, str]]) -> tuple[int, NodeFree | None]:
