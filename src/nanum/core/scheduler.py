@@ -236,8 +236,10 @@ class _Cycle:
         if block >= job.gpus:
             return (f"needs {_gpus(job.gpus)}{model} with {job.cpus} CPUs and {job.memory_mb} MiB on one node; "
                     "no node has all of that free")
-        at = f" (node {where.node.name})" if where is not None else ""
-        return f"needs {_gpus(job.gpus)}{model} on one node; the largest free block is {block}{at}"
+        if where is None:
+            return f"needs {_gpus(job.gpus)}{model} on one node; no GPU{model} is free"
+        return (f"needs {_gpus(job.gpus)}{model} on one node; the largest free block is {block} "
+                f"(node {where.node.name}); with --gpus {block} it would fit now")
 
     # -- reclaim -----------------------------------------------------------------------------------------------
 
