@@ -1,0 +1,34 @@
+"""The store: SQLAlchemy models, Alembic migrations and the database connection.
+
+The store is the single source of truth for desired state: what should run where. SQLite (WAL) in the state
+directory by default, PostgreSQL for production (`--db postgresql+psycopg://...`).
+"""
+
+from nanum.store.db import Database, sqlite_url
+from nanum.store.migrate import upgrade
+from nanum.store.models import (
+    AllocationRow,
+    Base,
+    EventRow,
+    JobRow,
+    LabRow,
+    MembershipRow,
+    NodeRow,
+    UsageRow,
+    UserRow,
+)
+
+__all__ = [
+    "AllocationRow",
+    "Base",
+    "Database",
+    "EventRow",
+    "JobRow",
+    "LabRow",
+    "MembershipRow",
+    "NodeRow",
+    "UsageRow",
+    "UserRow",
+    "sqlite_url",
+    "upgrade",
+]

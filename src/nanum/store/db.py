@@ -1,0 +1,88 @@
+"""Connecting to the store: SQLite (WAL) in the state directory by default, PostgreSQL by URL.
+
+`Database` owns the engine and hands out sessions. Read sessions are plain transactions; write sessions on SQLite
+begin with `BEGIN IMMEDIATE`, so a transaction that reads and then writes takes the write lock up front and waits
+for it (busy timeout) instead of failing when another writer committed in between.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+#: Base of the PostgreSQL advisory lock held by the server that is scheduling (mixed with the schema's name).
+SCHEDULER_LOCK_BASE = 0x6E616E756D  # "nanum"
+
+
+def sqlite_url(home: Path) -> str:
+    return f"sqlite:///{home / 'nanum.db'}"
+
+
+class Database:
+    """An engine plus session factories. `url` is any SQLAlchemy URL (sqlite:///..., postgresql+psycopg://...)."""
+
+    def __init__(self, url: str, **engine_args: Any) -> None:
+        self.url = url
+        self.engine = _make_engine(url, **engine_args)
+        self.is_sqlite = self.engine.dialect.name == "sqlite"
+        self.is_postgres = self.engine.dialect.name == "postgresql"
+        self._read = sessionmaker(self.engine, expire_on_commit=False)
+        writer = self.engine.execution_options(nanum_write=True) if self.is_sqlite else self.engine
+        self._write = sessionmaker(writer, expire_on_commit=False)
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A session for queries; rolled back at the end."""
+        with self._read() as session:
+            yield session
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A session that commits when the block ends without an exception, and rolls back otherwise."""
+        with self._write() as session, session.begin():
+            yield session
+
+    def scheduler_lock_key(self, conn: Connection) -> int:
+        """The advisory lock key of this database and schema: servers sharing both share the key."""
+        where = conn.execute(text("SELECT current_database() || '.' || current_schema()")).scalar()
+        return SCHEDULER_LOCK_BASE ^ zlib.crc32(str(where).encode())
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _make_engine(url: str, **engine_args: Any) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        engine_args.setdefault("pool_size", 10)
+        engine_args.setdefault("max_overflow", 20)
+        engine_args.setdefault("pool_pre_ping", True)
+        return create_engine(url, **engine_args)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    engine_args.setdefault("connect_args", {"timeout": 30, "check_same_thread": False})
+    engine = create_engine(url, **engine_args)
+    event.listen(engine, "connect", _sqlite_connect)
+    event.listen(engine, "begin", _sqlite_begin)
+    return engine
+
+
+def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN itself (see _sqlite_begin)
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def _sqlite_begin(conn: Any) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("nanum_write") else "BEGIN")

@@ -1,0 +1,1 @@
+"""Alembic migrations of the nanum schema, shipped inside the package (see `nanum.store.migrate`)."""

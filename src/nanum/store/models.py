@@ -1,0 +1,166 @@
+"""The SQL schema: users, labs, memberships, nodes, jobs, allocations, events and monthly usage.
+
+Times are epoch seconds (floats) on every database, so SQLite and PostgreSQL behave alike; the API turns them into
+ISO 8601. The schema itself is created by the Alembic migrations in `nanum.store.migrations`; these classes must
+match them (a test compares the two).
+
+Invariant kept by the database itself: `allocations` holds one row per GPU currently held by a job, with
+UNIQUE (node_id, gpu_index), so no GPU can ever be held by two jobs. Rows are deleted when the job's process on that
+node has exited.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class LabRow(Base):
+    """A lab: the unit of sharing. Limits are None when unlimited."""
+
+    __tablename__ = "labs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    guaranteed_gpus: Mapped[int | None] = mapped_column(Integer)
+    max_gpus: Mapped[int | None] = mapped_column(Integer)
+    max_running_jobs: Mapped[int | None] = mapped_column(Integer)
+    monthly_gpu_hours: Mapped[float | None] = mapped_column(Float)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    decayed_usage: Mapped[float] = mapped_column(Float, default=0.0)
+    decayed_at: Mapped[float] = mapped_column(Float, default=0.0)
+    created: Mapped[float] = mapped_column(Float)
+
+
+class UserRow(Base):
+    """A person (or robot) with an API token. Only the SHA-256 of the token is stored."""
+
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    unix_user: Mapped[str | None] = mapped_column(String(64))
+    default_lab_id: Mapped[int | None] = mapped_column(ForeignKey("labs.id"))
+    max_gpus: Mapped[int | None] = mapped_column(Integer)
+    max_running_jobs: Mapped[int | None] = mapped_column(Integer)
+    monthly_gpu_hours: Mapped[float | None] = mapped_column(Float)
+    decayed_usage: Mapped[float] = mapped_column(Float, default=0.0)
+    decayed_at: Mapped[float] = mapped_column(Float, default=0.0)
+    created: Mapped[float] = mapped_column(Float)
+
+
+class MembershipRow(Base):
+    __tablename__ = "memberships"
+
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
+    lab_id: Mapped[int] = mapped_column(ForeignKey("labs.id", ondelete="CASCADE"), primary_key=True)
+
+
+class NodeRow(Base):
+    """A GPU machine. `inventory` is the agent's last `NodeInfo` (GPUs, CPUs, memory); None until it reports.
+
+    `state` is what the server last concluded: `up` (heard from recently), `down` (silent), `draining`
+    (an admin keeps new jobs off it). `desired_version` grows whenever the jobs the node should run change, so a
+    server holding a node's long poll can notice a change made by another server."""
+
+    __tablename__ = "nodes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    token_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    hostname: Mapped[str | None] = mapped_column(String(255))
+    inventory: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    state: Mapped[str] = mapped_column(String(16), default="down")
+    last_seen: Mapped[float | None] = mapped_column(Float)
+    desired_version: Mapped[int] = mapped_column(Integer, default=0)
+    created: Mapped[float] = mapped_column(Float)
+
+
+class JobRow(Base):
+    """A job: the submitted request, its state and its history in numbers.
+
+    `stop` is why a running job is being stopped (`cancel`, `preempt`, `lost`, `fail`, `timeout`): it is no longer
+    in its nodes' desired lists, and it reaches its final state once every node has reported its process gone.
+    `allocation` is the last placement, `[{"node", "gpus"}]`, kept after the job ends so people can see where it
+    ran. `charged_until` is when the current run was last charged to its lab's usage. `lost_from` remembers the
+    placement of a job requeued because its node went silent, so the job is kept if that node comes back still
+    running it."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_state_end", "state", "end_time"), Index("ix_jobs_user_state", "user_id", "state"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    lab_id: Mapped[int] = mapped_column(ForeignKey("labs.id"))
+    command: Mapped[list[str]] = mapped_column(JSON)
+    workdir: Mapped[str] = mapped_column(Text)
+    env: Mapped[dict[str, str]] = mapped_column(JSON)
+    gpus: Mapped[int] = mapped_column(Integer)
+    nodes: Mapped[int] = mapped_column(Integer, default=1)
+    gpu_model: Mapped[str | None] = mapped_column(String(64))
+    cpus: Mapped[int] = mapped_column(Integer, default=1)
+    memory_mb: Mapped[int | None] = mapped_column(Integer)
+    time_limit_s: Mapped[float | None] = mapped_column(Float)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    kind: Mapped[str] = mapped_column(String(16), default="batch")
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=True)
+    state: Mapped[str] = mapped_column(String(16), default="pending")
+    reason: Mapped[str | None] = mapped_column(Text)
+    reason_code: Mapped[str | None] = mapped_column(String(32))
+    estimated_start: Mapped[float | None] = mapped_column(Float)
+    borrowing: Mapped[bool] = mapped_column(Boolean, default=False)
+    stop: Mapped[str | None] = mapped_column(String(16))
+    allocation: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    lost_from: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON(none_as_null=True))
+    charged_until: Mapped[float | None] = mapped_column(Float)
+    submit_time: Mapped[float] = mapped_column(Float)
+    start_time: Mapped[float | None] = mapped_column(Float)
+    end_time: Mapped[float | None] = mapped_column(Float)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    pid: Mapped[int | None] = mapped_column(Integer)
+    runs: Mapped[int] = mapped_column(Integer, default=0)
+    attained_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class AllocationRow(Base):
+    """One GPU held by one job. UNIQUE (node_id, gpu_index): a GPU is never held twice."""
+
+    __tablename__ = "allocations"
+    __table_args__ = (UniqueConstraint("node_id", "gpu_index", name="uq_allocations_gpu"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    gpu_index: Mapped[int] = mapped_column(Integer)
+
+
+class EventRow(Base):
+    """A job's history: submitted, started, preempted, lost, recovered, cancel requested, ended."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    time: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text, default="")
+
+
+class UsageRow(Base):
+    """GPU-seconds used per lab or user (`kind`) and calendar month (`2026-11`), charged when a run ends."""
+
+    __tablename__ = "usage"
+
+    month: Mapped[str] = mapped_column(String(7), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(8), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)

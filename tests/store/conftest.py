@@ -1,0 +1,3 @@
+from tests.store.databases import _pg_database, _sqlite_template, database
+
+__all__ = ["_pg_database", "_sqlite_template", "database"]
