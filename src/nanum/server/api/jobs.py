@@ -1,0 +1,52 @@
+"""Routes for jobs: submit, list, show, cancel, logs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from fastapi.responses import Response
+
+from nanum.server.auth import CallerDep, Context
+from nanum.server.schemas import JobOut, JobSubmit
+from nanum.server.services import jobs
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+
+@router.post("", status_code=201)
+def submit_job(body: JobSubmit, ctx: Context, caller: CallerDep) -> JobOut:
+    """Queue a job. It starts when the scheduler admits it; a request that could never run is refused (400)."""
+    return jobs.submit(ctx, caller, body)
+
+
+@router.get("")
+def list_jobs(
+    ctx: Context,
+    caller: CallerDep,
+    all: bool = False,
+    user: str | None = None,
+    lab: str | None = None,
+    state: Annotated[list[str] | None, Query()] = None,
+) -> list[JobOut]:
+    """Active jobs of every user (with `all=true`, finished ones too), ordered by id."""
+    return jobs.list_jobs(ctx, all=all, user=user, lab=lab, states=state or ())
+
+
+@router.get("/{job_id}")
+def get_job(job_id: int, ctx: Context, caller: CallerDep) -> JobOut:
+    return jobs.get_job(ctx, job_id)
+
+
+@router.post("/{job_id}/cancel")
+def cancel_job(job_id: int, ctx: Context, caller: CallerDep) -> JobOut:
+    """Owner or admin only. A running job is stopped first and becomes `cancelled` once its process is gone."""
+    return jobs.cancel(ctx, caller, job_id)
+
+
+@router.get("/{job_id}/logs", response_class=Response)
+def job_logs(job_id: int, ctx: Context, caller: CallerDep, offset: Annotated[int, Query(ge=0)] = 0) -> Response:
+    """stdout and stderr from byte `offset`; `X-Nanum-Log-Offset` says where the next read starts."""
+    got = jobs.read_logs(ctx, caller, job_id, offset)
+    headers = {"X-Nanum-Log-Offset": str(got.next_offset), "X-Nanum-Job-State": got.state}
+    return Response(got.data, media_type="text/plain; charset=utf-8", headers=headers)

@@ -1,0 +1,22 @@
+"""Routes for nodes: everyone sees them and who uses which GPU; admins register new ones."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from nanum.server.auth import AdminDep, CallerDep, Context
+from nanum.server.schemas import NodeIn, NodeOut, TokenOut
+from nanum.server.services import accounts, nodes
+
+router = APIRouter(prefix="/nodes", tags=["nodes"])
+
+
+@router.get("")
+def list_nodes(ctx: Context, _: CallerDep) -> list[NodeOut]:
+    return nodes.list_nodes(ctx)
+
+
+@router.post("", status_code=201)
+def add_node(body: NodeIn, ctx: Context, _: AdminDep) -> TokenOut:
+    """Register a node; the token is what `nanum agent --token` needs on that machine."""
+    return TokenOut(name=body.name, token=accounts.add_node(ctx, body.name))

@@ -1,0 +1,52 @@
+"""The FastAPI application: routes under /api/v1, error handlers, and the scheduler loop in its lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, FastAPI
+
+from nanum import __version__
+from nanum.server import errors
+from nanum.server.api import accounts, agent, health, jobs, nodes
+from nanum.server.context import ServerContext
+from nanum.server.scheduler import Scheduler
+
+API_PREFIX = "/api/v1"
+
+
+def create_app(ctx: ServerContext, *, run_scheduler: bool = True) -> FastAPI:
+    """The application over `ctx`. `run_scheduler=False` leaves ticking to the caller (`app.state.scheduler`)."""
+    scheduler = Scheduler(ctx)
+    ctx.signals.on_poke = scheduler.poke
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        ctx.signals.bind(asyncio.get_running_loop())
+        task = asyncio.create_task(scheduler.run(), name="nanum-scheduler") if run_scheduler else None
+        try:
+            yield
+        finally:
+            ctx.signals.close()
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    app = FastAPI(
+        title="nanum",
+        version=__version__,
+        description="One queue for your GPU servers. See docs/api.md.",
+        lifespan=lifespan,
+        openapi_url="/openapi.json",
+    )
+    app.state.ctx = ctx
+    app.state.scheduler = scheduler
+    errors.install(app)
+    api = APIRouter(prefix=API_PREFIX)
+    for module in (health, jobs, nodes, accounts, agent):
+        api.include_router(module.router)
+    app.include_router(api)
+    return app

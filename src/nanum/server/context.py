@@ -1,0 +1,76 @@
+"""The server's shared objects: settings, database, wake-up signals, the scheduler, and small read caches.
+
+The caches hold what every request would otherwise read again: callers by token hash, the node inventory used to
+refuse impossible requests, and lab limits. Entries live a few seconds (several servers may share a database) and
+are dropped at once when this server changes what they hold.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from nanum.core import Policy
+from nanum.server.settings import ServerSettings
+from nanum.server.signals import Signals
+from nanum.store import Database
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class TtlCache(Generic[K, V]):
+    """A thread-safe map whose entries expire `ttl` seconds after they were stored."""
+
+    def __init__(self, ttl: float, maxsize: int = 10_000) -> None:
+        self.ttl, self.maxsize = ttl, maxsize
+        self._items: dict[K, tuple[float, V]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        item = self._items.get(key)
+        if item is None or item[0] < time.monotonic():
+            return None
+        return item[1]
+
+    def get_or_load(self, key: K, load: Callable[[], V]) -> V:
+        value = self.get(key)
+        if value is None:
+            value = load()
+            self.put(key, value)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        with self._lock:
+            if len(self._items) >= self.maxsize:
+                self._items.clear()
+            self._items[key] = (time.monotonic() + self.ttl, value)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+@dataclass(slots=True)
+class Caches:
+    callers: TtlCache[str, object] = field(default_factory=lambda: TtlCache(10.0))
+    nodes: TtlCache[str, object] = field(default_factory=lambda: TtlCache(5.0))
+    labs: TtlCache[str, object] = field(default_factory=lambda: TtlCache(5.0))
+
+
+@dataclass(slots=True)
+class ServerContext:
+    settings: ServerSettings
+    db: Database
+    policy: Policy
+    signals: Signals = field(default_factory=Signals)
+    caches: Caches = field(default_factory=Caches)
+    started: float = field(default_factory=time.time)
+
+    @classmethod
+    def create(cls, settings: ServerSettings, db: Database | None = None) -> ServerContext:
+        policy = Policy.parse(settings.policy, estimate_depth=settings.estimate_depth)
+        return cls(settings=settings, db=db or Database(settings.database_url), policy=policy)

@@ -1,0 +1,77 @@
+"""Typed service errors and the handlers that turn every error into `{"detail": "one sentence"}`.
+
+Services raise `BadRequest`, `Unauthorized`, `Forbidden`, `NotFound` or `Conflict`; routes never build error
+responses themselves. Validation errors (422) name the field and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+
+class ApiError(Exception):
+    status = 400
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class BadRequest(ApiError):
+    status = 400
+
+
+class Unauthorized(ApiError):
+    status = 401
+
+
+class Forbidden(ApiError):
+    status = 403
+
+
+class NotFound(ApiError):
+    status = 404
+
+
+class Conflict(ApiError):
+    status = 409
+
+
+def validation_message(errors: Sequence[Any]) -> str:
+    """The first validation error as one sentence: `gpus: input should be greater than or equal to 0`."""
+    if not errors:
+        return "invalid request"
+    err = errors[0]
+    if err.get("type") == "json_invalid":
+        return "the request body is not valid JSON"
+    loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path", "header")]
+    field = ".".join(loc) or "request body"
+    msg = str(err.get("msg", "is invalid"))
+    msg = msg[:1].lower() + msg[1:]
+    return f"invalid {field}: {msg}"
+
+
+def install(app: FastAPI) -> None:
+    async def on_api_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=headers)
+
+    async def on_validation(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return JSONResponse({"detail": validation_message(exc.errors())}, status_code=422)
+
+    async def on_http(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=exc.headers)
+
+    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(HTTPException, on_http)

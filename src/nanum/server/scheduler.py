@@ -1,0 +1,269 @@
+"""The scheduler loop: read the cluster, ask `nanum.core.schedule`, apply the decisions.
+
+It runs on events (submit, cancel, an exit reported, a node change: `Signals.poke`) and at least every
+`tick_interval_s`. One tick:
+
+1. take leadership (PostgreSQL: a session advisory lock, so one server schedules when several share a database);
+2. read a `Snapshot` (`nanum.server.snapshot.build`) in a read-only transaction, and feed the run-time predictor
+   the jobs that completed since the last tick;
+3. `schedule(snapshot, policy, predictor)`;
+4. apply in one short write transaction: requeue the jobs of nodes that went silent; start jobs (state, allocation
+   rows, event: each start only if the job is still pending, and the UNIQUE allocation rows make a GPU handed
+   out twice impossible); mark preemption victims to stop; write the reasons and estimates that changed;
+5. wake the held heartbeats of every node whose desired jobs changed.
+
+Reading outside the write transaction keeps the write lock short, so submits are not held up by a large queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import bindparam, insert, or_, select, text, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.orm import Session
+
+from nanum.core import Decisions, HistoryPredictor, Pending, Preempt, Start, schedule
+from nanum.server import snapshot
+from nanum.server.context import ServerContext
+from nanum.server.services import lifecycle
+from nanum.store import AllocationRow, JobRow, NodeRow
+from nanum.store.db import Database
+
+log = logging.getLogger("nanum.scheduler")
+
+#: A pending job's shown reason is rewritten when only its wording changed at most this often (seconds).
+REASON_REFRESH_S = 10.0
+
+
+@dataclass(slots=True)
+class TickResult:
+    started: int = 0
+    preempted: int = 0
+    requeued_nodes: int = 0
+    pending: int = 0
+    seconds: float = 0.0
+
+
+class Leadership:
+    """Which server schedules. On PostgreSQL: whoever holds a session advisory lock on a dedicated connection
+    (released when that server stops or its connection dies). On SQLite: always this server."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._conn: Connection | None = None
+
+    def held(self) -> bool:
+        if not self.db.is_postgres:
+            return True
+        try:
+            if self._conn is None:
+                conn = self.db.engine.connect()
+                key = self.db.scheduler_lock_key(conn)
+                got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()
+                conn.commit()
+                if not got:
+                    conn.close()
+                    return False
+                self._conn = conn
+            else:
+                self._conn.execute(text("SELECT 1"))
+                self._conn.commit()
+            return True
+        except DBAPIError:
+            self.release()
+            return False
+
+    def release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.invalidate()  # closing the connection releases the lock; never return it to the pool
+            conn.close()
+
+
+class Scheduler:
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+        self.predictor = HistoryPredictor()
+        self.leadership = Leadership(ctx.db)
+        self._learned_until = 0.0
+        self._shown_at: dict[int, float] = {}
+        self._lock = threading.Lock()
+        self._poked: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.last: TickResult | None = None
+
+    # -- the loop ----------------------------------------------------------------------------------------------
+
+    def poke(self) -> None:
+        """Run a tick soon. Safe from any thread."""
+        loop, poked = self._loop, self._poked
+        if loop is not None and poked is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop is closing
+                loop.call_soon_threadsafe(poked.set)
+
+    async def run(self) -> None:
+        """Tick on every poke and at least every `tick_interval_s`, until cancelled."""
+        self._loop, self._poked = asyncio.get_running_loop(), asyncio.Event()
+        interval = self.ctx.settings.tick_interval_s
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._poked.wait(), timeout=interval)
+                self._poked.clear()
+                began = time.monotonic()
+                try:
+                    await asyncio.to_thread(self.tick)
+                except Exception:
+                    log.exception("scheduling tick failed; retrying on the next one")
+                # Leave the other threads at least as much time as the tick took.
+                await asyncio.sleep(min(time.monotonic() - began, 0.25))
+        finally:
+            self.leadership.release()
+
+    # -- one tick ----------------------------------------------------------------------------------------------
+
+    def tick(self, now: float | None = None) -> TickResult | None:
+        """One scheduling cycle; None when another server holds the leadership."""
+        with self._lock:
+            if not self.leadership.held():
+                return None
+            began = time.perf_counter()
+            now = time.time() if now is None else now
+            plan = self._read(now)
+            decisions = schedule(plan.snapshot, self.ctx.policy, self.predictor)
+            result, woken = self._apply(plan, decisions, now)
+            self.ctx.signals.wake(woken)
+            result.seconds = time.perf_counter() - began
+            self.last = result
+            return result
+
+    def _read(self, now: float) -> snapshot.Plan:
+        with self.ctx.db.read() as s:
+            if self.ctx.db.is_postgres:
+                s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            self._learned_until = snapshot.learn(s, self.predictor, self._learned_until)
+            return snapshot.build(s, now, self.ctx.settings.node_timeout_s, self.predictor)
+
+    def _apply(self, plan: snapshot.Plan, decisions: Decisions, now: float) -> tuple[TickResult, set[str]]:
+        result = TickResult(pending=len(decisions.pending))
+        with self.ctx.db.write() as s:
+            woken, result.requeued_nodes = self._sweep(s, now)
+            for start in decisions.starts:
+                started = _start(s, start, plan, now)
+                woken |= started
+                result.started += bool(started)
+            for victim in decisions.preemptions:
+                stopped = _preempt(s, victim, now)
+                woken |= stopped
+                result.preempted += bool(stopped)
+            self._show_reasons(s, plan, decisions.pending, now)
+        return result, woken
+
+    def _sweep(self, s: Session, now: float) -> tuple[set[str], int]:
+        """Nodes silent for longer than the timeout go down and their jobs are requeued."""
+        timeout = self.ctx.settings.node_timeout_s
+        if now - self.ctx.started < timeout:
+            return set(), 0  # just started: give every agent time to find the server again
+        cutoff = now - timeout
+        silent = s.scalars(
+            select(NodeRow)
+            .where(NodeRow.state != "down", or_(NodeRow.last_seen.is_(None), NodeRow.last_seen < cutoff))
+            .with_for_update()
+        ).all()
+        woken: set[str] = set()
+        for node in silent:
+            log.warning("node %s has not been heard from for %.0f s; requeueing its jobs", node.name, timeout)
+            node.state = "down"
+            woken |= lifecycle.node_lost(s, node, now)
+        return woken, len(silent)
+
+    def _show_reasons(self, s: Session, plan: snapshot.Plan, pending: tuple[Pending, ...], now: float) -> None:
+        """Write each pending job's reason and estimate where they changed (wording-only changes: now and then)."""
+        rows = []
+        for p in pending:
+            new = (p.reason.message, p.reason.code.value, p.estimated_start)
+            old = plan.shown.get(p.job_id)
+            if old is None or not _changed(old, new, now - self._shown_at.get(p.job_id, 0.0)):
+                continue
+            self._shown_at[p.job_id] = now
+            rows.append({"jid": p.job_id, "r": new[0], "c": new[1], "e": new[2]})
+        if len(self._shown_at) > 4 * len(pending) + 1000:
+            keep = {p.job_id for p in pending}
+            self._shown_at = {k: v for k, v in self._shown_at.items() if k in keep}
+        if rows:
+            table = JobRow.__table__
+            stmt = (
+                table.update()
+                .where(table.c.id == bindparam("jid"), table.c.state == "pending")
+                .values(reason=bindparam("r"), reason_code=bindparam("c"), estimated_start=bindparam("e"))
+            )
+            s.connection().execute(stmt, rows)
+
+
+def _changed(
+    old: tuple[str | None, str | None, float | None], new: tuple[str, str, float | None], since_shown: float
+) -> bool:
+    if old[1] != new[1] or (old[2] is None) != (new[2] is None):
+        return True
+    if old[2] is not None and new[2] is not None and abs(old[2] - new[2]) >= 1.0:
+        return True
+    return old[0] != new[0] and since_shown >= REASON_REFRESH_S
+
+
+def _start(s: Session, start: Start, plan: snapshot.Plan, now: float) -> set[str]:
+    """Start one job on exactly the decided GPUs, if it is still pending. Returns the nodes to wake."""
+    allocation = [{"node": p.node, "gpus": list(p.gpus)} for p in start.placements]
+    try:
+        with s.begin_nested():
+            changed = s.execute(
+                update(JobRow)
+                .where(JobRow.id == start.job_id, JobRow.state == "pending")
+                .values(
+                    state="running",
+                    start_time=now,
+                    charged_until=now,
+                    runs=JobRow.runs + 1,
+                    borrowing=start.borrowing,
+                    allocation=allocation,
+                    reason=None,
+                    reason_code=None,
+                    estimated_start=None,
+                    stop=None,
+                    end_time=None,
+                    exit_code=None,
+                    pid=None,
+                    lost_from=None,
+                )
+                .execution_options(synchronize_session=False)
+            ).rowcount
+            if changed != 1:
+                return set()
+            s.execute(
+                insert(AllocationRow),
+                [
+                    {"job_id": start.job_id, "node_id": plan.node_ids[p.node], "gpu_index": g}
+                    for p in start.placements
+                    for g in p.gpus
+                ],
+            )
+    except IntegrityError:
+        log.error("job %s: its GPUs are already held by another job; not starting it", start.job_id)
+        return set()
+    where = "; ".join(f"{p.node} GPUs {','.join(map(str, p.gpus)) or 'none'}" for p in start.placements)
+    lifecycle.event(s, start.job_id, now, "started", f"on {where}" + (" (borrowing)" if start.borrowing else ""))
+    lifecycle.bump(s, [plan.node_ids[p.node] for p in start.placements])
+    return {p.node for p in start.placements}
+
+
+def _preempt(s: Session, victim: Preempt, now: float) -> set[str]:
+    job = s.scalars(select(JobRow).where(JobRow.id == victim.job_id).with_for_update()).first()
+    if job is None or job.state != "running" or job.stop is not None:
+        return set()
+    return lifecycle.request_stop(s, job, "preempt", now, victim.reason)

@@ -1,0 +1,163 @@
+"""The request and response bodies of the v1 API (docs/api.md), validated by pydantic at the edge."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+NodeName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+
+JOB_STATES = ("pending", "running", "completed", "failed", "cancelled", "timeout", "lost", "held")
+ACTIVE_STATES = ("pending", "running", "held")
+FINISHED_STATES = ("completed", "failed", "cancelled", "timeout")
+
+
+def iso(t: float | None) -> str | None:
+    """Epoch seconds as ISO 8601 UTC with milliseconds: `2026-11-29T17:20:41.123Z`."""
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+class JobSubmit(BaseModel):
+    command: list[str] = Field(min_length=1, description="the program and its arguments")
+    name: str | None = Field(default=None, max_length=255)
+    gpus: int = Field(default=1, ge=0, le=1024, description="GPUs on each node")
+    nodes: int = Field(default=1, ge=1, le=4096)
+    gpu_model: str | None = Field(default=None, max_length=64)
+    cpus: int = Field(default=1, ge=0, le=100_000)
+    memory_mb: int | None = Field(default=None, ge=0)
+    time_limit_s: float | None = Field(default=None, gt=0)
+    priority: int = Field(default=0, ge=0, le=100)
+    lab: str | None = Field(default=None, max_length=64)
+    workdir: str | None = Field(default=None, max_length=4096)
+    env: dict[str, str] = Field(default_factory=dict)
+    kind: Literal["batch", "notebook"] = "batch"
+    preemptible: bool = True
+
+    @field_validator("command")
+    @classmethod
+    def _program_named(cls, v: list[str]) -> list[str]:
+        if not v[0].strip():
+            raise ValueError("the program name must not be empty")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not key or "=" in key or "\0" in key:
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+        return v
+
+
+class AllocationOut(BaseModel):
+    node: str
+    gpus: list[int]
+
+
+class JobOut(BaseModel):
+    id: int
+    name: str
+    user: str
+    lab: str
+    state: str
+    reason: str | None
+    reason_code: str | None
+    estimated_start: str | None
+    gpus: int
+    nodes: int
+    gpu_model: str | None
+    cpus: int
+    memory_mb: int | None
+    time_limit_s: float | None
+    priority: int
+    kind: str
+    preemptible: bool
+    borrowing: bool
+    allocation: list[AllocationOut]
+    submit_time: str | None
+    start_time: str | None
+    end_time: str | None
+    exit_code: int | None
+    command: list[str]
+    workdir: str
+    env: dict[str, str]
+    runs: int
+
+
+class GpuOut(BaseModel):
+    index: int
+    uuid: str
+    model: str
+    memory_mb: int
+    job_id: int | None = None
+    user: str | None = None
+
+
+class NodeOut(BaseModel):
+    name: str
+    state: Literal["up", "draining", "down"]
+    last_seen: str | None
+    simulated: bool
+    cpus: int
+    memory_mb: int
+    gpus: list[GpuOut]
+
+
+class NodeIn(BaseModel):
+    name: NodeName
+
+
+class TokenOut(BaseModel):
+    name: str
+    token: str
+
+
+class UserIn(BaseModel):
+    name: Name
+    labs: list[Name] = Field(default_factory=list)
+    admin: bool = False
+    unix_user: str | None = Field(default=None, max_length=64)
+
+
+class UserOut(BaseModel):
+    name: str
+    admin: bool
+    labs: list[str]
+    default_lab: str | None
+    unix_user: str | None
+
+
+class LabLimits(BaseModel):
+    guaranteed_gpus: int | None = Field(default=None, ge=0)
+    max_gpus: int | None = Field(default=None, ge=0)
+    max_running_jobs: int | None = Field(default=None, ge=0)
+    monthly_gpu_hours: float | None = Field(default=None, ge=0)
+    weight: float = Field(default=1.0, gt=0)
+
+
+class LabIn(LabLimits):
+    name: Name
+
+
+class LabPatch(BaseModel):
+    """Only the fields present are changed; an explicit null removes a limit."""
+
+    guaranteed_gpus: int | None = Field(default=None, ge=0)
+    max_gpus: int | None = Field(default=None, ge=0)
+    max_running_jobs: int | None = Field(default=None, ge=0)
+    monthly_gpu_hours: float | None = Field(default=None, ge=0)
+    weight: float | None = Field(default=None, gt=0)
+
+
+class LabOut(LabIn):
+    pass
+
+
+class Health(BaseModel):
+    status: str = "ok"
+    version: str

@@ -1,0 +1,184 @@
+"""Users, labs, memberships and node registration: who may use the cluster, and with which tokens."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from nanum.server.auth import Caller, NodeCaller, hash_token, new_token
+from nanum.server.context import ServerContext
+from nanum.server.errors import Conflict, NotFound
+from nanum.server.schemas import LabIn, LabOut, LabPatch, UserIn, UserOut
+from nanum.store import LabRow, MembershipRow, NodeRow, UserRow
+
+LAB_FIELDS = ("guaranteed_gpus", "max_gpus", "max_running_jobs", "monthly_gpu_hours", "weight")
+
+
+# -- callers ---------------------------------------------------------------------------------------------------
+
+
+def caller_by_token_hash(ctx: ServerContext, digest: str) -> Caller | None:
+    with ctx.db.read() as s:
+        user = s.scalars(select(UserRow).where(UserRow.token_hash == digest)).first()
+        return None if user is None else _caller(s, user)
+
+
+def _caller(s: Session, user: UserRow) -> Caller:
+    labs = dict(
+        s.execute(
+            select(LabRow.id, LabRow.name)
+            .join(MembershipRow, MembershipRow.lab_id == LabRow.id)
+            .where(MembershipRow.user_id == user.id)
+        ).all()
+    )
+    default = labs.get(user.default_lab_id) if user.default_lab_id is not None else None
+    if default is None and user.default_lab_id is not None:
+        default = s.scalar(select(LabRow.name).where(LabRow.id == user.default_lab_id))
+    return Caller(user.id, user.name, user.admin, user.unix_user, default, frozenset(labs.values()))
+
+
+def node_by_token_hash(ctx: ServerContext, digest: str) -> NodeCaller | None:
+    with ctx.db.read() as s:
+        row = s.execute(select(NodeRow.id, NodeRow.name).where(NodeRow.token_hash == digest)).first()
+        return None if row is None else NodeCaller(row.id, row.name)
+
+
+def user_out(caller: Caller) -> UserOut:
+    return UserOut(
+        name=caller.name,
+        admin=caller.admin,
+        labs=sorted(caller.labs),
+        default_lab=caller.default_lab,
+        unix_user=caller.unix_user,
+    )
+
+
+# -- users -----------------------------------------------------------------------------------------------------
+
+
+def create_user(ctx: ServerContext, spec: UserIn, token: str | None = None) -> str:
+    """Create a user in `spec.labs` (creating missing labs; the first is the default). Returns the new token."""
+    token = token or new_token()
+    with ctx.db.write() as s:
+        if s.scalar(select(UserRow.id).where(UserRow.name == spec.name)) is not None:
+            raise Conflict(f"user {spec.name} already exists")
+        labs = [ensure_lab(s, name) for name in dict.fromkeys(spec.labs)]
+        user = UserRow(
+            name=spec.name,
+            token_hash=hash_token(token),
+            admin=spec.admin,
+            unix_user=spec.unix_user,
+            default_lab_id=labs[0].id if labs else None,
+            decayed_usage=0.0,
+            decayed_at=time.time(),
+            created=time.time(),
+        )
+        s.add(user)
+        s.flush()
+        s.add_all(MembershipRow(user_id=user.id, lab_id=lab.id) for lab in labs)
+    return token
+
+
+def list_users(ctx: ServerContext) -> list[UserOut]:
+    with ctx.db.read() as s:
+        return [user_out(_caller(s, u)) for u in s.scalars(select(UserRow).order_by(UserRow.name))]
+
+
+def set_token(ctx: ServerContext, name: str, token: str) -> None:
+    """Replace a user's token (used by `nanum up` to keep DIR/admin-token valid)."""
+    with ctx.db.write() as s:
+        user = s.scalars(select(UserRow).where(UserRow.name == name)).one()
+        user.token_hash = hash_token(token)
+    ctx.caches.callers.clear()
+
+
+def add_membership(ctx: ServerContext, user: str, lab: str) -> None:
+    with ctx.db.write() as s:
+        row = s.scalars(select(UserRow).where(UserRow.name == user)).first()
+        if row is None:
+            raise NotFound(f"no user named {user}")
+        lab_row = ensure_lab(s, lab)
+        if s.get(MembershipRow, (row.id, lab_row.id)) is None:
+            s.add(MembershipRow(user_id=row.id, lab_id=lab_row.id))
+        if row.default_lab_id is None:
+            row.default_lab_id = lab_row.id
+    ctx.caches.callers.clear()
+
+
+# -- labs ------------------------------------------------------------------------------------------------------
+
+
+def ensure_lab(s: Session, name: str) -> LabRow:
+    lab = s.scalars(select(LabRow).where(LabRow.name == name)).first()
+    if lab is None:
+        lab = LabRow(name=name, weight=1.0, decayed_usage=0.0, decayed_at=time.time(), created=time.time())
+        s.add(lab)
+        s.flush()
+    return lab
+
+
+def lab_out(lab: LabRow) -> LabOut:
+    return LabOut(name=lab.name, **{f: getattr(lab, f) for f in LAB_FIELDS})
+
+
+def create_lab(ctx: ServerContext, spec: LabIn) -> LabOut:
+    try:
+        with ctx.db.write() as s:
+            if s.scalar(select(LabRow.id).where(LabRow.name == spec.name)) is not None:
+                raise Conflict(f"lab {spec.name} already exists; change it with PATCH /api/v1/labs/{spec.name}")
+            lab = LabRow(
+                name=spec.name,
+                decayed_usage=0.0,
+                decayed_at=time.time(),
+                created=time.time(),
+                **spec.model_dump(include=set(LAB_FIELDS)),
+            )
+            s.add(lab)
+    except IntegrityError as e:
+        raise Conflict(f"lab {spec.name} already exists") from e
+    ctx.caches.labs.clear()
+    return lab_out(lab)
+
+
+def list_labs(ctx: ServerContext) -> list[LabOut]:
+    with ctx.db.read() as s:
+        return [lab_out(lab) for lab in s.scalars(select(LabRow).order_by(LabRow.name))]
+
+
+def patch_lab(ctx: ServerContext, name: str, patch: LabPatch) -> LabOut:
+    changes: dict[str, Any] = patch.model_dump(exclude_unset=True)
+    if changes.get("weight", 1.0) is None:
+        changes.pop("weight")
+    with ctx.db.write() as s:
+        lab = s.scalars(select(LabRow).where(LabRow.name == name)).first()
+        if lab is None:
+            raise NotFound(f"no lab named {name}; create it with `nanum lab add {name}`")
+        for key, value in changes.items():
+            setattr(lab, key, value)
+    ctx.caches.labs.clear()
+    ctx.signals.poke()
+    return lab_out(lab)
+
+
+# -- nodes -----------------------------------------------------------------------------------------------------
+
+
+def add_node(ctx: ServerContext, name: str, token: str | None = None, replace: bool = False) -> str:
+    """Register node `name` and return its token. `replace`: give an existing node this new token instead."""
+    token = token or new_token()
+    with ctx.db.write() as s:
+        node = s.scalars(select(NodeRow).where(NodeRow.name == name)).first()
+        if node is not None and not replace:
+            raise Conflict(f"node {name} already exists")
+        if node is None:
+            s.add(
+                NodeRow(name=name, token_hash=hash_token(token), state="down", desired_version=0, created=time.time())
+            )
+        else:
+            node.token_hash = hash_token(token)
+    ctx.caches.callers.clear()
+    return token

@@ -1,0 +1,233 @@
+"""The agent endpoint's work: record what a node reports, and tell it which jobs it should run.
+
+One heartbeat, in one transaction: store the node's inventory and mark it up; for each job the agent reports,
+record it running, keep a job that was requeued while its node was silent (`lifecycle.recover`), or process its
+exit (`lifecycle.part_exited`) and acknowledge it; then build the node's desired list. Log chunks are appended to
+`$HOME/logs/<job_id>.log` after the transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from nanum.protocol import Heartbeat, HeartbeatReply, JobLaunch, LogChunk
+from nanum.server.auth import NodeCaller
+from nanum.server.context import ServerContext
+from nanum.server.services import lifecycle
+from nanum.store import AllocationRow, JobRow, NodeRow, UserRow
+
+#: Base of the rendezvous port of multi-node jobs: MASTER_PORT = base + job id modulo 1000.
+MASTER_PORT_BASE = 29500
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What handling one heartbeat produced: the reply, nodes to wake, and whether the scheduler should run."""
+
+    reply: HeartbeatReply
+    woken: set[str] = field(default_factory=set)
+    poke: bool = False
+    idle: bool = False
+    version: int = 0
+
+
+def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
+    now = time.time()
+    with ctx.db.write() as s:
+        node = s.get(NodeRow, who.id, with_for_update=True)
+        assert node is not None
+        poke = _record_node(ctx, node, hb, now)
+        held = _held(s, node.id)
+        acks, woken = _record_jobs(s, node, hb, held, now)
+        poke = poke or bool(acks) or bool(woken)
+        desired = desired_jobs(ctx, s, node)
+        version = s.scalar(select(NodeRow.desired_version).where(NodeRow.id == node.id)) or 0
+    offsets = write_logs(ctx, node.name, hb.logs, {j.job_id for j in hb.jobs})
+    reply = _reply(ctx, desired, acks, offsets)
+    running = {j.job_id for j in hb.jobs if j.state == "running"}
+    idle = not acks and {d.job_id for d in desired} == running
+    return Outcome(reply, woken, poke, idle, version)
+
+
+def desired_reply(ctx: ServerContext, who: NodeCaller) -> HeartbeatReply:
+    """The reply to a held heartbeat once something changed (or the wait ended)."""
+    with ctx.db.read() as s:
+        node = s.get(NodeRow, who.id)
+        assert node is not None
+        return _reply(ctx, desired_jobs(ctx, s, node), [], {})
+
+
+def desired_version(ctx: ServerContext, who: NodeCaller) -> int:
+    with ctx.db.read() as s:
+        return int(s.scalar(select(NodeRow.desired_version).where(NodeRow.id == who.id)) or 0)
+
+
+def _reply(ctx: ServerContext, desired: list[JobLaunch], acks: list[int], offsets: dict[int, int]) -> HeartbeatReply:
+    st = ctx.settings
+    return HeartbeatReply(
+        desired=desired,
+        ack=acks,
+        log_offsets=offsets,
+        grace_s=st.grace_s,
+        allow_root=st.allow_root_jobs,
+        interval_s=st.heartbeat_interval_s,
+    )
+
+
+def _record_node(ctx: ServerContext, node: NodeRow, hb: Heartbeat, now: float) -> bool:
+    """Store inventory and liveness. True when the scheduler should look again (node came up, hardware changed)."""
+    inventory = hb.node.model_dump(exclude={"name"})
+    changed = node.inventory != inventory
+    came_up = node.state == "down"
+    if changed:
+        node.inventory, node.hostname = inventory, hb.node.hostname
+        ctx.caches.nodes.clear()
+    if came_up:
+        node.state = "up"
+    node.last_seen = now
+    return changed or came_up
+
+
+def _held(s: Session, node_id: int) -> dict[int, list[int]]:
+    held: dict[int, list[int]] = defaultdict(list)
+    for job_id, gpu in s.execute(
+        select(AllocationRow.job_id, AllocationRow.gpu_index).where(AllocationRow.node_id == node_id)
+    ):
+        held[job_id].append(gpu)
+    return held
+
+
+def _record_jobs(
+    s: Session, node: NodeRow, hb: Heartbeat, held: dict[int, list[int]], now: float
+) -> tuple[list[int], set[str]]:
+    ids = [st.job_id for st in hb.jobs]
+    rows = {j.id: j for j in s.scalars(select(JobRow).where(JobRow.id.in_(ids)).with_for_update())} if ids else {}
+    acks: list[int] = []
+    woken: set[str] = set()
+    for st in hb.jobs:
+        job = rows.get(st.job_id)
+        if st.state == "running":
+            if job is not None and job.id in held and job.state == "running":
+                job.pid = st.pid if st.pid is not None else job.pid
+            elif job is not None and lifecycle.recover(s, job, node, now):
+                woken.add(node.name)
+            continue
+        if job is not None and job.id in held:
+            woken |= lifecycle.part_exited(s, job, node, st, now)
+        acks.append(st.job_id)
+    return acks, woken
+
+
+def desired_jobs(ctx: ServerContext, s: Session, node: NodeRow) -> list[JobLaunch]:
+    """Every job that should be running on `node` now, with what its agent needs to launch it."""
+    held = _held(s, node.id)
+    if not held:
+        return []
+    query = (
+        select(JobRow, UserRow.name, UserRow.unix_user)
+        .join(UserRow, UserRow.id == JobRow.user_id)
+        .where(JobRow.id.in_(list(held)), JobRow.state == "running", JobRow.stop.is_(None))
+        .order_by(JobRow.id)
+    )
+    rows = s.execute(query).all()
+    hosts = _hosts(s, rows)
+    return [_launch(ctx, job, unix or user, node.name, sorted(held[job.id]), hosts) for job, user, unix in rows]
+
+
+def _hosts(s: Session, rows: Any) -> dict[str, str]:
+    """Hostnames of the first node of every multi-node job among `rows` (its rendezvous address)."""
+    firsts = {job.allocation[0]["node"] for job, _, _ in rows if job.nodes > 1 and job.allocation}
+    if not firsts:
+        return {}
+    found = s.execute(select(NodeRow.name, NodeRow.hostname).where(NodeRow.name.in_(firsts)))
+    return {name: host or name for name, host in found}
+
+
+def _launch(
+    ctx: ServerContext, job: JobRow, unix_user: str, node: str, gpus: list[int], hosts: dict[str, str]
+) -> JobLaunch:
+    launch = JobLaunch(
+        job_id=job.id,
+        name=job.name,
+        command=job.command,
+        workdir=job.workdir,
+        env=job.env or {},
+        gpus=gpus,
+        unix_user=unix_user,
+        time_limit_s=job.time_limit_s,
+        grace_s=ctx.settings.grace_s,
+        checkpoint_dir=str(ctx.settings.checkpoints_dir / str(job.id)),
+        nproc_per_node=max(job.gpus, 1),
+    )
+    if job.nodes > 1 and job.allocation:
+        names = [a["node"] for a in job.allocation]
+        first = names[0]
+        launch.master_addr = hosts.get(first, first)
+        launch.master_port = MASTER_PORT_BASE + job.id % 1000
+        launch.nnodes = job.nodes
+        launch.node_rank = names.index(node) if node in names else 0
+    return launch
+
+
+# -- logs ------------------------------------------------------------------------------------------------------
+
+
+def write_logs(ctx: ServerContext, node: str, chunks: list[LogChunk], mentioned: set[int]) -> dict[int, int]:
+    """Append each chunk that starts where the server's copy ends; return each job's log length.
+
+    Offsets and lengths count the agent's bytes: a chunk covers `nbytes` of them even where bytes that were not
+    UTF-8 arrived as U+FFFD. A chunk that overlaps or leaves a gap is dropped, and the returned length tells the
+    agent where to resend from. Only jobs that ran on this node may write their logs."""
+    ids = {c.job_id for c in chunks}
+    allowed = _ran_on(ctx, node, ids) if ids else set()
+    logs = ctx.settings.logs_dir
+    if allowed:
+        logs.mkdir(parents=True, exist_ok=True)
+    offsets = {job_id: agent_log_size(logs, job_id) for job_id in (mentioned | allowed)}
+    for chunk in chunks:
+        if chunk.job_id in allowed:
+            offsets[chunk.job_id] = _append(logs, chunk, offsets[chunk.job_id])
+    return offsets
+
+
+def _ran_on(ctx: ServerContext, node: str, ids: set[int]) -> set[int]:
+    with ctx.db.read() as s:
+        rows = s.execute(select(JobRow.id, JobRow.allocation).where(JobRow.id.in_(ids)))
+        return {job_id for job_id, alloc in rows if any(a.get("node") == node for a in alloc or ())}
+
+
+def agent_log_size(logs: Path, job_id: int) -> int:
+    """How many of the agent's log bytes the server holds: the file's size plus the recorded skew."""
+    path = logs / f"{job_id}.log"
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    return size + _skew(path)
+
+
+def _skew(path: Path) -> int:
+    try:
+        return int((path.parent / f"{path.name}.skew").read_text())
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def _append(logs: Path, chunk: LogChunk, have: int) -> int:
+    data = chunk.data.encode()
+    nbytes = len(data) if chunk.nbytes is None else chunk.nbytes
+    if chunk.offset != have or nbytes <= 0:
+        return have
+    path = logs / f"{chunk.job_id}.log"
+    with open(path, "ab") as f:
+        f.write(data)
+    if nbytes != len(data):
+        (logs / f"{path.name}.skew").write_text(str(_skew(path) + nbytes - len(data)))
+    return have + nbytes

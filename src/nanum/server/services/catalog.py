@@ -1,0 +1,46 @@
+"""Cached read models for the hot request paths: the node inventory and the labs with their limits.
+
+Submitting a job checks it against every node's hardware and its lab's limits; reading them from the database on
+every submit would cost more than the insert itself. Both caches expire after a few seconds and are dropped when
+this server changes them (a new inventory, a lab edited).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from nanum.core import Lab, Node, NodeState
+from nanum.server.context import ServerContext
+from nanum.server.views import core_lab, core_node
+from nanum.store import LabRow, NodeRow
+
+
+@dataclass(frozen=True, slots=True)
+class LabEntry:
+    id: int
+    lab: Lab
+
+
+def nodes(ctx: ServerContext) -> tuple[Node, ...]:
+    """Every node that has reported its hardware (down ones too: they may come back)."""
+    return ctx.caches.nodes.get_or_load("all", lambda: _load_nodes(ctx))  # type: ignore[return-value]
+
+
+def labs(ctx: ServerContext) -> Mapping[str, LabEntry]:
+    return ctx.caches.labs.get_or_load("all", lambda: _load_labs(ctx))  # type: ignore[return-value]
+
+
+def _load_nodes(ctx: ServerContext) -> tuple[Node, ...]:
+    with ctx.db.read() as s:
+        rows = s.execute(
+            select(NodeRow.name, NodeRow.inventory).where(NodeRow.inventory.is_not(None)).order_by(NodeRow.name)
+        ).all()
+    return tuple(core_node(r.name, r.inventory, NodeState.UP) for r in rows)
+
+
+def _load_labs(ctx: ServerContext) -> dict[str, LabEntry]:
+    with ctx.db.read() as s:
+        return {row.name: LabEntry(row.id, core_lab(row)) for row in s.scalars(select(LabRow))}

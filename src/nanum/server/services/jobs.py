@@ -1,0 +1,191 @@
+"""Jobs as users see them: submit (refusing what could never run), list, show, cancel, and read logs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import PurePath
+
+from sqlalchemy import Select, select
+from sqlalchemy.orm import Session
+
+from nanum.core import impossible
+from nanum.server.auth import Caller
+from nanum.server.context import ServerContext
+from nanum.server.errors import BadRequest, Conflict, Forbidden, NotFound
+from nanum.server.schemas import ACTIVE_STATES, JOB_STATES, JobOut, JobSubmit
+from nanum.server.services import catalog, lifecycle
+from nanum.server.views import core_job, job_out
+from nanum.store import JobRow, LabRow, UserRow
+
+#: The most log bytes one read returns; the reply's offset says where to continue.
+LOG_CHUNK = 1 << 20
+
+
+def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> JobOut:
+    """Queue a job for `caller`. Raises BadRequest when no node or limit could ever satisfy it."""
+    lab = _lab_for(ctx, caller, spec.lab)
+    now = time.time()
+    row = JobRow(
+        name=spec.name or PurePath(spec.command[0]).name,
+        user_id=caller.id,
+        lab_id=lab.id,
+        command=spec.command,
+        workdir=spec.workdir or "~",
+        env=spec.env,
+        gpus=spec.gpus,
+        nodes=spec.nodes,
+        gpu_model=spec.gpu_model,
+        cpus=spec.cpus,
+        memory_mb=spec.memory_mb,
+        time_limit_s=spec.time_limit_s,
+        priority=spec.priority,
+        kind=spec.kind,
+        preemptible=spec.preemptible,
+        state="pending",
+        reason="waiting for the scheduler",
+        reason_code="queued",
+        borrowing=False,
+        allocation=[],
+        submit_time=now,
+        runs=0,
+        attained_gpu_seconds=0.0,
+    )
+    _refuse_impossible(ctx, row, caller.name, lab.lab.name)
+    with ctx.db.write() as s:
+        s.add(row)
+        s.flush()
+        lifecycle.event(s, row.id, now, "submitted", f"by {caller.name}")
+    ctx.signals.poke()
+    return job_out(row, caller.name, lab.lab.name)
+
+
+def _lab_for(ctx: ServerContext, caller: Caller, name: str | None) -> catalog.LabEntry:
+    name = name or caller.default_lab
+    if name is None:
+        raise BadRequest(f"user {caller.name} belongs to no lab; pass --lab or ask an admin to add you to one")
+    labs = catalog.labs(ctx)
+    entry = labs.get(name)
+    if entry is None:
+        ctx.caches.labs.clear()
+        entry = catalog.labs(ctx).get(name)
+    if entry is None:
+        raise NotFound(f"no lab named {name}")
+    if not caller.admin and name not in caller.labs:
+        raise Forbidden(f"user {caller.name} is not a member of lab {name}")
+    return entry
+
+
+def _refuse_impossible(ctx: ServerContext, row: JobRow, user: str, lab: str) -> None:
+    nodes = catalog.nodes(ctx)
+    if not nodes:
+        return  # no node has reported yet: accept, the job waits for one
+    labs = {name: entry.lab for name, entry in catalog.labs(ctx).items()}
+    reason = impossible(core_job(row, user, lab), nodes, labs, ctx.policy.lend)
+    if reason is not None:
+        raise BadRequest(f"this job can never run: {reason.message}")
+
+
+# -- reading ---------------------------------------------------------------------------------------------------
+
+
+def _select() -> Select[tuple[JobRow, str, str]]:
+    return (
+        select(JobRow, UserRow.name, LabRow.name)
+        .join(UserRow, UserRow.id == JobRow.user_id)
+        .join(LabRow, LabRow.id == JobRow.lab_id)
+    )
+
+
+def list_jobs(
+    ctx: ServerContext,
+    *,
+    all: bool = False,
+    user: str | None = None,
+    lab: str | None = None,
+    states: Sequence[str] = (),
+) -> list[JobOut]:
+    unknown = sorted(set(states) - set(JOB_STATES))
+    if unknown:
+        raise BadRequest(f"unknown job state {unknown[0]}; choose from {', '.join(JOB_STATES)}")
+    query = _select().order_by(JobRow.id)
+    if states:
+        query = query.where(JobRow.state.in_(states))
+    elif not all:
+        query = query.where(JobRow.state.in_(ACTIVE_STATES))
+    if user:
+        query = query.where(UserRow.name == user)
+    if lab:
+        query = query.where(LabRow.name == lab)
+    with ctx.db.read() as s:
+        return [job_out(row, u, la) for row, u, la in s.execute(query)]
+
+
+def get_job(ctx: ServerContext, job_id: int) -> JobOut:
+    with ctx.db.read() as s:
+        found = s.execute(_select().where(JobRow.id == job_id)).first()
+    if found is None:
+        raise NotFound(f"no job {job_id}")
+    return job_out(*found)
+
+
+# -- cancel ----------------------------------------------------------------------------------------------------
+
+
+def cancel(ctx: ServerContext, caller: Caller, job_id: int) -> JobOut:
+    """Pending: cancelled at once. Running: stopped on its nodes, cancelled when they report it gone."""
+    now = time.time()
+    with ctx.db.write() as s:
+        job = _owned(s, caller, job_id, lock=True)
+        woken = _cancel(s, job, caller, now)
+    ctx.signals.wake(woken)
+    ctx.signals.poke()
+    return get_job(ctx, job_id)
+
+
+def _owned(s: Session, caller: Caller, job_id: int, *, lock: bool = False) -> JobRow:
+    query = select(JobRow).where(JobRow.id == job_id)
+    job = s.scalars(query.with_for_update() if lock else query).first()
+    if job is None:
+        raise NotFound(f"no job {job_id}")
+    if not caller.may_manage(job.user_id):
+        raise Forbidden(f"job {job_id} belongs to another user; only its owner or an admin may do that")
+    return job
+
+
+def _cancel(s: Session, job: JobRow, caller: Caller, now: float) -> set[str]:
+    if job.state in lifecycle.FINISHED:
+        raise Conflict(f"job {job.id} already ended ({job.state})")
+    message = f"cancelled by {caller.name}"
+    if job.state != "running":
+        job.state, job.end_time, job.reason, job.reason_code = "cancelled", now, message, None
+        job.estimated_start = None
+        lifecycle.event(s, job.id, now, "cancelled", message)
+        return set()
+    job.reason = message
+    return lifecycle.request_stop(s, job, "cancel", now, message)
+
+
+# -- logs ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LogSlice:
+    data: bytes
+    next_offset: int
+    state: str
+
+
+def read_logs(ctx: ServerContext, caller: Caller, job_id: int, offset: int) -> LogSlice:
+    with ctx.db.read() as s:
+        job = _owned(s, caller, job_id)
+        state = job.state
+    path = ctx.settings.logs_dir / f"{job_id}.log"
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(offset, 0))
+            data = f.read(LOG_CHUNK)
+    except FileNotFoundError:
+        data = b""
+    return LogSlice(data, max(offset, 0) + len(data), state)

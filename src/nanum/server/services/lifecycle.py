@@ -1,0 +1,203 @@
+"""Job lifecycle: the transitions the scheduler, the agent endpoint and cancel all make, kept in one place.
+
+A running job ends in two steps. First something decides it must stop (`request_stop`: cancel, preemption, a
+failed or timed-out part of a gang, its node went silent): `stop` records why, and the job leaves its nodes'
+desired lists so their agents stop it. Then, as each node reports its process gone (`part_exited`), that node's
+allocation rows are deleted; when none are left, `finalize` gives the job its final state, or requeues it
+(preempted, lost) with its original submit time. Its GPUs are therefore never handed out while a process may
+still be using them.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from nanum.core import decay
+from nanum.protocol import JobStatus
+from nanum.store import AllocationRow, EventRow, JobRow, LabRow, NodeRow, UsageRow, UserRow
+
+FINISHED = frozenset({"completed", "failed", "cancelled", "timeout"})
+#: What a stopped job becomes once all its processes are gone, by `stop`.
+OUTCOME = {
+    None: "completed",
+    "fail": "failed",
+    "timeout": "timeout",
+    "cancel": "cancelled",
+    "preempt": "pending",
+    "lost": "pending",
+}
+#: A stop reason may be replaced by a stronger one (a user's cancel beats a preemption).
+STRENGTH = {"preempt": 1, "lost": 1, "fail": 2, "timeout": 2, "cancel": 3}
+
+
+def event(s: Session, job_id: int, now: float, kind: str, message: str = "") -> None:
+    s.add(EventRow(job_id=job_id, time=now, kind=kind, message=message))
+
+
+def held_nodes(s: Session, job_id: int) -> list[tuple[int, str]]:
+    """(node id, node name) of every node where the job still holds GPUs."""
+    rows = s.execute(
+        select(NodeRow.id, NodeRow.name)
+        .join(AllocationRow, AllocationRow.node_id == NodeRow.id)
+        .where(AllocationRow.job_id == job_id)
+        .distinct()
+    )
+    return [(r.id, r.name) for r in rows]
+
+
+def bump(s: Session, node_ids: list[int]) -> None:
+    """Record that these nodes' desired lists changed (a server holding their long poll looks at this)."""
+    if node_ids:
+        s.execute(update(NodeRow).where(NodeRow.id.in_(node_ids)).values(desired_version=NodeRow.desired_version + 1))
+
+
+def request_stop(s: Session, job: JobRow, why: str, now: float, message: str) -> set[str]:
+    """Take running `job` off its nodes' desired lists. Returns the names of the nodes to wake."""
+    if job.state != "running" or STRENGTH[why] <= STRENGTH.get(job.stop or "", 0):
+        return set()
+    job.stop = why
+    event(s, job.id, now, {"cancel": "cancel-requested", "preempt": "preempting"}.get(why, why), message)
+    nodes = held_nodes(s, job.id)
+    bump(s, [i for i, _ in nodes])
+    return {name for _, name in nodes}
+
+
+def part_exited(s: Session, job: JobRow, node: NodeRow, status: JobStatus, now: float) -> set[str]:
+    """The job's process on `node` is gone: free its GPUs there, stop the rest of a failed gang, maybe finalize."""
+    s.execute(delete(AllocationRow).where(AllocationRow.job_id == job.id, AllocationRow.node_id == node.id))
+    woken: set[str] = set()
+    why, message, code = _part_outcome(status)
+    if job.stop is None:
+        job.exit_code, job.reason = code, message
+        if why is not None:
+            woken = request_stop(s, job, why, now, message or why)
+    elif job.exit_code is None:
+        job.exit_code = code  # stopped on purpose: the stop reason stands
+    remaining = s.scalar(select(func.count()).select_from(AllocationRow).where(AllocationRow.job_id == job.id))
+    if not remaining:
+        finalize(s, job, now)
+    return woken
+
+
+def _part_outcome(st: JobStatus) -> tuple[str | None, str | None, int | None]:
+    """(stop reason or None for success, message, exit code) of one node's process."""
+    code = st.exit_code if st.exit_code is not None else (128 + st.signal if st.signal else None)
+    if st.state == "failed_to_start":
+        return "fail", st.reason or "the job failed to start", code
+    if st.timed_out:
+        return "timeout", st.reason or "stopped at its time limit", code
+    if st.signal:
+        return "fail", st.reason or f"killed by signal {st.signal}", code
+    if code:
+        return "fail", st.reason or f"exited with code {code}", code
+    return None, None, 0 if code is None else code
+
+
+def finalize(s: Session, job: JobRow, now: float) -> None:
+    """Every process of `job` is gone: charge its run and give it its final state (or requeue it)."""
+    charge(s, job, now)
+    outcome = OUTCOME[job.stop]
+    if outcome == "pending":
+        what = "preempted" if job.stop == "preempt" else "lost its node"
+        job.state, job.reason, job.reason_code = "pending", f"requeued: {what}; waiting to run again", "queued"
+        job.estimated_start = job.exit_code = None
+        event(s, job.id, now, "requeued", job.reason)
+    else:
+        job.state, job.end_time = outcome, now
+        if outcome == "completed":
+            job.reason, job.reason_code = None, None
+        event(s, job.id, now, outcome, job.reason or "")
+    job.stop = None
+    job.pid = None
+
+
+def recover(s: Session, job: JobRow, node: NodeRow, now: float) -> bool:
+    """`node` came back still running `job`, which was requeued when the node went silent: keep it running there."""
+    placement = job.lost_from or []
+    if job.state != "pending" or len(placement) != 1 or placement[0].get("node") != node.name:
+        return False
+    try:
+        with s.begin_nested():
+            s.execute(
+                AllocationRow.__table__.insert(),
+                [{"job_id": job.id, "node_id": node.id, "gpu_index": g} for g in placement[0]["gpus"]],
+            )
+    except IntegrityError:
+        return False  # its GPUs went to another job; the agent will stop this one
+    job.state, job.allocation, job.lost_from = "running", placement, None
+    job.reason = job.reason_code = job.estimated_start = None
+    bump(s, [node.id])
+    event(s, job.id, now, "recovered", f"node {node.name} is back and still runs it")
+    return True
+
+
+def node_lost(s: Session, node: NodeRow, now: float) -> set[str]:
+    """`node` stopped answering: its jobs are requeued (and stopped on their other nodes). Returns nodes to wake."""
+    job_ids = s.scalars(select(AllocationRow.job_id).where(AllocationRow.node_id == node.id).distinct()).all()
+    s.execute(delete(AllocationRow).where(AllocationRow.node_id == node.id))
+    woken: set[str] = set()
+    for job in s.scalars(select(JobRow).where(JobRow.id.in_(job_ids)).with_for_update()):
+        if job.state != "running":
+            continue
+        if job.stop is None and job.nodes == 1:
+            job.lost_from = job.allocation
+        woken |= request_stop(s, job, "lost", now, f"node {node.name} stopped answering")
+        if not s.scalar(select(func.count()).select_from(AllocationRow).where(AllocationRow.job_id == job.id)):
+            finalize(s, job, now)
+    return woken
+
+
+# -- accounting ------------------------------------------------------------------------------------------------
+
+
+def charge(s: Session, job: JobRow, now: float) -> None:
+    """Add the GPU-seconds of the current run since it was last charged to the job, its lab and its user."""
+    since = job.charged_until or job.start_time
+    if since is None or now <= since:
+        return
+    gpu_seconds = job.gpus * job.nodes * (now - since)
+    job.attained_gpu_seconds = (job.attained_gpu_seconds or 0.0) + gpu_seconds
+    job.charged_until = now
+    if gpu_seconds <= 0:
+        return
+    lab, user = s.get(LabRow, job.lab_id), s.get(UserRow, job.user_id)
+    for kind, row in (("lab", lab), ("user", user)):
+        if row is None:
+            continue
+        row.decayed_usage = decay(row.decayed_usage, now - row.decayed_at) + gpu_seconds
+        row.decayed_at = now
+        for month, seconds in _by_month(job.gpus * job.nodes, since, now):
+            _add_usage(s, month, kind, row.name, seconds)
+
+
+def month_of(t: float) -> str:
+    return time.strftime("%Y-%m", time.gmtime(t))
+
+
+def month_start(t: float) -> float:
+    g = time.gmtime(t)
+    return float(calendar.timegm((g.tm_year, g.tm_mon, 1, 0, 0, 0)))
+
+
+def _by_month(gpus: int, since: float, now: float) -> list[tuple[str, float]]:
+    start = month_start(now)
+    if since >= start:
+        return [(month_of(now), gpus * (now - since))]
+    return [(month_of(since), gpus * (start - since)), (month_of(now), gpus * (now - start))]
+
+
+def _add_usage(s: Session, month: str, kind: str, name: str, seconds: float) -> None:
+    dialect: Any = postgresql if s.get_bind().dialect.name == "postgresql" else sqlite
+    stmt = dialect.insert(UsageRow).values(month=month, kind=kind, name=name, gpu_seconds=seconds)
+    s.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["month", "kind", "name"], set_={"gpu_seconds": UsageRow.gpu_seconds + seconds}
+        )
+    )

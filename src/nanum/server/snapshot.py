@@ -1,0 +1,192 @@
+"""Reading the cluster from the store into one `nanum.core.Snapshot` for a scheduling cycle.
+
+Nodes come from the agents' inventories; a node is up only if it was heard from within the node timeout. Running
+jobs carry their allocations and an expected end (start + time limit or predicted run time). GPUs still held by a
+job that is no longer running (a stopped gang waiting for its last part) count as busy. Labs and users carry
+their limits, this month's GPU-hours and decayed usage, both including the running jobs' uncharged time.
+
+`Plan` keeps, beside the snapshot, what applying decisions needs: node ids, and the reason and estimate each
+pending job shows now, so only the ones that changed are written back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from nanum.core import HistoryPredictor, Lab, Limits, NodeState, Placement, Running, Snapshot, User, decay
+from nanum.core import expected_runtime as planned_runtime
+from nanum.server.services.lifecycle import month_of, month_start
+from nanum.server.views import core_job, core_lab, core_node
+from nanum.store import AllocationRow, JobRow, LabRow, NodeRow, UsageRow, UserRow
+
+JOB_COLUMNS = (
+    JobRow.id,
+    JobRow.user_id,
+    JobRow.lab_id,
+    JobRow.name,
+    JobRow.gpus,
+    JobRow.nodes,
+    JobRow.gpu_model,
+    JobRow.cpus,
+    JobRow.memory_mb,
+    JobRow.time_limit_s,
+    JobRow.priority,
+    JobRow.kind,
+    JobRow.submit_time,
+    JobRow.preemptible,
+    JobRow.attained_gpu_seconds,
+)
+RUN_COLUMNS = (JobRow.start_time, JobRow.charged_until, JobRow.borrowing)
+PENDING_COLUMNS = (JobRow.reason, JobRow.reason_code, JobRow.estimated_start)
+
+
+@dataclass(slots=True)
+class Plan:
+    snapshot: Snapshot
+    node_ids: dict[str, int]
+    shown: dict[int, tuple[str | None, str | None, float | None]] = field(default_factory=dict)
+
+
+def build(s: Session, now: float, timeout: float, predictor: HistoryPredictor) -> Plan:
+    users = {u.id: u for u in s.scalars(select(UserRow))}
+    labs = {lab.id: lab for lab in s.scalars(select(LabRow))}
+    running_rows = s.execute(select(*JOB_COLUMNS, *RUN_COLUMNS).where(JobRow.state == "running")).all()
+    pending_rows = s.execute(
+        select(*JOB_COLUMNS, *PENDING_COLUMNS).where(JobRow.state == "pending").order_by(JobRow.id)
+    ).all()
+    node_rows = s.execute(
+        select(NodeRow.id, NodeRow.name, NodeRow.inventory, NodeRow.state, NodeRow.last_seen)
+        .where(NodeRow.inventory.is_not(None))
+        .order_by(NodeRow.name)
+    ).all()
+    names = {r.id: r.name for r in node_rows}
+    held: dict[int, list[Placement]] = defaultdict(list)
+    by_job: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for job_id, node_id, gpu in s.execute(select(AllocationRow.job_id, AllocationRow.node_id, AllocationRow.gpu_index)):
+        by_job[(job_id, node_id)].append(gpu)
+    for (job_id, node_id), gpus in sorted(by_job.items()):
+        if node_id in names:
+            held[job_id].append(Placement(names[node_id], tuple(sorted(gpus))))
+
+    def job(row: Any) -> Any:
+        return core_job(row, users[row.user_id].name, labs[row.lab_id].name)
+
+    running = tuple(_running(job(r), r, held.get(r.id, []), predictor) for r in running_rows)
+    live = {r.job.id for r in running}
+    busy: dict[str, set[int]] = defaultdict(set)
+    for job_id, places in held.items():
+        if job_id not in live:
+            for p in places:
+                busy[p.node].update(p.gpus)
+    nodes = tuple(
+        core_node(r.name, r.inventory, _state(r, now, timeout), frozenset(busy.get(r.name, ()))) for r in node_rows
+    )
+    usage = _month_usage(s, now)
+    snapshot = Snapshot(
+        now=now,
+        nodes=nodes,
+        pending=tuple(job(r) for r in pending_rows),
+        running=running,
+        labs=_labs(labs.values(), usage, running, running_rows, now),
+        users=_users(users.values(), usage, running, running_rows, now),
+        month=time.strftime("%B", time.gmtime(now)),
+    )
+    shown = {r.id: (r.reason, r.reason_code, r.estimated_start) for r in pending_rows}
+    return Plan(snapshot, {r.name: r.id for r in node_rows}, shown)
+
+
+def _state(row: Any, now: float, timeout: float) -> NodeState:
+    if row.state == "draining":
+        return NodeState.DRAINING
+    fresh = row.last_seen is not None and now - row.last_seen <= timeout
+    return NodeState.UP if fresh and row.state == "up" else NodeState.DOWN
+
+
+def _running(job: Any, row: Any, places: list[Placement], predictor: HistoryPredictor) -> Running:
+    runtime = planned_runtime(job, predictor)
+    start = row.start_time or 0.0
+    return Running(
+        job=job,
+        placements=tuple(places),
+        start_time=start,
+        borrowing=row.borrowing,
+        expected_end=None if runtime is None else start + runtime,
+    )
+
+
+def _month_usage(s: Session, now: float) -> Counter[tuple[str, str]]:
+    rows = s.execute(select(UsageRow.kind, UsageRow.name, UsageRow.gpu_seconds).where(UsageRow.month == month_of(now)))
+    return Counter({(kind, name): seconds for kind, name, seconds in rows})
+
+
+def _uncharged(running: tuple[Running, ...], rows: Any, now: float) -> list[tuple[Running, float, float]]:
+    """(run, GPU-seconds not yet charged, of which this month) for every running job."""
+    since = {r.id: r.charged_until or r.start_time or now for r in rows}
+    first = month_start(now)
+    out = []
+    for run in running:
+        start = since[run.job.id]
+        gpus = run.job.total_gpus
+        out.append((run, gpus * max(now - start, 0.0), gpus * max(now - max(start, first), 0.0)))
+    return out
+
+
+def _labs(
+    rows: Any, usage: Counter[tuple[str, str]], running: tuple[Running, ...], run_rows: Any, now: float
+) -> dict[str, Lab]:
+    extra, month = Counter[str](), Counter[str]()
+    for run, total, this_month in _uncharged(running, run_rows, now):
+        extra[run.job.lab] += total
+        month[run.job.lab] += this_month
+    return {
+        lab.name: core_lab(
+            lab,
+            (usage[("lab", lab.name)] + month[lab.name]) / 3600.0,
+            decay(lab.decayed_usage, now - lab.decayed_at) + extra[lab.name],
+        )
+        for lab in rows
+    }
+
+
+def _users(
+    rows: Any, usage: Counter[tuple[str, str]], running: tuple[Running, ...], run_rows: Any, now: float
+) -> dict[str, User]:
+    extra, month = Counter[str](), Counter[str]()
+    for run, total, this_month in _uncharged(running, run_rows, now):
+        extra[run.job.user] += total
+        month[run.job.user] += this_month
+    return {
+        u.name: User(
+            name=u.name,
+            limits=Limits(
+                max_gpus=u.max_gpus, max_running_jobs=u.max_running_jobs, monthly_gpu_hours=u.monthly_gpu_hours
+            ),
+            used_gpu_hours=(usage[("user", u.name)] + month[u.name]) / 3600.0,
+            decayed_usage=decay(u.decayed_usage, now - u.decayed_at) + extra[u.name],
+        )
+        for u in rows
+    }
+
+
+def learn(s: Session, predictor: HistoryPredictor, after: float, limit: int = 5000) -> float:
+    """Feed the predictor the jobs that completed after `after`; returns the new watermark."""
+    users = dict(s.execute(select(UserRow.id, UserRow.name)).all())
+    labs = dict(s.execute(select(LabRow.id, LabRow.name)).all())
+    rows = s.execute(
+        select(*JOB_COLUMNS, JobRow.start_time, JobRow.end_time)
+        .where(JobRow.state == "completed", JobRow.end_time > after)
+        .order_by(JobRow.end_time.desc())
+        .limit(limit)
+    ).all()
+    for row in reversed(rows):
+        if row.start_time is not None:
+            predictor.observe(
+                core_job(row, users.get(row.user_id, ""), labs.get(row.lab_id, "")), row.end_time - row.start_time
+            )
+    return max((r.end_time for r in rows), default=after)

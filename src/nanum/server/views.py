@@ -1,0 +1,95 @@
+"""Turning stored rows into `nanum.core` values (nodes, jobs, labs) and into API bodies."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from nanum.core import Gpu, Job, JobId, JobKind, Lab, Limits, Node, NodeState
+from nanum.server.schemas import AllocationOut, JobOut, iso
+from nanum.store import JobRow, LabRow
+
+
+def core_node(name: str, inventory: Mapping[str, Any], state: NodeState, held: frozenset[int] = frozenset()) -> Node:
+    """A node as the core sees it. `held`: GPUs taken by processes that are not running jobs (busy)."""
+    gpus = tuple(
+        Gpu(int(g["index"]), str(g.get("model", "")), int(g.get("memory_mb", 0)), int(g.get("island", 0)))
+        for g in inventory.get("gpus", ())
+    )
+    busy = frozenset(int(i) for i in inventory.get("busy_gpus", ())) | held
+    return Node(
+        name=name,
+        gpus=gpus,
+        cpus=int(inventory.get("cpus", 0)),
+        memory_mb=int(inventory.get("memory_mb", 0)),
+        state=state,
+        busy_gpus=busy,
+    )
+
+
+def core_lab(row: LabRow, used_gpu_hours: float = 0.0, decayed_usage: float = 0.0) -> Lab:
+    limits = Limits(
+        max_gpus=row.max_gpus, max_running_jobs=row.max_running_jobs, monthly_gpu_hours=row.monthly_gpu_hours
+    )
+    return Lab(
+        name=row.name,
+        guaranteed_gpus=row.guaranteed_gpus,
+        limits=limits,
+        weight=row.weight,
+        used_gpu_hours=used_gpu_hours,
+        decayed_usage=decayed_usage,
+    )
+
+
+def core_job(row: Any, user: str, lab: str) -> Job:
+    """`row` is a JobRow or any row with the same column names."""
+    return Job(
+        id=JobId(row.id),
+        user=user,
+        lab=lab,
+        gpus=row.gpus,
+        nodes=row.nodes,
+        gpu_model=row.gpu_model,
+        cpus=row.cpus or 0,
+        memory_mb=row.memory_mb or 0,
+        time_limit=row.time_limit_s,
+        priority=row.priority,
+        kind=JobKind(row.kind),
+        submit_time=row.submit_time,
+        preemptible=row.preemptible,
+        name=row.name,
+        attained_gpu_seconds=row.attained_gpu_seconds,
+    )
+
+
+def job_out(row: JobRow, user: str, lab: str) -> JobOut:
+    pending = row.state == "pending"
+    return JobOut(
+        id=row.id,
+        name=row.name,
+        user=user,
+        lab=lab,
+        state=row.state,
+        reason=row.reason,
+        reason_code=row.reason_code,
+        estimated_start=iso(row.estimated_start) if pending else None,
+        gpus=row.gpus,
+        nodes=row.nodes,
+        gpu_model=row.gpu_model,
+        cpus=row.cpus,
+        memory_mb=row.memory_mb,
+        time_limit_s=row.time_limit_s,
+        priority=row.priority,
+        kind=row.kind,
+        preemptible=row.preemptible,
+        borrowing=row.borrowing,
+        allocation=[] if pending else [AllocationOut(**a) for a in row.allocation or ()],
+        submit_time=iso(row.submit_time),
+        start_time=iso(row.start_time),
+        end_time=iso(row.end_time),
+        exit_code=row.exit_code,
+        command=row.command,
+        workdir=row.workdir,
+        env=row.env or {},
+        runs=row.runs,
+    )
