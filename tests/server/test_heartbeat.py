@@ -1,0 +1,233 @@
+"""The agent protocol end to end against the real app: a fake agent client posting real heartbeats."""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import select
+
+from nanum.server.context import ServerContext
+from nanum.server.services import accounts
+from nanum.store import EventRow
+from tests.server.asgiclient import AsgiClient
+from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, submit, tick
+from tests.server.fakeagent import FakeAgent
+
+
+def gpu_holders(client: AsgiClient) -> dict[tuple[str, int], int | None]:
+    nodes = client.get("/api/v1/nodes", headers=auth(BOB)).json()
+    return {(n["name"], g["index"]): g["job_id"] for n in nodes for g in n["gpus"]}
+
+
+def events(ctx: ServerContext, job_id: object) -> list[str]:
+    with ctx.db.read() as s:
+        return list(s.scalars(select(EventRow.kind).where(EventRow.job_id == job_id).order_by(EventRow.id)))
+
+
+def test_a_job_is_placed_on_the_agents_gpus_with_everything_it_needs(client: AsgiClient, agent: FakeAgent) -> None:
+    j = submit(client, gpus=2, env={"SEED": "7"}, workdir="/home/alice/proj", time_limit_s=600)
+    tick(client)
+    running = job(client, j["id"])
+    assert running["state"] == "running" and running["runs"] == 1 and running["start_time"]
+    assert running["allocation"] == [{"node": "gpu-01", "gpus": [0, 1]}]
+    reply = agent.beat()
+    [launch] = reply.desired
+    assert launch.job_id == j["id"] and launch.gpus == [0, 1]
+    assert launch.command == ["python", "train.py"] and launch.workdir == "/home/alice/proj"
+    assert launch.env == {"SEED": "7"} and launch.unix_user == "alice" and launch.time_limit_s == 600
+    assert launch.checkpoint_dir.endswith(f"checkpoints/{j['id']}")
+    assert launch.nnodes == 1 and launch.master_addr is None
+    assert gpu_holders(client)[("gpu-01", 0)] == j["id"]
+
+
+def test_a_users_unix_account_defaults_to_their_name(client: AsgiClient, agent: FakeAgent) -> None:
+    submit(client, BOB)
+    tick(client)
+    assert agent.beat().desired[0].unix_user == "bob"
+
+
+def test_an_exit_completes_the_job_and_frees_its_gpus(client: AsgiClient, ctx: ServerContext, agent: FakeAgent) -> None:
+    j = submit(client, gpus=4)
+    tick(client)
+    agent.beat()
+    agent.exit(j["id"], code=0)
+    reply = agent.beat()
+    assert reply.ack == [j["id"]] and reply.desired == []
+    done = job(client, j["id"])
+    assert done["state"] == "completed" and done["exit_code"] == 0 and done["end_time"]
+    assert done["allocation"] == [{"node": "gpu-01", "gpus": [0, 1, 2, 3]}]  # where it ran stays visible
+    assert set(gpu_holders(client).values()) == {None}
+    assert events(ctx, j["id"]) == ["submitted", "started", "completed"]
+
+
+def test_failures_and_time_limits_end_the_job_with_the_reason(client: AsgiClient, agent: FakeAgent) -> None:
+    crash, missing, slow = (submit(client, gpus=1) for _ in range(3))
+    tick(client)
+    agent.beat()
+    agent.exit(crash["id"], code=3)
+    agent.fail_to_start(missing["id"], "user alice has no account on node gpu-01")
+    agent.exit(slow["id"], code=137, signal=9, timed_out=True)
+    agent.beat()
+    crashed = job(client, crash["id"])
+    assert crashed["state"] == "failed" and crashed["exit_code"] == 3 and crashed["reason"] == "exited with code 3"
+    assert job(client, missing["id"])["state"] == "failed"
+    assert job(client, missing["id"])["reason"] == "user alice has no account on node gpu-01"
+    assert job(client, slow["id"])["state"] == "timeout"
+
+
+def test_two_jobs_never_get_the_same_gpu(client: AsgiClient, agent: FakeAgent) -> None:
+    ids = [submit(client, ALICE if i % 2 else BOB, gpus=1 + i % 2)["id"] for i in range(8)]
+    done: set[int] = set()
+    for _ in range(20):
+        tick(client)
+        agent.beat()
+        held = agent.held_gpus()
+        flat = [g for gpus in held.values() for g in gpus]
+        assert len(flat) == len(set(flat)), held
+        assert sum(1 for v in gpu_holders(client).values() if v is not None) == len(flat)
+        if not held:
+            break
+        first = min(held)
+        agent.exit(first)
+        done.add(first)
+        agent.beat()
+    assert done == set(ids)
+    assert all(job(client, i)["state"] == "completed" for i in ids)
+
+
+def test_a_queued_job_starts_as_soon_as_gpus_free(client: AsgiClient, agent: FakeAgent) -> None:
+    big = submit(client, gpus=4)
+    waiting = submit(client, gpus=2)
+    tick(client)
+    agent.beat()
+    assert job(client, waiting["id"])["state"] == "pending"
+    agent.exit(big["id"])
+    agent.beat()  # the exit frees the GPUs and wakes the scheduler
+    tick(client)
+    assert job(client, waiting["id"])["state"] == "running"
+    assert [d.job_id for d in agent.beat().desired] == [waiting["id"]]
+
+
+def test_cancelling_a_running_job_stops_it_first(client: AsgiClient, ctx: ServerContext, agent: FakeAgent) -> None:
+    j = submit(client)
+    tick(client)
+    agent.beat()
+    r = client.post(f"/api/v1/jobs/{j['id']}/cancel", headers=auth(ALICE))
+    assert r.status_code == 200 and r.json()["state"] == "running"  # still running until its process is gone
+    reply = agent.beat()  # not desired any more: the agent stops it and reports the exit next time
+    assert reply.desired == [] and j["id"] in agent.exited
+    agent.beat()
+    cancelled = job(client, j["id"])
+    assert cancelled["state"] == "cancelled" and cancelled["reason"] == "cancelled by alice"
+    assert events(ctx, j["id"])[-2:] == ["cancel-requested", "cancelled"]
+    assert set(gpu_holders(client).values()) == {None}
+
+
+def test_a_silent_node_requeues_its_jobs_and_keeps_them_if_it_comes_back(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent
+) -> None:
+    j = submit(client, gpus=2)
+    tick(client)
+    agent.beat()
+    later = time.time() + ctx.settings.node_timeout_s + 5
+    client.app.state.scheduler.tick(now=later)
+    requeued = job(client, j["id"])
+    assert requeued["state"] == "pending" and requeued["runs"] == 1
+    assert requeued["submit_time"] == j["submit_time"]
+    assert client.get("/api/v1/nodes", headers=auth(BOB)).json()[0]["state"] == "down"
+    assert set(gpu_holders(client).values()) == {None}
+    reply = agent.beat()  # the node is back and still runs the job: keep it there
+    assert [d.job_id for d in reply.desired] == [j["id"]]
+    back = job(client, j["id"])
+    assert back["state"] == "running" and back["runs"] == 1 and back["allocation"][0]["gpus"] == [0, 1]
+    assert events(ctx, j["id"])[-3:] == ["lost", "requeued", "recovered"]
+
+
+def test_a_job_restarted_elsewhere_is_not_disturbed_when_its_old_node_returns(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent
+) -> None:
+    j = submit(client, gpus=4)
+    tick(client)
+    agent.beat()
+    other = FakeAgent(client, "gpu-02", accounts.add_node(ctx, "gpu-02"), gpus=4)
+    later = time.time() + ctx.settings.node_timeout_s + 5
+    client.app.state.scheduler.tick(now=later)  # gpu-01 silent: requeued
+    other.beat()
+    tick(client)
+    assert job(client, j["id"])["allocation"] == [{"node": "gpu-02", "gpus": [0, 1, 2, 3]}]
+    other.beat()
+    reply = agent.beat()  # gpu-01 returns still running the job: it is told to stop it
+    assert reply.desired == []
+    agent.beat()  # ... and its exit report does not touch the run on gpu-02
+    again = job(client, j["id"])
+    assert again["state"] == "running" and again["runs"] == 2
+    assert [d.job_id for d in other.beat().desired] == [j["id"]]
+
+
+def test_borrowed_gpus_are_reclaimed_for_a_lab_within_its_guarantee(client: AsgiClient, agent: FakeAgent) -> None:
+    for lab in ("vision", "nlp"):
+        client.patch(f"/api/v1/labs/{lab}", json={"guaranteed_gpus": 2}, headers=auth(ADMIN))
+    nlp = [submit(client, BOB, lab="nlp", gpus=1)["id"] for _ in range(4)]
+    tick(client)
+    agent.beat()
+    assert sorted(job(client, i)["borrowing"] for i in nlp) == [False, False, True, True]
+    mine = [submit(client, ALICE, gpus=1)["id"] for _ in range(2)]
+    tick(client)  # reclaim: the two borrowers are asked to stop
+    assert all(job(client, i)["state"] == "pending" for i in mine)
+    agent.beat()  # the agent stops the borrowers ...
+    agent.beat()  # ... and reports them gone: they are requeued, and their GPUs go to alice
+    tick(client)
+    assert all(job(client, i)["state"] == "running" for i in mine)
+    requeued = [i for i in nlp if job(client, i)["state"] == "pending"]
+    assert len(requeued) == 2 and all(job(client, i)["runs"] == 1 for i in requeued)
+
+
+def test_a_gang_gets_rendezvous_settings_and_fails_as_a_whole(client: AsgiClient, ctx: ServerContext) -> None:
+    a = FakeAgent(client, "gpu-01", accounts.add_node(ctx, "gpu-01"))
+    b = FakeAgent(client, "gpu-02", accounts.add_node(ctx, "gpu-02"))
+    a.beat(), b.beat()
+    j = submit(client, gpus=4, nodes=2)
+    tick(client)
+    [la], [lb] = a.beat().desired, b.beat().desired
+    assert (la.nnodes, lb.nnodes) == (2, 2) and {la.node_rank, lb.node_rank} == {0, 1}
+    assert la.master_addr == lb.master_addr == "gpu-01.lan" and la.master_port == lb.master_port
+    assert la.nproc_per_node == 4
+    b.exit(j["id"], code=1)
+    b.beat()  # one rank failed: the job fails, and the other rank is stopped
+    assert job(client, j["id"])["state"] == "running"
+    assert a.beat().desired == []
+    a.beat()
+    failed = job(client, j["id"])
+    assert failed["state"] == "failed" and failed["exit_code"] == 1
+    assert set(gpu_holders(client).values()) == {None}
+
+
+def test_logs_are_appended_at_their_offsets_and_read_back(client: AsgiClient, agent: FakeAgent) -> None:
+    from nanum.protocol import LogChunk
+
+    j = submit(client)
+    tick(client)
+    agent.beat()
+    agent.logs = [LogChunk(job_id=j["id"], offset=0, data="epoch 1\n"), LogChunk(job_id=j["id"], offset=8, data="é\n")]
+    reply = agent.beat()
+    assert reply.log_offsets[j["id"]] == 11
+    agent.logs = [LogChunk(job_id=j["id"], offset=50, data="gap\n")]  # would leave a hole: dropped
+    assert agent.beat().log_offsets[j["id"]] == 11
+    agent.logs = [LogChunk(job_id=j["id"], offset=11, data="\ufffd\n", nbytes=2)]  # one byte was not UTF-8
+    assert agent.beat().log_offsets[j["id"]] == 13
+    r = client.get(f"/api/v1/jobs/{j['id']}/logs", headers=auth(ALICE))
+    assert r.text == "epoch 1\né\n\ufffd\n" and r.headers["X-Nanum-Job-State"] == "running"
+    offset = int(r.headers["X-Nanum-Log-Offset"])
+    r = client.get(f"/api/v1/jobs/{j['id']}/logs", params={"offset": offset}, headers=auth(ALICE))
+    assert r.text == "" and int(r.headers["X-Nanum-Log-Offset"]) == offset
+
+
+def test_a_node_may_not_write_another_nodes_job_logs(client: AsgiClient, ctx: ServerContext, agent: FakeAgent) -> None:
+    from nanum.protocol import LogChunk
+
+    j = submit(client)
+    tick(client)
+    intruder = FakeAgent(client, "gpu-09", accounts.add_node(ctx, "gpu-09"))
+    intruder.logs = [LogChunk(job_id=j["id"], offset=0, data="forged\n")]
+    intruder.beat()
+    assert client.get(f"/api/v1/jobs/{j['id']}/logs", headers=auth(ALICE)).text == ""

@@ -1,0 +1,73 @@
+"""Held heartbeats with the real scheduler loop running: a submit reaches an idle node's agent at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from nanum.protocol import HeartbeatReply
+from nanum.server.app import create_app
+from nanum.server.context import ServerContext
+from nanum.server.services import accounts
+from tests.server.asgiclient import AsgiClient, serve
+from tests.server.conftest import ALICE, auth, submit
+from tests.server.fakeagent import FakeAgent
+
+
+@pytest.fixture
+def live(ctx: ServerContext) -> Iterator[AsgiClient]:
+    with serve(create_app(ctx)) as c:
+        yield c
+
+
+@pytest.fixture
+def node(live: AsgiClient, ctx: ServerContext) -> FakeAgent:
+    agent = FakeAgent(live, "gpu-01", accounts.add_node(ctx, "gpu-01"))
+    agent.beat()
+    return agent
+
+
+def held(agent: FakeAgent, wait_s: float) -> tuple[threading.Thread, list[HeartbeatReply]]:
+    replies: list[HeartbeatReply] = []
+    thread = threading.Thread(target=lambda: replies.append(agent.beat(wait_s=wait_s)))
+    thread.start()
+    time.sleep(0.3)  # the heartbeat is now held by the server
+    return thread, replies
+
+
+def test_a_submit_releases_the_held_heartbeat_with_the_job(live: AsgiClient, node: FakeAgent) -> None:
+    thread, replies = held(node, wait_s=10)
+    assert thread.is_alive()
+    began = time.monotonic()
+    j = submit(live, gpus=1)
+    thread.join(timeout=5)
+    latency = time.monotonic() - began
+    assert [d.job_id for d in replies[0].desired] == [j["id"]]
+    assert latency < 1.0, f"submit to launch took {latency:.3f}s"
+
+
+def test_a_cancel_releases_the_held_heartbeat_without_the_job(live: AsgiClient, node: FakeAgent) -> None:
+    j = submit(live, gpus=1)
+    deadline = time.monotonic() + 5
+    while j["id"] not in node.running and time.monotonic() < deadline:
+        node.beat()
+    thread, replies = held(node, wait_s=10)
+    live.post(f"/api/v1/jobs/{j['id']}/cancel", headers=auth(ALICE))
+    thread.join(timeout=5)
+    assert replies and replies[0].desired == []
+
+
+def test_with_nothing_to_say_the_reply_comes_when_the_wait_ends(live: AsgiClient, node: FakeAgent) -> None:
+    began = time.monotonic()
+    reply = node.beat(wait_s=0.5)
+    assert 0.4 <= time.monotonic() - began < 3 and reply.desired == []
+
+
+def test_a_newer_heartbeat_releases_an_older_held_one(live: AsgiClient, node: FakeAgent) -> None:
+    thread, replies = held(node, wait_s=10)
+    node.beat()
+    thread.join(timeout=5)
+    assert not thread.is_alive() and len(replies) == 1

@@ -1,0 +1,92 @@
+"""Two servers on one PostgreSQL database: only one schedules at a time, and no GPU is ever handed out twice."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from nanum.server.app import create_app
+from nanum.server.context import ServerContext
+from nanum.server.schemas import UserIn
+from nanum.server.services import accounts
+from nanum.server.settings import ServerSettings
+from nanum.store import EventRow, JobRow, upgrade
+from tests.server.asgiclient import serve
+from tests.server.conftest import ALICE, submit
+from tests.server.fakeagent import FakeAgent
+from tests.store.databases import create_pg_schema, drop_pg_schema, pg_schema_database
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[ServerContext, ServerContext]]:
+    schema = create_pg_schema()
+    first, second = pg_schema_database(schema), pg_schema_database(schema)
+    try:
+        upgrade(first)
+        settings = ServerSettings(home=tmp_path)
+        a, b = ServerContext.create(settings, first), ServerContext.create(settings, second)
+        accounts.create_user(a, UserIn(name="alice", labs=["vision"]), ALICE)
+        yield a, b
+    finally:
+        first.dispose()
+        second.dispose()
+        drop_pg_schema(schema)
+
+
+def test_only_one_server_schedules_and_the_other_takes_over(pair: tuple[ServerContext, ServerContext]) -> None:
+    a, b = (create_app(ctx, run_scheduler=False).state.scheduler for ctx in pair)
+    try:
+        assert a.tick() is not None
+        assert b.tick() is None  # a holds the leadership
+        a.leadership.release()  # a stops
+        assert b.tick() is not None
+        assert a.tick() is None
+    finally:
+        a.leadership.release()
+        b.leadership.release()
+
+
+def test_two_busy_servers_never_start_a_job_twice(pair: tuple[ServerContext, ServerContext]) -> None:
+    ctx_a, ctx_b = pair
+    app_a, app_b = create_app(ctx_a, run_scheduler=False), create_app(ctx_b, run_scheduler=False)
+    with serve(app_a) as client_a, serve(app_b) as client_b:
+        agent = FakeAgent(client_a, "gpu-01", accounts.add_node(ctx_a, "gpu-01"), gpus=8)
+        agent.beat()
+        ids = [submit(client_a if i % 2 else client_b, gpus=1 + i % 3)["id"] for i in range(40)]
+        stop = threading.Event()
+
+        def keep_ticking(app: object) -> None:
+            while not stop.is_set():
+                app.state.scheduler.tick()  # type: ignore[attr-defined]
+
+        threads = [threading.Thread(target=keep_ticking, args=(app,)) for app in (app_a, app_b)]
+        for t in threads:
+            t.start()
+        try:
+            for _ in range(200):
+                agent.beat()
+                held = agent.held_gpus()
+                flat = [g for gpus in held.values() for g in gpus]
+                assert len(flat) == len(set(flat)), held
+                for job_id in list(held)[:2]:
+                    agent.exit(job_id)
+                agent.beat()
+                with ctx_a.db.read() as s:
+                    if s.scalar(select(func.count()).where(JobRow.state != "completed")) == 0:
+                        break
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+            for app in (app_a, app_b):
+                app.state.scheduler.leadership.release()
+    with ctx_a.db.read() as s:
+        states = set(s.scalars(select(JobRow.state)))
+        starts = s.scalar(select(func.count()).where(EventRow.kind == "started"))
+    assert states == {"completed"} and starts == len(ids)
