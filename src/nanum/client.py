@@ -10,30 +10,26 @@
 Objects come back exactly as the API returns them (docs/api.md), typed as `TypedDict`s. Failures raise
 `ApiError` (the server refused: `.status`, `.detail`), `ServerUnreachable` or `WaitTimeout`, all of them
 `NanumError`s.
+
+The client speaks HTTP/1.1 over one kept-alive connection with the standard library (`nanum._http`), because
+the `nanum` command must start fast and httpx with httpcore costs 50 ms to import. Pass any httpx transport
+(`transport=httpx.MockTransport(handler)` in tests, `httpx.HTTPTransport(proxy=...)` behind a proxy) to send
+the same requests through httpx instead.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
-if "httpx" not in sys.modules:
-    # httpx imports its own command line (click, rich, pygments) at import time: 40 ms that no client uses.
-    # Hiding that one submodule while importing keeps `nanum` commands quick to start.
-    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
-    import httpx
-
-    if sys.modules.get("httpx._main", 0) is None:
-        del sys.modules["httpx._main"]
-else:
-    import httpx
+from nanum._http import ConnectFailed, HttpTransport, Response, StdlibTransport, Timeout
 
 if TYPE_CHECKING:
+    import httpx
     from typing_extensions import Unpack
 
 __all__ = [
@@ -221,11 +217,16 @@ class Client:
     ) -> None:
         self.server = server.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        if transport is None and self.server.startswith("http://"):
-            transport = httpx.HTTPTransport(verify=False)  # plain HTTP: skip loading CA certificates
-        self._http = httpx.Client(
-            base_url=f"{self.server}/api/v1", headers=headers, transport=transport, timeout=timeout
-        )
+        base = f"{self.server}/api/v1"
+        if transport is None:
+            try:
+                self._http: HttpTransport = StdlibTransport(base, headers, timeout)
+            except ValueError:
+                raise NanumError(f"{server!r} is not a server URL; give one like http://127.0.0.1:8470") from None
+        else:
+            from nanum._http import HttpxTransport
+
+            self._http = HttpxTransport(base, headers, timeout, transport)
 
     @classmethod
     def from_settings(cls, server: str | None = None, token: str | None = None) -> Client:
@@ -280,8 +281,8 @@ class Client:
     def logs(self, job_id: int, offset: int = 0) -> LogChunk:
         """The job's output (stdout and stderr together) from byte `offset`."""
         response = self._call("GET", f"/jobs/{job_id}/logs", params={"offset": offset})
-        next_offset = int(response.headers.get("X-Nanum-Log-Offset", offset + len(response.content)))
-        return LogChunk(response.text, next_offset, response.headers.get("X-Nanum-Job-State", ""))
+        next_offset = int(response.header("X-Nanum-Log-Offset") or offset + len(response.content))
+        return LogChunk(response.text, next_offset, response.header("X-Nanum-Job-State") or "")
 
     def follow_logs(self, job_id: int, offset: int = 0, poll_s: float = 0.5) -> Iterator[str]:
         """Yield the job's output as it arrives, until the job has ended and all its output is read."""
@@ -345,15 +346,17 @@ class Client:
 
     # -- plumbing -------------------------------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _call(
+        self, method: str, path: str, *, json: Any = None, params: Any = None
+    ) -> Response:
         try:
-            response = self._http.request(method, path, **kwargs)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            response = self._http.request(method, path, json=json, params=params)
+        except ConnectFailed as exc:
             raise ServerUnreachable(self.server) from exc
-        except httpx.TimeoutException as exc:
+        except Timeout as exc:
             raise NanumError(f"the nanum server at {self.server} did not answer in time") from exc
-        if response.status_code >= 400:
-            raise ApiError(response.status_code, _detail(response))
+        if response.status >= 400:
+            raise ApiError(response.status, _detail(response))
         return response
 
     def _retrying(self, call: Callable[[], T], deadline: float | None = None, outage_s: float = 60.0) -> T:
@@ -372,7 +375,7 @@ class Client:
                 pause = min(pause * 2, 2.0)
 
 
-def _detail(response: httpx.Response) -> str:
+def _detail(response: Response) -> str:
     """The server's `detail` as one line (FastAPI validation errors are lists of {loc, msg})."""
     try:
         detail = response.json().get("detail")
@@ -385,5 +388,5 @@ def _detail(response: httpx.Response) -> str:
             parts.append(f"{'.'.join(loc)}: {item.get('msg', '')}" if loc else str(item.get("msg", item)))
         detail = "; ".join(parts)
     if not detail:
-        detail = response.text.strip() or response.reason_phrase
+        detail = response.text.strip() or response.reason
     return f"{detail}".replace("\n", " ")

@@ -1,0 +1,154 @@
+"""The SDK's HTTP transports: one kept-alive HTTP/1.1 connection through the standard library (quick to
+import, which keeps `nanum` commands fast to start), or any httpx transport (mock transports in tests,
+proxies, custom TLS).
+
+Both turn failures into two exceptions: `ConnectFailed` (no server answered: refused, unknown host, the
+connection dropped before an answer) and `Timeout` (connected, but no answer in time).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json as jsonlib
+import select
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlencode, urlsplit
+
+from nanum import __version__
+
+if TYPE_CHECKING:
+    import httpx
+
+Params = Mapping[str, Any] | Sequence[tuple[str, Any]] | None
+
+
+class ConnectFailed(Exception):
+    """No server answered."""
+
+
+class Timeout(Exception):
+    """The server took the request but did not answer in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    reason: str
+    headers: Mapping[str, str]  # names in lower case
+    content: bytes
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        return jsonlib.loads(self.content)
+
+
+class HttpTransport(Protocol):
+    """Sends one request to `path` under the base URL it was made for and returns the whole response."""
+
+    def request(self, method: str, path: str, *, json: Any = None, params: Params = None) -> Response: ...
+
+    def close(self) -> None: ...
+
+
+class StdlibTransport:
+    """HTTP/1.1 with `http.client` over one connection, reopened when the server has closed it.
+
+    A request that fails on a reused connection is sent again on a fresh one only when it is a GET (a POST
+    might have been acted on)."""
+
+    def __init__(self, base_url: str, headers: Mapping[str, str], timeout: float) -> None:
+        url = urlsplit(base_url)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"{base_url!r} is not an http:// or https:// URL")
+        self._https = url.scheme == "https"
+        self._host, self._port = url.hostname, url.port
+        self._base = url.path.rstrip("/")
+        self._headers = {"Accept": "application/json", "User-Agent": f"nanum/{__version__}", **headers}
+        self._timeout = timeout
+        self._conn: http.client.HTTPConnection | None = None
+
+    def request(self, method: str, path: str, *, json: Any = None, params: Params = None) -> Response:
+        body = None if json is None else jsonlib.dumps(json).encode()
+        headers = {**self._headers, **({"Content-Type": "application/json"} if body is not None else {})}
+        target = self._base + path + (f"?{urlencode(params, doseq=True)}" if params else "")
+        for attempt in (1, 2):
+            conn, reused = self._connection()
+            try:
+                conn.request(method, target, body=body, headers=headers)
+                answer = conn.getresponse()
+                content = answer.read()
+            except TimeoutError as exc:
+                self.close()
+                raise Timeout(str(exc)) from exc
+            except OSError as exc:  # RemoteDisconnected, ConnectionResetError, BrokenPipeError, ...
+                self.close()
+                if reused and attempt == 1 and method == "GET":
+                    continue
+                raise ConnectFailed(str(exc)) from exc
+            if answer.will_close:
+                self.close()
+            headers_out = {k.lower(): v for k, v in answer.getheaders()}
+            return Response(answer.status, answer.reason, headers_out, content)
+        raise AssertionError("not reached")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
+        """The open connection (and True), or a new one (and False); an idle connection the server has
+        closed reads as ready, so it is replaced before use."""
+        if self._conn is not None and self._conn.sock is not None:
+            readable, _, _ = select.select([self._conn.sock], [], [], 0)
+            if not readable:
+                return self._conn, True
+            self.close()
+        conn = self._new_connection()
+        try:
+            conn.connect()
+        except OSError as exc:
+            raise ConnectFailed(str(exc)) from exc
+        self._conn = conn
+        return conn, False
+
+    def _new_connection(self) -> http.client.HTTPConnection:
+        if self._https:
+            import ssl
+
+            return http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout,
+                                               context=ssl.create_default_context())
+        return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+
+
+class HttpxTransport:
+    """The same requests through an httpx transport."""
+
+    def __init__(self, base_url: str, headers: Mapping[str, str], timeout: float,
+                 transport: httpx.BaseTransport) -> None:
+        import httpx
+
+        self._httpx = httpx
+        self._client = httpx.Client(base_url=base_url, headers=dict(headers), timeout=timeout, transport=transport)
+
+    def request(self, method: str, path: str, *, json: Any = None, params: Params = None) -> Response:
+        httpx = self._httpx
+        try:
+            r = self._client.request(method, path, json=json, params=params)  # type: ignore[arg-type]
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
+                httpx.WriteError) as exc:
+            raise ConnectFailed(str(exc)) from exc
+        except httpx.TimeoutException as exc:
+            raise Timeout(str(exc)) from exc
+        return Response(r.status_code, r.reason_phrase, {k.lower(): v for k, v in r.headers.items()}, r.content)
+
+    def close(self) -> None:
+        self._client.close()
