@@ -1,0 +1,76 @@
+"""`nanum up` (server, scheduler and a local agent in one command) and `nanum server` (the server alone)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nanum.cli.app import app
+
+HomeOpt = Annotated[
+    Path | None,
+    typer.Option("--home", metavar="DIR", help="State directory (default: $NANUM_HOME, else ~/.local/share/nanum)."),
+]
+HostOpt = Annotated[str, typer.Option("--host", metavar="H", help="Address to listen on.")]
+PortOpt = Annotated[int, typer.Option("--port", metavar="P", help="Port to listen on.")]
+DbOpt = Annotated[
+    str | None,
+    typer.Option("--db", metavar="URL", help="Database URL (default: SQLite in DIR), e.g. postgresql+psycopg://..."),
+]
+RootOpt = Annotated[bool, typer.Option("--allow-root-jobs", help="Let jobs run as root (off by default).")]
+
+
+@app.command()
+def up(
+    home: HomeOpt = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8765,
+    simulate_gpus: Annotated[
+        str | None,
+        typer.Option("--simulate-gpus", metavar="SPEC", help="Simulate the local GPUs: N or NxMODEL, e.g. 8xA100."),
+    ] = None,
+    db: DbOpt = None,
+    allow_root_jobs: RootOpt = False,
+) -> None:
+    """Start nanum on this machine: the server, the scheduler and an agent for this machine's GPUs."""
+    _run(home, host, port, db, allow_root_jobs, with_agent=True, simulate=simulate_gpus)
+
+
+@app.command()
+def server(
+    home: HomeOpt = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8765,
+    db: DbOpt = None,
+    allow_root_jobs: RootOpt = False,
+) -> None:
+    """Start only the server and scheduler; GPU machines join with `nanum agent`."""
+    _run(home, host, port, db, allow_root_jobs, with_agent=False, simulate=None)
+
+
+def _run(
+    home: Path | None, host: str, port: int, db: str | None, allow_root: bool, *, with_agent: bool, simulate: str | None
+) -> None:
+    from nanum.cli.common import fail
+    from nanum.config import default_home
+    from nanum.server.runtime import LocalAgent, StartError, start
+    from nanum.server.settings import ServerSettings
+
+    if simulate is not None:
+        from nanum.agent.gpus import SpecError, parse_spec
+
+        try:
+            parse_spec(simulate)
+        except SpecError as exc:
+            fail(f"--simulate-gpus: {exc}", 2)
+    settings = ServerSettings(
+        home=(home or default_home()).expanduser().resolve(), db_url=db, allow_root_jobs=allow_root
+    )
+    try:
+        start(settings, host, port, LocalAgent(simulate_gpus=simulate) if with_agent else None)
+    except StartError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        pass

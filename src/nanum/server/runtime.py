@@ -1,0 +1,310 @@
+"""Starting nanum on a machine: `nanum up` (server, scheduler and a local agent) and `nanum server` (server only).
+
+`start` prepares the state directory and database (migrations run on every start), makes sure an admin exists
+for the invoking Unix user (token in DIR/admin-token, mode 0600, and in the CLI credentials), then serves the API
+with uvicorn. With a local agent it registers this host as a node (token in DIR/node-token) and supervises
+`nanum agent` as a child process in its own session, restarting it if it dies. Ctrl-C or SIGTERM stops the
+server and the agent; jobs keep running in their own sessions and the next start picks them up again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import getpass
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+from sqlalchemy import select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from nanum.config import load_credentials, save_credentials
+from nanum.server.app import create_app
+from nanum.server.auth import hash_token, new_token
+from nanum.server.context import ServerContext
+from nanum.server.schemas import UserIn
+from nanum.server.services import accounts
+from nanum.server.settings import ServerSettings
+from nanum.store import Database, NodeRow, UserRow, upgrade
+
+log = logging.getLogger("nanum.server")
+
+AGENT_STOP_S = 15.0
+
+
+class StartError(Exception):
+    """Why nanum cannot start, in one sentence that says what to do."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalAgent:
+    simulate_gpus: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    url: str
+    admin_token: str
+    created_admin: bool
+
+
+def start(settings: ServerSettings, host: str, port: int, agent: LocalAgent | None) -> None:
+    """Run until Ctrl-C or SIGTERM. Raises StartError when the port, directory or database is not usable."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    _check_port(host, port)
+    ctx = prepare(settings)
+    url = f"http://{_connect_host(host)}:{port}"
+    started = bootstrap_admin(ctx, url)
+    node = bootstrap_node(ctx) if agent is not None else None
+    _announce(ctx, url, started, agent)
+    asyncio.run(_serve(ctx, host, port, url, agent, node))
+
+
+def prepare(settings: ServerSettings) -> ServerContext:
+    """Create the state directory and bring the database schema up to date."""
+    try:
+        settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        settings.logs_dir.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise StartError(
+            f"cannot use {settings.home} as the state directory ({exc.strerror}); pass --home DIR"
+        ) from exc
+    where = make_url(settings.database_url).render_as_string(hide_password=True)
+    try:
+        db = Database(settings.database_url)
+        upgrade(db)
+    except (SQLAlchemyError, OSError) as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise StartError(f"cannot open the database {where}: {reason}") from exc
+    return ServerContext.create(settings, db)
+
+
+# -- first start ---------------------------------------------------------------------------------------------
+
+
+def bootstrap_admin(ctx: ServerContext, url: str) -> Started:
+    """Keep DIR/admin-token valid: create the admin (the invoking Unix user, lab "default") on first start."""
+    path = ctx.settings.home / "admin-token"
+    token = _read_secret(path)
+    with ctx.db.read() as s:
+        known = token is not None and s.scalar(select(UserRow.id).where(UserRow.token_hash == hash_token(token)))
+        me = getpass.getuser()
+        exists = s.scalar(select(UserRow.id).where(UserRow.name == me)) is not None
+    created = False
+    if not known:
+        token = new_token()
+        if exists:
+            accounts.set_token(ctx, me, token)
+        else:
+            accounts.create_user(ctx, UserIn(name=me, labs=["default"], admin=True, unix_user=me), token)
+            created = True
+        _write_secret(path, token)
+    assert token is not None
+    saved = load_credentials()
+    if created or not saved or saved.get("token") == token:
+        save_credentials(url, token)
+    return Started(url, token, created)
+
+
+def bootstrap_node(ctx: ServerContext) -> tuple[str, str]:
+    """Register this host as a node; its token lives in DIR/node-token. Returns (name, token)."""
+    name = socket.gethostname().split(".")[0] or "localhost"
+    path = ctx.settings.home / "node-token"
+    token = _read_secret(path)
+    with ctx.db.read() as s:
+        row = s.execute(select(NodeRow.name, NodeRow.token_hash).where(NodeRow.name == name)).first()
+    if token is None or row is None or row.token_hash != hash_token(token):
+        token = accounts.add_node(ctx, name, new_token(), replace=True)
+        _write_secret(path, token)
+    return name, token
+
+
+def _read_secret(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def _write_secret(path: Path, value: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")
+    os.chmod(path, 0o600)
+
+
+# -- serving -------------------------------------------------------------------------------------------------
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, plus: on Ctrl-C/SIGTERM release held heartbeats at once and tell the agent to stop."""
+
+    def __init__(self, config: uvicorn.Config, ctx: ServerContext) -> None:
+        super().__init__(config)
+        self.ctx = ctx
+        self.agent: AgentSupervisor | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.ctx.signals.close()
+        if self.agent is not None:
+            self.agent.stop()
+        super().handle_exit(sig, frame)
+        # uvicorn re-raises the signal after shutting down, which would kill us before the agent is reaped and
+        # before we say goodbye; we exit normally instead.
+        captured = getattr(self, "_captured_signals", None)
+        if isinstance(captured, list):
+            captured.clear()
+
+
+async def _serve(
+    ctx: ServerContext, host: str, port: int, url: str, agent: LocalAgent | None, node: tuple[str, str] | None
+) -> None:
+    app = create_app(ctx)
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=3, lifespan="on"
+    )
+    server = _Server(config, ctx)
+    supervise = None
+    if agent is not None and node is not None:
+        server.agent = AgentSupervisor(url, node[0], node[1], ctx.settings.home / "agent", agent.simulate_gpus)
+        supervise = asyncio.create_task(server.agent.run(lambda: server.started))
+    try:
+        await server.serve()
+    finally:
+        if server.agent is not None:
+            server.agent.stop()
+            await asyncio.to_thread(server.agent.wait)
+        if supervise is not None:
+            supervise.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await supervise
+        ctx.db.dispose()
+    print("nanum stopped; running jobs keep running and are picked up at the next start.", flush=True)
+
+
+class AgentSupervisor:
+    """Runs the local `nanum agent` as a child in its own session (so Ctrl-C reaches only us) and restarts it."""
+
+    def __init__(self, url: str, name: str, token: str, state_dir: Path, simulate: str | None) -> None:
+        self.argv = [
+            sys.executable,
+            "-m",
+            "nanum.cli",
+            "agent",
+            "--server",
+            url,
+            "--name",
+            name,
+            "--state-dir",
+            str(state_dir),
+        ]
+        if simulate:
+            self.argv += ["--simulate-gpus", simulate]
+        self.env = {**os.environ, "NANUM_NODE_TOKEN": token}  # not on the command line, where anyone could read it
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stopping = False
+
+    async def run(self, ready: object) -> None:
+        while not callable(ready) or not ready():
+            await asyncio.sleep(0.02)
+        backoff = 1.0
+        while not self.stopping:
+            began = time.monotonic()
+            self.proc = subprocess.Popen(self.argv, env=self.env, start_new_session=True)
+            while self.proc.poll() is None:
+                await asyncio.sleep(0.2)
+            if self.stopping:
+                return
+            backoff = 1.0 if time.monotonic() - began > 30 else min(backoff * 2, 30.0)
+            log.warning("the local agent exited (status %s); restarting it in %.0f s", self.proc.returncode, backoff)
+            await asyncio.sleep(backoff)
+
+    def stop(self) -> None:
+        self.stopping = True
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self) -> None:
+        """Wait for the agent to stop; kill the agent process alone (never its jobs) if it takes too long."""
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(timeout=AGENT_STOP_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# -- small helpers -------------------------------------------------------------------------------------------
+
+
+def _check_port(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise StartError(f"port {port} on {host} is in use (is nanum already running?); pass --port") from exc
+            raise StartError(f"cannot listen on {host}:{port} ({exc.strerror}); pass --host/--port") from exc
+
+
+def _connect_host(host: str) -> str:
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+def gpu_note(simulate: str | None) -> str | None:
+    """What the local agent will run on, when that is not the machine's real GPUs."""
+    if simulate:
+        return f"The local agent simulates GPUs: {simulate}."
+    from nanum.agent.gpus import DEFAULT_SIMULATED, discover_nvml
+
+    if discover_nvml():
+        return None
+    return (
+        f"No NVIDIA GPU found: the local agent simulates {DEFAULT_SIMULATED} GPUs "
+        "(choose with --simulate-gpus, e.g. 8xA100)."
+    )
+
+
+def _announce(ctx: ServerContext, url: str, started: Started, agent: LocalAgent | None) -> None:
+    db = "SQLite" if ctx.db.is_sqlite else make_url(ctx.db.url).render_as_string(hide_password=True)
+    lines = [f"nanum is up at {url}  (state in {ctx.settings.home}, database {db})"]
+    if agent is not None and (gpus := gpu_note(agent.simulate_gpus)):
+        lines.append(gpus)
+    if getpass.getuser() == "root" and not ctx.settings.allow_root_jobs:
+        lines.append(
+            "You are root: root's jobs are refused unless nanum runs with --allow-root-jobs; add people "
+            "with `nanum user add NAME --unix-user NAME` and submit as them."
+        )
+    if started.created_admin:
+        lines.append(
+            f"Created admin {getpass.getuser()}; token in {ctx.settings.home / 'admin-token'} "
+            "(saved for the nanum CLI)."
+        )
+    lines += [
+        "Submit a job:   nanum submit --gpus 1 -- python train.py",
+        "Watch:          nanum ps   ·   nanum nodes   ·   nanum logs -f ID",
+        "Add people:     nanum user add NAME --lab LAB",
+    ]
+    if agent is None:
+        lines.append("Add GPU nodes:  nanum node add NAME; on that machine: nanum agent --server URL --token TOKEN")
+    lines.append("Ctrl-C stops nanum; running jobs keep running.")
+    print("\n".join(lines), flush=True)
