@@ -18,9 +18,7 @@ from tests.agent.conftest import NODE, make_launch
 USER = "nanumtest"
 GROUP = "nanumtestgrp"
 
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("useradd"), reason="needs root and useradd"
-)
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd"), reason="needs root and useradd")
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +77,5 @@ ALICE = Account("alice", 1000, 1000, (1000,), "/home/alice", "/bin/sh")
 def test_normal_agent_runs_only_its_own_users_jobs() -> None:
     assert job_account("alice", node=NODE, allow_root=False, agent=ALICE) is ALICE
     assert job_account("", node=NODE, allow_root=False, agent=ALICE) is ALICE
-    with pytest.raises(
-        Refused, match=r"^the job runs as Unix user 'bob' but the agent on this node runs as 'alice' "
-    ):
+    with pytest.raises(Refused, match=r"^the job runs as Unix user 'bob' but the agent on this node runs as 'alice' "):
         job_account("bob", node=NODE, allow_root=False, agent=ALICE)

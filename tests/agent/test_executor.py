@@ -24,11 +24,17 @@ def wait_for_file(path: Path, timeout: float = 5.0) -> str:
     raise AssertionError(f"{path} never appeared")
 
 
+def gone(pid: int, timeout: float = 2.0) -> bool:
+    """Whether `pid` is dead within `timeout` (a SIGKILL to a group lands on each member in turn)."""
+    deadline = time.monotonic() + timeout
+    while procs.is_alive(pid, None) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not procs.is_alive(pid, None)
+
+
 def test_job_sees_its_gpus_and_id(executor: Executor) -> None:
     script = 'echo "$CUDA_VISIBLE_DEVICES|$NANUM_JOB_ID|$CUDA_DEVICE_ORDER|$FOO|$PWD"; echo err >&2'
-    executor.start(
-        allow_root=True, launch=make_launch(7, "sh", "-c", script, gpus=[1, 3], env={"FOO": "bar"})
-    )
+    executor.start(allow_root=True, launch=make_launch(7, "sh", "-c", script, gpus=[1, 3], env={"FOO": "bar"}))
     status = executor.wait(7, 5)
     assert status is not None and status.state == "exited" and status.exit_code == 0 and status.signal is None
     assert log_text(executor, 7) == "1,3|7|PCI_BUS_ID|bar|/tmp\nerr\n"
@@ -70,9 +76,7 @@ def test_checkpoint_dir_is_created(executor: Executor, tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt" / "job3"
     executor.start(
         allow_root=True,
-        launch=make_launch(
-            3, "sh", "-c", 'test -d "$NANUM_CHECKPOINT_DIR" && echo ok', checkpoint_dir=str(ckpt)
-        ),
+        launch=make_launch(3, "sh", "-c", 'test -d "$NANUM_CHECKPOINT_DIR" && echo ok', checkpoint_dir=str(ckpt)),
     )
     executor.wait(3, 5)
     assert log_text(executor, 3) == "ok\n"
@@ -98,7 +102,7 @@ def test_stop_terms_then_kills_the_whole_group(executor: Executor, tmp_path: Pat
     status = executor.wait(5, 5)
     assert status is not None and status.signal == 9 and status.exit_code == 137
     assert 0.3 <= time.monotonic() - started < 2.0
-    assert not procs.is_alive(child, None)
+    assert gone(child)
     assert (executor.jobs_dir / "5" / "preempt").exists()
 
 
@@ -112,10 +116,7 @@ def test_sigterm_ends_a_job_and_the_wrapper_records_it(executor: Executor) -> No
 
 
 def test_job_may_catch_sigterm_and_exit_cleanly(executor: Executor) -> None:
-    script = (
-        'trap "echo checkpoint; test -e \\"$NANUM_PREEMPT_FILE\\" && echo preempted; exit 0" TERM; '
-        "sleep 60 & wait"
-    )
+    script = 'trap "echo checkpoint; test -e \\"$NANUM_PREEMPT_FILE\\" && echo preempted; exit 0" TERM; sleep 60 & wait'
     executor.start(allow_root=True, launch=make_launch(8, "sh", "-c", script))
     time.sleep(0.2)
     executor.stop(8, grace_s=10)
@@ -133,15 +134,9 @@ def test_time_limit_times_out(executor: Executor) -> None:
 
 def test_processes_left_behind_are_killed_when_the_job_ends(executor: Executor, tmp_path: Path) -> None:
     pidfile = tmp_path / "bg.pid"
-    executor.start(
-        allow_root=True, launch=make_launch(10, "sh", "-c", f"sleep 60 & echo $! > {pidfile}; exit 0")
-    )
+    executor.start(allow_root=True, launch=make_launch(10, "sh", "-c", f"sleep 60 & echo $! > {pidfile}; exit 0"))
     executor.wait(10, 5)
-    bg = int(wait_for_file(pidfile))
-    deadline = time.monotonic() + 2
-    while procs.is_alive(bg, None) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not procs.is_alive(bg, None)
+    assert gone(int(wait_for_file(pidfile)))
 
 
 def test_restarted_executor_readopts_a_running_job(state_dir: Path) -> None:

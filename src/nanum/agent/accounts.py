@@ -60,8 +60,7 @@ def job_account(unix_user: str, *, node: str, allow_root: bool, agent: Account |
         raise Refused(f"user {unix_user!r} has no Unix account on node {node}") from None
     if account.uid == 0 and not allow_root:
         raise Refused(
-            "jobs may not run as root on this node; "
-            "submit as a normal user, or ask an admin to allow root jobs"
+            "jobs may not run as root on this node; submit as a normal user, or ask an admin to allow root jobs"
         )
     return account
 

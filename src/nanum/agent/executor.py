@@ -243,9 +243,7 @@ class Executor:
     def _sleep_time(self, now: float) -> float:
         if self._polled:
             return POLL_S
-        due = [
-            t for r in self._jobs.values() if r.state == "running" and (t := self._next_due(r)) is not None
-        ]
+        due = [t for r in self._jobs.values() if r.state == "running" and (t := self._next_due(r)) is not None]
         return max(0.0, min([MAX_SLEEP_S, *(t - now for t in due)]))
 
     @staticmethod
@@ -266,12 +264,7 @@ class Executor:
                 continue
             if record.stop_reason is None and record.deadline is not None and now >= record.deadline:
                 self._terminate(record, "timeout", record.launch.grace_s)
-            elif (
-                record.stop_reason
-                and not record.killed
-                and record.kill_at is not None
-                and now >= record.kill_at
-            ):
+            elif record.stop_reason and not record.killed and record.kill_at is not None and now >= record.kill_at:
                 record.killed = True
                 record.save()
                 self._signal_group(record, signal.SIGKILL)
@@ -306,6 +299,7 @@ class Executor:
         self._set_result(record, read_exit_file(record.exit_path), returncode, lost)
         record.state, record.ended_at = "exited", time.time()
         record.save()
+        log.info("job %d ended: %s", record.job_id, _describe_end(record))
         self._changed()
 
     def _unwatch(self, record: JobRecord) -> None:
@@ -328,9 +322,7 @@ class Executor:
         if record.timed_out:
             record.reason = f"time limit of {_duration(record.launch.time_limit_s or 0)} reached"
         elif code is None:
-            record.reason = (
-                lost or "the job ended while the agent was not running; its exit status is unknown"
-            )
+            record.reason = lost or "the job ended while the agent was not running; its exit status is unknown"
 
     def _changed(self) -> None:
         self.version += 1
@@ -348,6 +340,14 @@ class Executor:
                 pass
         except BlockingIOError:
             pass
+
+
+def _describe_end(record: JobRecord) -> str:
+    if record.signal is not None:
+        text = f"exit code {record.exit_code} (signal {record.signal})"
+    else:
+        text = f"exit code {record.exit_code}" if record.exit_code is not None else "exit status unknown"
+    return f"{text}; {record.reason}" if record.reason else text
 
 
 def _duration(seconds: float) -> str:

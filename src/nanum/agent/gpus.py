@@ -46,9 +46,7 @@ MODEL_MEMORY_MB = {
 }
 DEFAULT_MEMORY_MB = 24576
 
-_SPEC = re.compile(
-    r"^\s*(\d+)\s*(?:[xX]\s*([A-Za-z0-9][A-Za-z0-9_.-]*)\s*(?::\s*(\d+)\s*([GgMm])i?[Bb]?)?)?\s*$"
-)
+_SPEC = re.compile(r"^\s*(\d+)\s*(?:[xX]\s*([A-Za-z0-9][A-Za-z0-9_.-]*)\s*(?::\s*(\d+)\s*([GgMm])i?[Bb]?)?)?\s*$")
 _SIM_NAMESPACE = uuid.UUID("6b1c3f4e-2d2a-4f59-9a51-6e616e756d00")
 
 
@@ -165,9 +163,7 @@ def _nvlink_islands(nvml: Any, handles: list[Any]) -> list[int]:
 def _nvlink_peers(nvml: Any, a: Any, b: Any) -> bool:
     """Whether GPUs `a` and `b` talk over NVLink: NVML's P2P status, else a's active links that end at b."""
     try:
-        return bool(
-            nvml.nvmlDeviceGetP2PStatus(a, b, nvml.NVML_P2P_CAPS_INDEX_NVLINK) == nvml.NVML_P2P_STATUS_OK
-        )
+        return bool(nvml.nvmlDeviceGetP2PStatus(a, b, nvml.NVML_P2P_CAPS_INDEX_NVLINK) == nvml.NVML_P2P_STATUS_OK)
     except nvml.NVMLError:
         pass
     try:

@@ -132,8 +132,8 @@ def signal_of(code: int) -> int | None:
 def read_log(path: Path, offset: int, limit: int, *, final: bool) -> tuple[str, int]:
     """Up to `limit` bytes of `path` from `offset`, as (text, bytes consumed).
 
-    A multi-byte UTF-8 character cut by the end of the chunk is left for the next chunk unless the log is
-    `final` (the job has ended); bytes that are not UTF-8 become U+FFFD.
+    A multi-byte UTF-8 character cut by the end of the chunk is left for the next chunk, unless this chunk
+    reaches the end of a `final` log (the job has ended); bytes that are not UTF-8 become U+FFFD.
     """
     try:
         with open(path, "rb") as f:
@@ -141,7 +141,7 @@ def read_log(path: Path, offset: int, limit: int, *, final: bool) -> tuple[str, 
             raw = f.read(limit)
     except OSError:
         return "", 0
-    if not final:
+    if not final or len(raw) == limit:  # more may follow: keep a split character for the next chunk
         raw = raw[: len(raw) - _incomplete_tail(raw)]
     return raw.decode("utf-8", errors="replace"), len(raw)
 

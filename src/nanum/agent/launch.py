@@ -106,9 +106,7 @@ def _make_owned_dirs(path: Path, account: Account, switch_user: bool) -> None:
         raise Refused(f"cannot create checkpoint directory {path}: {exc.strerror}") from None
 
 
-def spawn(
-    record: JobRecord, account: Account, env: dict[str, str], *, switch_user: bool
-) -> subprocess.Popen[bytes]:
+def spawn(record: JobRecord, account: Account, env: dict[str, str], *, switch_user: bool) -> subprocess.Popen[bytes]:
     """Start the wrapper in a new session with output to the job's log; raise `Refused` if exec fails."""
     launch = record.launch
     argv = ["/bin/sh", "-c", WRAPPER, f"nanum-job-{launch.job_id}", *launch.command]

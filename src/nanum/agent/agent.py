@@ -1,0 +1,333 @@
+"""The heartbeat loop: tell the server what runs on this node, and make the node run what the server wants.
+
+Each round the agent POSTs a `Heartbeat` (inventory, the status of every job it holds, new log output) to
+`{server}/api/v1/agent/heartbeat` and reconciles with the `HeartbeatReply`:
+
+1. forget exited jobs the server acknowledged (once the server holds their whole log);
+2. stop (SIGTERM, grace, SIGKILL) held running jobs that are no longer desired;
+3. start desired jobs it does not hold.
+
+When nothing is waiting to be reported the heartbeat asks the server to hold the reply (`wait_s`, a long
+poll), so a new job starts the moment the server decides it. If a job starts or ends meanwhile, the agent
+drops the held request and reports at once: exit latency is the time to notice the exit (a pidfd) plus one
+round trip. When the server is away the agent keeps its jobs running and retries with backoff. One agent
+at a time may use a state directory (an flock on STATE/agent.lock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import pwd
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+import nanum
+from nanum.agent.executor import Executor
+from nanum.agent.gpus import discover
+from nanum.protocol import GpuInfo, Heartbeat, HeartbeatReply, JobStatus, LogChunk, NodeInfo
+
+__all__ = ["Agent", "AgentConfig", "AgentError"]
+
+log = logging.getLogger("nanum.agent")
+
+HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
+CHATTY_WAIT_S = 1.0
+
+
+class AgentError(Exception):
+    """The agent cannot go on (for example, the server refuses its token); the message says how to fix it."""
+
+
+class _Retry(Exception):
+    """This round failed; try again after a pause. The message is for the log."""
+
+
+@dataclass(slots=True)
+class AgentConfig:
+    server: str
+    token: str
+    name: str
+    state_dir: Path
+    simulate_gpus: str | None = None
+    long_poll_s: float = 10.0
+    log_chunk_bytes: int = 256 * 1024
+    log_bytes_per_heartbeat: int = 1024 * 1024
+    backoff_max_s: float = 10.0
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, gpus: list[GpuInfo] | None = None, simulated: bool = False) -> None:
+        self.config = config
+        if gpus is None:
+            gpus, simulated = discover(config.simulate_gpus, config.name)
+        self.node = _node_info(config.name, gpus, simulated)
+        self.executor: Executor | None = None
+        self.heartbeats = 0
+        self._offsets: dict[int, int] = {}  # log bytes the server holds, per job (None: not known yet)
+        self._acked: set[int] = set()
+        self._sent_version = -1
+        self._reply = HeartbeatReply()
+        self._stopping = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+
+    def stop(self) -> None:
+        """Ask the loop to end (from any thread). Jobs keep running; the next agent re-adopts them."""
+        self._stopping = True
+        if self._loop is not None and self._wake is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._wake.set)
+
+    async def run(self) -> None:
+        """Heartbeat until `stop()`. Raises `AgentError` when the server refuses this node's token."""
+        lock = _lock_state_dir(self.config.state_dir)
+        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        loop, wake = self._loop, self._wake
+        self.executor = Executor(
+            self.config.state_dir, self.config.name, on_change=lambda: loop.call_soon_threadsafe(wake.set)
+        )
+        try:
+            async with httpx.AsyncClient(base_url=self.config.server.rstrip("/"), headers=self._headers()) as client:
+                await self._loop_rounds(client)
+        finally:
+            self.executor.close()
+            os.close(lock)
+            log.info("agent stopped; running jobs keep running")
+
+    # --- rounds ---------------------------------------------------------------------------------------------
+
+    async def _loop_rounds(self, client: httpx.AsyncClient) -> None:
+        failures, connected = 0, False
+        while not self._stopping:
+            try:
+                await self._round(client)
+            except _Retry as exc:
+                failures += 1
+                pause = min(self.config.backoff_max_s, 0.25 * 2 ** min(failures, 10))
+                if failures == 1 or failures % 10 == 0:
+                    log.warning("%s; retrying in %.1fs (jobs keep running)", exc, pause)
+                await self._sleep(pause, wake_on_events=False)
+                continue
+            except AgentError:
+                if not connected:
+                    raise
+                log.error("the server refused this node's token; retrying (jobs keep running)")
+                await self._sleep(self.config.backoff_max_s, wake_on_events=False)
+                continue
+            if failures or not connected:
+                log.info("connected to %s as node %s", self.config.server, self.config.name)
+            failures, connected = 0, True
+
+    async def _round(self, client: httpx.AsyncClient) -> bool:
+        """One heartbeat and its reply; False when the request was dropped for newer news."""
+        assert self.executor is not None and self._wake is not None
+        self._wake.clear()
+        version = self.executor.version
+        statuses = self.executor.statuses()
+        chunks = self._log_chunks(statuses)
+        wait_s = self._wait_for(version, statuses, chunks)
+        started = time.monotonic()
+        reply = await self._exchange(client, Heartbeat(node=self.node, jobs=statuses, logs=chunks, wait_s=wait_s))
+        if reply is None:
+            return False
+        self.heartbeats += 1
+        self._sent_version = version
+        self._apply(reply, chunks)
+        if wait_s > 0:
+            await self._pause(started, wait_s)
+        return True
+
+    def _wait_for(self, version: int, statuses: list[JobStatus], chunks: list[LogChunk]) -> float:
+        """How long the server may hold this heartbeat: not at all when there is news or an ended job's log
+        still to send, briefly while running jobs write output (so `nanum logs -f` keeps up), else long."""
+        if version != self._sent_version:
+            return 0.0
+        sent = {c.job_id: c.offset + (c.nbytes or 0) for c in chunks}
+        unsent = [s for s in statuses if (s.log_size or 0) > sent.get(s.job_id, self._offsets.get(s.job_id, 0))]
+        if any(s.state != "running" for s in unsent):
+            return 0.0
+        if unsent or chunks:
+            return min(CHATTY_WAIT_S, self.config.long_poll_s)
+        return self.config.long_poll_s
+
+    async def _exchange(self, client: httpx.AsyncClient, beat: Heartbeat) -> HeartbeatReply | None:
+        """POST the heartbeat; give up on a held (long-poll) request as soon as there is news to report."""
+        assert self._wake is not None
+        request = asyncio.ensure_future(self._post(client, beat))
+        if beat.wait_s == 0:
+            return await request
+        waker = asyncio.ensure_future(self._wake.wait())
+        done, _ = await asyncio.wait({request, waker}, return_when=asyncio.FIRST_COMPLETED)
+        if request in done:
+            waker.cancel()
+            return request.result()
+        request.cancel()
+        with contextlib.suppress(asyncio.CancelledError, _Retry, AgentError):
+            await request
+        return None
+
+    async def _post(self, client: httpx.AsyncClient, beat: Heartbeat) -> HeartbeatReply:
+        try:
+            response = await client.post(
+                HEARTBEAT_PATH,
+                content=beat.model_dump_json(),
+                timeout=httpx.Timeout(10.0 + beat.wait_s, connect=5.0),
+            )
+        except httpx.TransportError as exc:
+            raise _Retry(f"cannot reach the server at {self.config.server} ({type(exc).__name__})") from None
+        if response.status_code in (401, 403):
+            raise AgentError(
+                f"the server at {self.config.server} refused this node's token "
+                f"({response.status_code}); get one with `nanum node add {self.config.name}`"
+            )
+        if response.status_code != 200:
+            raise _Retry(f"the server answered the heartbeat with {response.status_code}: {_detail(response)}")
+        try:
+            return HeartbeatReply.model_validate_json(response.content)
+        except ValueError as exc:
+            raise _Retry(f"the server sent a reply this agent does not understand: {exc}") from None
+
+    async def _pause(self, started: float, wait_s: float) -> None:
+        """After a long poll that came back early with nothing to do, keep to the server's interval (unless
+        there is news), so a server that does not hold replies is not asked in a busy loop."""
+        assert self.executor is not None
+        if self._stopping or self.executor.version != self._sent_version:
+            return
+        pause = min(self._reply.interval_s, wait_s) - (time.monotonic() - started)
+        await self._sleep(pause, wake_on_events=True)
+
+    async def _sleep(self, seconds: float, *, wake_on_events: bool) -> None:
+        assert self._wake is not None
+        if seconds <= 0 or self._stopping:
+            return
+        if not wake_on_events:
+            deadline = time.monotonic() + seconds
+            while not self._stopping and (left := deadline - time.monotonic()) > 0:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), min(left, 0.5))
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
+
+    # --- reconciling ----------------------------------------------------------------------------------------
+
+    def _apply(self, reply: HeartbeatReply, sent: list[LogChunk]) -> None:
+        assert self.executor is not None
+        self._reply = reply
+        self._update_offsets(reply, sent)
+        self._acked.update(reply.ack)
+        self._forget_acked()
+        held = self.executor.held()
+        desired = {launch.job_id: launch for launch in reply.desired}
+        for job_id, state in held.items():
+            if state == "running" and job_id not in desired:
+                log.info("stopping job %d (no longer on the server's list)", job_id)
+                self.executor.stop(job_id, reply.grace_s)
+        for job_id, launch in desired.items():
+            if job_id not in held:
+                self._offsets[job_id] = 0
+                status = self.executor.start(launch, allow_root=reply.allow_root)
+                log.info("job %d: %s", job_id, _describe_start(status, launch.gpus))
+
+    def _update_offsets(self, reply: HeartbeatReply, sent: list[LogChunk]) -> None:
+        """The server's offsets win; where it gives none, what it accepted in this round counts as held."""
+        assert self.executor is not None
+        ends = {c.job_id: c.offset + (c.nbytes or 0) for c in sent}
+        for job_id in self.executor.held():
+            if job_id in reply.log_offsets:
+                self._offsets[job_id] = reply.log_offsets[job_id]
+            elif job_id in ends:
+                self._offsets[job_id] = ends[job_id]
+            else:
+                self._offsets.setdefault(job_id, 0)
+
+    def _forget_acked(self) -> None:
+        assert self.executor is not None
+        for job_id in list(self._acked):
+            status = self.executor.status(job_id)
+            if status is None:
+                self._acked.discard(job_id)
+            elif status.state != "running" and self._offsets.get(job_id, 0) >= self.executor.log_size(job_id):
+                self.executor.forget(job_id)
+                self._acked.discard(job_id)
+                self._offsets.pop(job_id, None)
+
+    def _log_chunks(self, statuses: list[JobStatus]) -> list[LogChunk]:
+        """New output since what the server holds: ended jobs first, at most a chunk per job and a budget."""
+        assert self.executor is not None
+        budget, chunks = self.config.log_bytes_per_heartbeat, []
+        for status in sorted(statuses, key=lambda s: (s.state == "running", s.job_id)):
+            offset = self._offsets.get(status.job_id)
+            if offset is None or (status.log_size or 0) <= offset or budget <= 0:
+                continue
+            text, nbytes = self.executor.read_log(status.job_id, offset, min(self.config.log_chunk_bytes, budget))
+            if nbytes:
+                chunks.append(LogChunk(job_id=status.job_id, offset=offset, data=text, nbytes=nbytes))
+                budget -= nbytes
+        return chunks
+
+    def _headers(self) -> dict[str, str]:
+        return {
+            "Authorization": f"Bearer {self.config.token}",
+            "Content-Type": "application/json",
+            "User-Agent": f"nanum-agent/{nanum.__version__}",
+        }
+
+
+def _lock_state_dir(state_dir: Path) -> int:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(state_dir / "agent.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise AgentError(f"another agent is using {state_dir}; stop it first or pass another --state-dir") from None
+    return fd
+
+
+def _node_info(name: str, gpus: list[GpuInfo], simulated: bool) -> NodeInfo:
+    uid = os.geteuid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = str(uid)
+    return NodeInfo(
+        name=name,
+        hostname=socket.gethostname(),
+        gpus=gpus,
+        cpus=os.cpu_count() or 1,
+        memory_mb=_memory_mb(),
+        simulated=simulated,
+        unix_user=user,
+        is_root=uid == 0,
+        version=nanum.__version__,
+    )
+
+
+def _memory_mb() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
+    except (ValueError, OSError):
+        return 0
+
+
+def _describe_start(status: JobStatus, gpus: list[int]) -> str:
+    if status.state == "failed_to_start":
+        return f"failed to start: {status.reason}"
+    return f"started on GPUs {','.join(map(str, gpus)) or 'none'} (pid {status.pid})"
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("detail", response.text))[:300]
+    except ValueError:
+        return response.text[:300]

@@ -1,0 +1,95 @@
+"""`nanum agent`: run this machine's GPUs as a node of a nanum server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nanum.cli.app import app
+
+
+@app.command()
+def agent(
+    server: Annotated[
+        str,
+        typer.Option(
+            "--server",
+            envvar="NANUM_SERVER",
+            show_envvar=False,
+            metavar="URL",
+            help="The nanum server to join, e.g. http://head:8080.",
+        ),
+    ],
+    token: Annotated[
+        str,
+        typer.Option(
+            "--token",
+            envvar="NANUM_NODE_TOKEN",
+            show_envvar=False,
+            metavar="TOKEN",
+            help="This node's token, from `nanum node add NAME`.",
+        ),
+    ],
+    name: Annotated[str | None, typer.Option("--name", help="Node name (default: the host name).")] = None,
+    simulate_gpus: Annotated[
+        str | None,
+        typer.Option(
+            "--simulate-gpus",
+            metavar="SPEC",
+            help="Pretend to have GPUs: N, or NxMODEL such as 4xA100 or 8xH100.",
+        ),
+    ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            metavar="DIR",
+            help="Where job records and logs live (default: $NANUM_HOME/agent-NAME).",
+        ),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Log warnings and errors only.")] = False,
+) -> None:
+    """Run jobs the server assigns to this node, as their owners, and report on them. Ctrl-C stops the agent;
+    running jobs keep running and are picked up again when it restarts."""
+    import asyncio
+    import logging
+    import signal
+    import socket
+
+    from nanum.agent.agent import Agent, AgentConfig, AgentError
+    from nanum.agent.gpus import SpecError, parse_spec
+    from nanum.cli.common import fail
+    from nanum.config import default_home
+
+    node = name or socket.gethostname().split(".")[0]
+    if simulate_gpus is not None:
+        try:
+            parse_spec(simulate_gpus)
+        except SpecError as exc:
+            fail(f"--simulate-gpus: {exc}", 2)
+    logging.basicConfig(
+        level=logging.WARNING if quiet else logging.INFO,
+        format=f"%(asctime)s nanum agent {node}: %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
+    )
+    config = AgentConfig(
+        server=server,
+        token=token,
+        name=node,
+        simulate_gpus=simulate_gpus,
+        state_dir=state_dir or default_home() / f"agent-{node}",
+    )
+    runner = Agent(config)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, runner.stop)
+        await runner.run()
+
+    try:
+        asyncio.run(main())
+    except AgentError as exc:
+        fail(str(exc))

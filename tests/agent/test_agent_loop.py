@@ -1,0 +1,169 @@
+"""The heartbeat loop against a real HTTP server: starts, exits, cancels, logs, and both sides restarting."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from nanum.agent.agent import Agent, AgentConfig, AgentError
+from nanum.agent.executor import Executor
+from nanum.agent.gpus import simulated_gpus
+from tests.agent.conftest import NODE, make_launch
+from tests.agent.fakeserver import TOKEN, FakeServer
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    srv = FakeServer()
+    yield srv
+    srv.close()
+
+
+@pytest.fixture(autouse=True)
+def no_jobs_left_behind(state_dir: Path) -> Iterator[None]:
+    yield
+    if (state_dir / "jobs").exists():
+        ex = Executor(state_dir, NODE)
+        for job_id, state in ex.held().items():
+            if state == "running":
+                ex.stop(job_id, 0.0)
+                ex.wait(job_id, 5)
+        ex.close()
+
+
+def make_agent(url: str, state_dir: Path, token: str = TOKEN) -> Agent:
+    config = AgentConfig(server=url, token=token, name=NODE, state_dir=state_dir, long_poll_s=10.0, backoff_max_s=0.5)
+    return Agent(config, gpus=simulated_gpus("4", NODE), simulated=True)
+
+
+@contextmanager
+def running(agent: Agent) -> Iterator[Agent]:
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            asyncio.run(agent.run())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    try:
+        yield agent
+    finally:
+        agent.stop()
+        thread.join(10)
+        assert not thread.is_alive(), "the agent did not stop"
+    if errors:
+        raise errors[0]
+
+
+def held_long_poll(server: FakeServer) -> None:
+    """Wait until the agent's heartbeat is being held (it is idle, waiting for work)."""
+    server.wait_until(lambda: bool(server.beats) and server.beats[-1].wait_s >= 10)
+    time.sleep(0.05)
+
+
+def test_runs_a_desired_job_reports_its_exit_and_log_then_forgets_it(server: FakeServer, state_dir: Path) -> None:
+    with running(make_agent(server.url, state_dir)):
+        server.submit(make_launch(1, "sh", "-c", "echo hello $CUDA_VISIBLE_DEVICES; exit 3", gpus=[2]))
+        _, status = server.wait_state(1, "exited")
+        assert status.exit_code == 3
+        assert server.log(1) == b"hello 2\n"
+        server.wait_until(lambda: not (state_dir / "jobs" / "1").exists())
+    first = server.beats[0].node
+    assert first.name == NODE and [g.index for g in first.gpus] == [0, 1, 2, 3] and first.simulated
+
+
+def test_start_and_exit_are_reported_promptly(server: FakeServer, state_dir: Path) -> None:
+    starts, exits = [], []
+    with running(make_agent(server.url, state_dir)):
+        for job_id in range(1, 21):
+            held_long_poll(server)
+            submitted = server.submit(make_launch(job_id, "sleep", "0.05"))
+            _, running_status = server.wait_state(job_id, "running")
+            received, exited = server.wait_state(job_id, "exited")
+            starts.append((running_status.started_at or 0) - submitted)
+            exits.append(received - (exited.ended_at or 0))
+    print(
+        f"\nsubmit-to-start median {statistics.median(starts) * 1000:.1f} ms, max {max(starts) * 1000:.1f} ms;"
+        f" exit-to-report median {statistics.median(exits) * 1000:.1f} ms, max {max(exits) * 1000:.1f} ms"
+    )
+    assert statistics.median(starts) < 0.1 and statistics.median(exits) < 0.1
+
+
+def test_a_job_taken_off_the_list_is_stopped(server: FakeServer, state_dir: Path) -> None:
+    with running(make_agent(server.url, state_dir)):
+        server.submit(make_launch(1, "sleep", "60"))
+        server.wait_state(1, "running")
+        server.cancel(1)
+        _, status = server.wait_state(1, "exited")
+        assert status.exit_code == 143 and status.signal == 15
+
+
+def test_failed_start_is_reported_with_its_reason(server: FakeServer, state_dir: Path) -> None:
+    with running(make_agent(server.url, state_dir)):
+        server.submit(make_launch(1, "true", workdir="/no/such/dir"))
+        _, status = server.wait_state(1, "failed_to_start")
+    assert status.reason == f"working directory /no/such/dir does not exist on node {NODE}"
+
+
+def test_jobs_survive_a_server_restart(server: FakeServer, state_dir: Path) -> None:
+    launch = make_launch(1, "sh", "-c", "sleep 0.6; echo done; exit 7")
+    with running(make_agent(server.url, state_dir)):
+        server.submit(launch)
+        server.wait_state(1, "running")
+        server.close()
+        time.sleep(1.0)  # the job ends while the server is away
+        again = FakeServer(server.port)
+        try:
+            again.submit(launch)  # the server's store still says the job runs here
+            _, status = again.wait_state(1, "exited")
+            assert status.exit_code == 7
+            assert again.log(1) == b"done\n"
+        finally:
+            again.close()
+
+
+def test_a_restarted_agent_readopts_its_jobs(server: FakeServer, state_dir: Path) -> None:
+    with running(make_agent(server.url, state_dir)):
+        server.submit(make_launch(1, "sh", "-c", "sleep 0.8; exit 2"))
+        _, first = server.wait_state(1, "running")
+    beats_before = len(server.beats)
+    with running(make_agent(server.url, state_dir)):
+        server.wait_until(lambda: len(server.beats) > beats_before)
+        again = server.beats[beats_before].jobs
+        assert [(s.job_id, s.state, s.pid) for s in again] == [(1, "running", first.pid)]
+        _, status = server.wait_state(1, "exited")
+        assert status.exit_code == 2
+
+
+def test_a_long_log_arrives_whole_in_chunks(server: FakeServer, state_dir: Path) -> None:
+    script = "import sys; sys.stdout.write('héllo wörld ' * 60000)"  # about 840 KB, with 2-byte characters
+    with running(make_agent(server.url, state_dir)):
+        server.submit(make_launch(1, "python3", "-c", script))
+        server.wait_until(lambda: (1, "exited") in server.seen and not (state_dir / "jobs" / "1").exists())
+    assert server.log(1) == ("héllo wörld " * 60000).encode()
+    assert sum(1 for b in server.beats if b.logs) >= 3
+
+
+def test_a_refused_token_is_a_clear_error(server: FakeServer, state_dir: Path) -> None:
+    with (
+        pytest.raises(AgentError, match="refused this node's token"),
+        running(make_agent(server.url, state_dir, token="wrong")),
+    ):
+        time.sleep(0.5)
+
+
+def test_two_agents_cannot_share_a_state_directory(server: FakeServer, state_dir: Path) -> None:
+    with running(make_agent(server.url, state_dir)):
+        server.wait_until(lambda: bool(server.beats))
+        with pytest.raises(AgentError, match="another agent is using"):
+            asyncio.run(make_agent(server.url, state_dir).run())
