@@ -3,6 +3,7 @@
 `schedule(snapshot, policy, predictor)` runs one cycle; the server and the simulator both drive it.
 """
 
+from nanum.core.cache import CycleCache
 from nanum.core.decision import Code, Decisions, Pending, Preempt, Reason, Start
 from nanum.core.fairshare import decay
 from nanum.core.model import (
@@ -30,6 +31,7 @@ __all__ = [
     "ORDERS",
     "PLACEMENTS",
     "Code",
+    "CycleCache",
     "Decisions",
     "Gpu",
     "HistoryPredictor",

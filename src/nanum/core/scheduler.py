@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from nanum.core.backfill import Reservation, Timeline, reserve
+from nanum.core.cache import CycleCache, run_ends
 from nanum.core.decision import Code, Decisions, Pending, Preempt, Reason, Start
 from nanum.core.model import Job, JobId, Limits, NodeState, Placement, Running, Snapshot
 from nanum.core.ordering import OrderContext
@@ -31,11 +32,14 @@ Keys = list[tuple[str | None, str]]
 NO_LIMITS = Limits()
 
 
-def schedule(snapshot: Snapshot, policy: Policy, predictor: Predictor | None = None) -> Decisions:
+def schedule(
+    snapshot: Snapshot, policy: Policy, predictor: Predictor | None = None, cache: CycleCache | None = None
+) -> Decisions:
     """Decide which pending jobs start where, which running jobs yield, and why the rest wait.
 
-    Pure and deterministic: the same snapshot, policy and predictor state always give the same decisions."""
-    cycle = _Cycle(snapshot, policy, predictor)
+    Pure and deterministic: the same snapshot, policy and predictor state always give the same decisions.
+    `cache` (see `CycleCache`) only makes repeated calls cheaper; the decisions are the same without it."""
+    cycle = _Cycle(snapshot, policy, predictor, cache)
     # 1. Order the queue.
     ctx = OrderContext(snapshot.now, snapshot.labs, snapshot.users, cycle.total_gpus, predictor)
     order = policy.make_order()
@@ -58,13 +62,19 @@ class _Partition:
 class _Cycle:
     """The working state of one cycle; `consider` is called once per job (twice for a deferred borrower)."""
 
-    def __init__(self, snapshot: Snapshot, policy: Policy, predictor: Predictor | None) -> None:
-        self.snap, self.policy, self.predictor = snapshot, policy, predictor
+    def __init__(
+        self, snapshot: Snapshot, policy: Policy, predictor: Predictor | None, cache: CycleCache | None
+    ) -> None:
+        self.snap, self.policy, self.predictor, self.cache = snapshot, policy, predictor, cache
         self.placement: PlacementPolicy = policy.make_placement()
-        self.state = ClusterState.build(snapshot.nodes, snapshot.running)
-        self.usage = Usage.of(snapshot.running)
-        self.total_gpus = sum(len(n.gpus) for n in snapshot.nodes)
-        self.owners = {n.owner for n in snapshot.nodes if n.owner is not None}
+        if cache is not None:
+            self.state, self.usage = cache.prepare(snapshot)
+            self.total_gpus, self.owners = cache.total_gpus, cache.owners
+        else:
+            self.state = ClusterState.build(snapshot.nodes, snapshot.running)
+            self.usage = Usage.of(snapshot.running)
+            self.total_gpus = sum(len(n.gpus) for n in snapshot.nodes)
+            self.owners = {n.owner for n in snapshot.nodes if n.owner is not None}
         #: labs and users with any limit or budget: only their jobs need `admit`.
         self.limited = {x.name for x in snapshot.labs.values() if x.limits != NO_LIMITS}
         self.limited |= {x.name for x in snapshot.users.values() if x.limits != NO_LIMITS}
@@ -74,8 +84,9 @@ class _Cycle:
         self.partitions: dict[str | None, _Partition] = {}
         self.victims: set[JobId] = set()
         self._timeline: Timeline | None = None
-        self._never: dict[tuple[object, ...], int] = {}
-        self._never_any: dict[tuple[object, ...], bool] = {}
+        #: answers that depend only on the nodes, not on what runs: they live as long as the state (see CycleCache).
+        self._never: dict[tuple[object, ...], int] = self.state.static.setdefault("could_fit", {})
+        self._never_any: dict[tuple[object, ...], bool] = self.state.static.setdefault("never_fits", {})
         self._room: dict[tuple[object, ...], str] = {}
         self._no_reclaim: set[tuple[object, ...]] = set()
         self._no_fit: set[tuple[object, ...]] = set()
@@ -204,7 +215,10 @@ class _Cycle:
         """Expected ends of running jobs and of jobs started this cycle, built once, on first need."""
         if self._timeline is None:
             self._timeline = Timeline()
-            self._timeline.extend(self._running_ends(self.snap.running))
+            if self.cache is not None and not self.victims:
+                self._timeline.events = self.cache.running_ends(self.snap.now)
+            else:
+                self._timeline.extend(self._running_ends(self.snap.running))
             for start in self.starts:
                 if start.expected_end is not None:
                     for p in start.placements:
@@ -217,15 +231,9 @@ class _Cycle:
     def _running_ends(self, running: Iterable[Running]) -> Iterable[tuple[float, int, int, str]]:
         now = self.snap.now
         for run in running:
-            if run.expected_end is None or run.job.id in self.victims:
-                continue
-            limit = run.job.time_limit
-            at_limit = limit is not None and abs(run.start_time + limit - run.expected_end) < 1.0
-            why = f"job {run.job.id} {'reaches its time limit' if at_limit else 'is expected to end'}"
-            for p in run.placements:
-                nf = self.state.by_name.get(p.node)
-                if nf is not None:
-                    yield (max(run.expected_end, now), nf.index, len(p.gpus), why)
+            if run.job.id not in self.victims:
+                for end, idx, gpus, why in run_ends(run, self.state):
+                    yield (max(end, now), idx, gpus, why)
 
     def _no_room(self, job: Job, keys: Keys) -> str:
         model = f" of model {job.gpu_model}" if job.gpu_model else ""

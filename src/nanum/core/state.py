@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from nanum.core.model import Job, Node, NodeState, Placement, Running
 
@@ -65,6 +66,12 @@ class ClusterState:
     #: bumped whenever free capacity changes, so callers can cache answers until then.
     version: int = 0
     _keys: dict[tuple[object, ...], list[tuple[str | None, str]]] = field(default_factory=dict)
+    #: answers that depend only on the nodes (never on what runs), by kind: kept while this state lives.
+    static: dict[str, dict[tuple[object, ...], Any]] = field(default_factory=dict)
+    #: when a `CycleCache` carries this state on: every take (True) / release (False), to undo them ...
+    journal: list[tuple[bool, Placement, Job]] | None = None
+    #: ... and the buckets whose node order those moves disturbed.
+    touched: set[tuple[tuple[str | None, str], int]] | None = None
 
     @classmethod
     def build(cls, nodes: tuple[Node, ...], running: tuple[Running, ...]) -> ClusterState:
@@ -111,8 +118,19 @@ class ClusterState:
         b = self.buckets[nf.key]
         del b[before][nf.index]
         b[len(nf.free)][nf.index] = None
+        if self.touched is not None:
+            self.touched.add((nf.key, len(nf.free)))
+
+    def canonical(self) -> None:
+        """Put the touched buckets back in node order, as `build` leaves them."""
+        for key, count in self.touched or ():
+            bucket = self.buckets[key]
+            bucket[count] = dict.fromkeys(sorted(bucket[count]))
+        self.touched = None
 
     def take(self, placement: Placement, job: Job) -> None:
+        if self.journal is not None:
+            self.journal.append((True, placement, job))
         nf = self.by_name[placement.node]
         before = len(nf.free)
         nf.free.difference_update(placement.gpus)
@@ -126,6 +144,8 @@ class ClusterState:
         nf = self.by_name.get(placement.node)
         if nf is None:
             return
+        if self.journal is not None:
+            self.journal.append((False, placement, job))
         before = len(nf.free)
         nf.free.update(placement.gpus)
         if nf.cpus is not None:
