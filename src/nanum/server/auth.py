@@ -49,7 +49,8 @@ class NodeCaller:
     name: str
 
 
-def get_context(request: Request) -> ServerContext:
+async def get_context(request: Request) -> ServerContext:
+    """The server context (async, so FastAPI resolves it without a trip through the thread pool)."""
     ctx: ServerContext = request.app.state.ctx
     return ctx
 

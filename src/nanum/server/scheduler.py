@@ -93,6 +93,9 @@ class Scheduler:
         self.predictor = HistoryPredictor()
         self.leadership = Leadership(ctx.db)
         self._learned_until = 0.0
+        self._jobs: snapshot.JobCache = {}
+        #: Whether some up node had a GPU nobody holds after the last tick.
+        self.has_free_gpus = True
         self._shown_at: dict[int, float] = {}
         self._lock = threading.Lock()
         self._poked: asyncio.Event | None = None
@@ -101,8 +104,11 @@ class Scheduler:
 
     # -- the loop ----------------------------------------------------------------------------------------------
 
-    def poke(self) -> None:
-        """Run a tick soon. Safe from any thread."""
+    def poke(self, new_gpu_job: bool = False) -> None:
+        """Run a tick soon. Safe from any thread. A new job that needs GPUs while none is free waits for the
+        timer tick: it could not start, and a large queue makes every tick cost something."""
+        if new_gpu_job and not self.has_free_gpus:
+            return
         loop, poked = self._loop, self._poked
         if loop is not None and poked is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop is closing
@@ -139,9 +145,11 @@ class Scheduler:
             plan = self._read(now)
             decisions = schedule(plan.snapshot, self.ctx.policy, self.predictor)
             result, woken = self._apply(plan, decisions, now)
+            self.has_free_gpus = snapshot.free_gpus(plan.snapshot, decisions.starts) > 0
             self.ctx.signals.wake(woken)
             result.seconds = time.perf_counter() - began
             self.last = result
+
             return result
 
     def _read(self, now: float) -> snapshot.Plan:
@@ -149,7 +157,9 @@ class Scheduler:
             if self.ctx.db.is_postgres:
                 s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             self._learned_until = snapshot.learn(s, self.predictor, self._learned_until)
-            return snapshot.build(s, now, self.ctx.settings.node_timeout_s, self.predictor)
+            plan = snapshot.build(s, now, self.ctx.settings.node_timeout_s, self.predictor, self._jobs)
+            self._jobs = plan.jobs
+            return plan
 
     def _apply(self, plan: snapshot.Plan, decisions: Decisions, now: float) -> tuple[TickResult, set[str]]:
         result = TickResult(pending=len(decisions.pending))

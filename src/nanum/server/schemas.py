@@ -19,7 +19,7 @@ def iso(t: float | None) -> str | None:
     """Epoch seconds as ISO 8601 UTC with milliseconds: `2026-11-29T17:20:41.123Z`."""
     if t is None:
         return None
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class JobSubmit(BaseModel):
@@ -28,7 +28,7 @@ class JobSubmit(BaseModel):
     gpus: int = Field(default=1, ge=0, le=1024, description="GPUs on each node")
     nodes: int = Field(default=1, ge=1, le=4096)
     gpu_model: str | None = Field(default=None, max_length=64)
-    cpus: int = Field(default=1, ge=0, le=100_000)
+    cpus: int = Field(default=0, ge=0, le=100_000, description="cores to reserve on each node; 0: none reserved")
     memory_mb: int | None = Field(default=None, ge=0)
     time_limit_s: float | None = Field(default=None, gt=0)
     priority: int = Field(default=0, ge=0, le=100)

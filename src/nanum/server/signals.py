@@ -17,7 +17,7 @@ class Signals:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._nodes: dict[str, asyncio.Event] = {}
         self.closing = False
-        self.on_poke: Callable[[], None] | None = None
+        self.on_poke: Callable[[bool], None] | None = None
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -49,7 +49,8 @@ class Signals:
         self.closing = True
         self.wake(list(self._nodes))
 
-    def poke(self) -> None:
-        """Ask the scheduler to run soon. Safe from any thread."""
+    def poke(self, *, new_gpu_job: bool = False) -> None:
+        """Ask the scheduler to run soon. Safe from any thread. `new_gpu_job`: only a job that needs GPUs was
+        submitted, which cannot start while every GPU is taken (the timer tick then gives it its reason)."""
         if self.on_poke is not None:
-            self.on_poke()
+            self.on_poke(new_gpu_job)

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from nanum.core import HistoryPredictor, Lab, Limits, NodeState, Placement, Running, Snapshot, User, decay
+from nanum.core import HistoryPredictor, Job, Lab, Limits, NodeState, Placement, Running, Snapshot, Start, User, decay
 from nanum.core import expected_runtime as planned_runtime
 from nanum.server.services.lifecycle import month_of, month_start
 from nanum.server.views import core_job, core_lab, core_node
@@ -27,6 +27,7 @@ from nanum.store import AllocationRow, JobRow, LabRow, NodeRow, UsageRow, UserRo
 
 JOB_COLUMNS = (
     JobRow.id,
+    JobRow.runs,
     JobRow.user_id,
     JobRow.lab_id,
     JobRow.name,
@@ -46,14 +47,19 @@ RUN_COLUMNS = (JobRow.start_time, JobRow.charged_until, JobRow.borrowing)
 PENDING_COLUMNS = (JobRow.reason, JobRow.reason_code, JobRow.estimated_start)
 
 
+#: Core jobs of the last tick by (id, runs): a job's request does not change while it waits or runs.
+JobCache = dict[tuple[int, int], Job]
+
+
 @dataclass(slots=True)
 class Plan:
     snapshot: Snapshot
     node_ids: dict[str, int]
     shown: dict[int, tuple[str | None, str | None, float | None]] = field(default_factory=dict)
+    jobs: JobCache = field(default_factory=dict)
 
 
-def build(s: Session, now: float, timeout: float, predictor: HistoryPredictor) -> Plan:
+def build(s: Session, now: float, timeout: float, predictor: HistoryPredictor, cache: JobCache | None = None) -> Plan:
     users = {u.id: u for u in s.scalars(select(UserRow))}
     labs = {lab.id: lab for lab in s.scalars(select(LabRow))}
     running_rows = s.execute(select(*JOB_COLUMNS, *RUN_COLUMNS).where(JobRow.state == "running")).all()
@@ -74,8 +80,13 @@ def build(s: Session, now: float, timeout: float, predictor: HistoryPredictor) -
         if node_id in names:
             held[job_id].append(Placement(names[node_id], tuple(sorted(gpus))))
 
-    def job(row: Any) -> Any:
-        return core_job(row, users[row.user_id].name, labs[row.lab_id].name)
+    cache = cache or {}
+    jobs: JobCache = {}
+
+    def job(row: Any) -> Job:
+        key = (row.id, row.runs)
+        found = jobs[key] = cache.get(key) or core_job(row, users[row.user_id].name, labs[row.lab_id].name)
+        return found
 
     running = tuple(_running(job(r), r, held.get(r.id, []), predictor) for r in running_rows)
     live = {r.job.id for r in running}
@@ -98,7 +109,15 @@ def build(s: Session, now: float, timeout: float, predictor: HistoryPredictor) -
         month=time.strftime("%B", time.gmtime(now)),
     )
     shown = {r.id: (r.reason, r.reason_code, r.estimated_start) for r in pending_rows}
-    return Plan(snapshot, {r.name: r.id for r in node_rows}, shown)
+    return Plan(snapshot, {r.name: r.id for r in node_rows}, shown, jobs)
+
+
+def free_gpus(snapshot: Snapshot, starts: tuple[Start, ...]) -> int:
+    """GPUs on up nodes that nobody holds once `starts` have started."""
+    up = {n.name: n for n in snapshot.nodes if n.state is NodeState.UP}
+    taken = sum(len(p.gpus) for run in snapshot.running for p in run.placements if p.node in up)
+    taken += sum(len(p.gpus) for start in starts for p in start.placements if p.node in up)
+    return sum(len(n.gpus) - len(n.busy_gpus) for n in up.values()) - taken
 
 
 def _state(row: Any, now: float, timeout: float) -> NodeState:

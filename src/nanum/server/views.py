@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from nanum.core import Gpu, Job, JobId, JobKind, Lab, Limits, Node, NodeState
-from nanum.server.schemas import AllocationOut, JobOut, iso
-from nanum.store import JobRow, LabRow
+from nanum.server.schemas import iso
+from nanum.store import LabRow
 
 
 def core_node(name: str, inventory: Mapping[str, Any], state: NodeState, held: frozenset[int] = frozenset()) -> Node:
@@ -62,34 +62,36 @@ def core_job(row: Any, user: str, lab: str) -> Job:
     )
 
 
-def job_out(row: JobRow, user: str, lab: str) -> JobOut:
+def job_out(row: Any, user: str, lab: str) -> dict[str, Any]:
+    """The API body of a job (shaped as `JobOut`). `row` is a JobRow or a row with the same columns; being read
+    from the store it is trusted, so the body is a plain dict, rendered without validating it again."""
     pending = row.state == "pending"
-    return JobOut(
-        id=row.id,
-        name=row.name,
-        user=user,
-        lab=lab,
-        state=row.state,
-        reason=row.reason,
-        reason_code=row.reason_code,
-        estimated_start=iso(row.estimated_start) if pending else None,
-        gpus=row.gpus,
-        nodes=row.nodes,
-        gpu_model=row.gpu_model,
-        cpus=row.cpus,
-        memory_mb=row.memory_mb,
-        time_limit_s=row.time_limit_s,
-        priority=row.priority,
-        kind=row.kind,
-        preemptible=row.preemptible,
-        borrowing=row.borrowing,
-        allocation=[] if pending else [AllocationOut(**a) for a in row.allocation or ()],
-        submit_time=iso(row.submit_time),
-        start_time=iso(row.start_time),
-        end_time=iso(row.end_time),
-        exit_code=row.exit_code,
-        command=row.command,
-        workdir=row.workdir,
-        env=row.env or {},
-        runs=row.runs,
-    )
+    return {
+        "id": row.id,
+        "name": row.name,
+        "user": user,
+        "lab": lab,
+        "state": row.state,
+        "reason": row.reason,
+        "reason_code": row.reason_code,
+        "estimated_start": iso(row.estimated_start) if pending else None,
+        "gpus": row.gpus,
+        "nodes": row.nodes,
+        "gpu_model": row.gpu_model,
+        "cpus": row.cpus,
+        "memory_mb": row.memory_mb,
+        "time_limit_s": row.time_limit_s,
+        "priority": row.priority,
+        "kind": row.kind,
+        "preemptible": row.preemptible,
+        "borrowing": row.borrowing,
+        "allocation": [] if pending else [{"node": a["node"], "gpus": a["gpus"]} for a in row.allocation or ()],
+        "submit_time": iso(row.submit_time),
+        "start_time": iso(row.start_time),
+        "end_time": iso(row.end_time),
+        "exit_code": row.exit_code,
+        "command": row.command,
+        "workdir": row.workdir,
+        "env": row.env or {},
+        "runs": row.runs,
+    }

@@ -2,14 +2,17 @@
 
 `Database` owns the engine and hands out sessions. Read sessions are plain transactions; write sessions on SQLite
 begin with `BEGIN IMMEDIATE`, so a transaction that reads and then writes takes the write lock up front and waits
-for it (busy timeout) instead of failing when another writer committed in between.
+for it (busy timeout) instead of failing when another writer committed in between. SQLite has one writer at a time
+anyway, so this process's writers also queue on a lock of their own: handing it over is immediate, where SQLite's
+busy handler would sleep for milliseconds between retries.
 """
 
 from __future__ import annotations
 
+import threading
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,7 @@ class Database:
         self._read = sessionmaker(self.engine, expire_on_commit=False)
         writer = self.engine.execution_options(nanum_write=True) if self.is_sqlite else self.engine
         self._write = sessionmaker(writer, expire_on_commit=False)
+        self._writer_lock: AbstractContextManager[object] = threading.Lock() if self.is_sqlite else nullcontext()
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -46,7 +50,7 @@ class Database:
     @contextmanager
     def write(self) -> Iterator[Session]:
         """A session that commits when the block ends without an exception, and rolls back otherwise."""
-        with self._write() as session, session.begin():
+        with self._writer_lock, self._write() as session, session.begin():
             yield session
 
     def scheduler_lock_key(self, conn: Connection) -> int:

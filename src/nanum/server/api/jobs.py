@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
+from nanum.server.api import rendering
 from nanum.server.auth import CallerDep, Context
 from nanum.server.schemas import JobOut, JobSubmit
 from nanum.server.services import jobs
@@ -14,13 +15,13 @@ from nanum.server.services import jobs
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 
-@router.post("", status_code=201)
-def submit_job(body: JobSubmit, ctx: Context, caller: CallerDep) -> JobOut:
+@router.post("", status_code=201, response_model=JobOut)
+def submit_job(body: JobSubmit, ctx: Context, caller: CallerDep) -> Response:
     """Queue a job. It starts when the scheduler admits it; a request that could never run is refused (400)."""
-    return jobs.submit(ctx, caller, body)
+    return rendering.json(jobs.submit(ctx, caller, body), 201)
 
 
-@router.get("")
+@router.get("", response_model=list[JobOut])
 def list_jobs(
     ctx: Context,
     caller: CallerDep,
@@ -28,20 +29,20 @@ def list_jobs(
     user: str | None = None,
     lab: str | None = None,
     state: Annotated[list[str] | None, Query()] = None,
-) -> list[JobOut]:
+) -> Response:
     """Active jobs of every user (with `all=true`, finished ones too), ordered by id."""
-    return jobs.list_jobs(ctx, all=all, user=user, lab=lab, states=state or ())
+    return rendering.json(jobs.list_jobs(ctx, all=all, user=user, lab=lab, states=state or ()))
 
 
-@router.get("/{job_id}")
-def get_job(job_id: int, ctx: Context, caller: CallerDep) -> JobOut:
-    return jobs.get_job(ctx, job_id)
+@router.get("/{job_id}", response_model=JobOut)
+def get_job(job_id: int, ctx: Context, caller: CallerDep) -> Response:
+    return rendering.json(jobs.get_job(ctx, job_id))
 
 
-@router.post("/{job_id}/cancel")
-def cancel_job(job_id: int, ctx: Context, caller: CallerDep) -> JobOut:
+@router.post("/{job_id}/cancel", response_model=JobOut)
+def cancel_job(job_id: int, ctx: Context, caller: CallerDep) -> Response:
     """Owner or admin only. A running job is stopped first and becomes `cancelled` once its process is gone."""
-    return jobs.cancel(ctx, caller, job_id)
+    return rendering.json(jobs.cancel(ctx, caller, job_id))
 
 
 @router.get("/{job_id}/logs", response_class=Response)

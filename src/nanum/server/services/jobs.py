@@ -6,6 +6,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
+from typing import Any
 
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
@@ -14,20 +15,22 @@ from nanum.core import impossible
 from nanum.server.auth import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import BadRequest, Conflict, Forbidden, NotFound
-from nanum.server.schemas import ACTIVE_STATES, JOB_STATES, JobOut, JobSubmit
+from nanum.server.schemas import ACTIVE_STATES, JOB_STATES, JobSubmit
 from nanum.server.services import catalog, lifecycle
 from nanum.server.views import core_job, job_out
 from nanum.store import JobRow, LabRow, UserRow
+
+INSERT_JOB = JobRow.__table__.insert().returning(JobRow.__table__.c.id)
 
 #: The most log bytes one read returns; the reply's offset says where to continue.
 LOG_CHUNK = 1 << 20
 
 
-def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> JobOut:
+def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> dict[str, Any]:
     """Queue a job for `caller`. Raises BadRequest when no node or limit could ever satisfy it."""
     lab = _lab_for(ctx, caller, spec.lab)
     now = time.time()
-    row = JobRow(
+    values = dict(
         name=spec.name or PurePath(spec.command[0]).name,
         user_id=caller.id,
         lab_id=lab.id,
@@ -52,12 +55,12 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> JobOut:
         runs=0,
         attained_gpu_seconds=0.0,
     )
+    row = JobRow(**values)
     _refuse_impossible(ctx, row, caller.name, lab.lab.name)
     with ctx.db.write() as s:
-        s.add(row)
-        s.flush()
+        row.id = s.connection().execute(INSERT_JOB, values).scalar_one()
         lifecycle.event(s, row.id, now, "submitted", f"by {caller.name}")
-    ctx.signals.poke()
+    ctx.signals.poke(new_gpu_job=spec.gpus > 0)
     return job_out(row, caller.name, lab.lab.name)
 
 
@@ -90,9 +93,10 @@ def _refuse_impossible(ctx: ServerContext, row: JobRow, user: str, lab: str) -> 
 # -- reading ---------------------------------------------------------------------------------------------------
 
 
-def _select() -> Select[tuple[JobRow, str, str]]:
+def _select() -> Select[Any]:
+    """Jobs as plain rows (every column, then the user's and the lab's names): cheaper than ORM objects."""
     return (
-        select(JobRow, UserRow.name, LabRow.name)
+        select(JobRow.__table__, UserRow.name.label("user_name"), LabRow.name.label("lab_name"))
         .join(UserRow, UserRow.id == JobRow.user_id)
         .join(LabRow, LabRow.id == JobRow.lab_id)
     )
@@ -105,7 +109,7 @@ def list_jobs(
     user: str | None = None,
     lab: str | None = None,
     states: Sequence[str] = (),
-) -> list[JobOut]:
+) -> list[dict[str, Any]]:
     unknown = sorted(set(states) - set(JOB_STATES))
     if unknown:
         raise BadRequest(f"unknown job state {unknown[0]}; choose from {', '.join(JOB_STATES)}")
@@ -119,21 +123,21 @@ def list_jobs(
     if lab:
         query = query.where(LabRow.name == lab)
     with ctx.db.read() as s:
-        return [job_out(row, u, la) for row, u, la in s.execute(query)]
+        return [job_out(row, row.user_name, row.lab_name) for row in s.connection().execute(query)]
 
 
-def get_job(ctx: ServerContext, job_id: int) -> JobOut:
+def get_job(ctx: ServerContext, job_id: int) -> dict[str, Any]:
     with ctx.db.read() as s:
-        found = s.execute(_select().where(JobRow.id == job_id)).first()
+        found = s.connection().execute(_select().where(JobRow.id == job_id)).first()
     if found is None:
         raise NotFound(f"no job {job_id}")
-    return job_out(*found)
+    return job_out(found, found.user_name, found.lab_name)
 
 
 # -- cancel ----------------------------------------------------------------------------------------------------
 
 
-def cancel(ctx: ServerContext, caller: Caller, job_id: int) -> JobOut:
+def cancel(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
     """Pending: cancelled at once. Running: stopped on its nodes, cancelled when they report it gone."""
     now = time.time()
     with ctx.db.write() as s:

@@ -23,6 +23,7 @@ from nanum.core import decay
 from nanum.protocol import JobStatus
 from nanum.store import AllocationRow, EventRow, JobRow, LabRow, NodeRow, UsageRow, UserRow
 
+INSERT_EVENT = EventRow.__table__.insert()
 FINISHED = frozenset({"completed", "failed", "cancelled", "timeout"})
 #: What a stopped job becomes once all its processes are gone, by `stop`.
 OUTCOME = {
@@ -38,7 +39,7 @@ STRENGTH = {"preempt": 1, "lost": 1, "fail": 2, "timeout": 2, "cancel": 3}
 
 
 def event(s: Session, job_id: int, now: float, kind: str, message: str = "") -> None:
-    s.add(EventRow(job_id=job_id, time=now, kind=kind, message=message))
+    s.connection().execute(INSERT_EVENT, {"job_id": job_id, "time": now, "kind": kind, "message": message})
 
 
 def held_nodes(s: Session, job_id: int) -> list[tuple[int, str]]:
