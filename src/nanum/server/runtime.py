@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -68,7 +69,8 @@ def start(settings: ServerSettings, host: str, port: int, agent: LocalAgent | No
     started = bootstrap_admin(ctx, url)
     node = bootstrap_node(ctx) if agent is not None else None
     _announce(ctx, url, started, agent)
-    asyncio.run(_serve(ctx, host, port, url, agent, node))
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(_serve(ctx, host, port, url, agent, node))
 
 
 def prepare(settings: ServerSettings) -> ServerContext:
@@ -248,6 +250,15 @@ class AgentSupervisor:
 
 
 # -- small helpers -------------------------------------------------------------------------------------------
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop where it is installed (faster request handling), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop  # type: ignore[no-any-return]
 
 
 def _check_port(host: str, port: int) -> None:
