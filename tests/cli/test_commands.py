@@ -141,8 +141,8 @@ def test_show_of_a_missing_job_exits_2(api: FakeApi, nanum: Nanum) -> None:
         pytest.param(job(state="failed", exit_code=3), 3, "", id="failed-with-code"),
         pytest.param(job(state="failed", exit_code=None), 1, "", id="failed-without-code"),
         pytest.param(job(state="failed", exit_code=-9), 137, "", id="killed-by-signal"),
-        pytest.param(job(state="cancelled"), 1, "job 7 was cancelled", id="cancelled"),
-        pytest.param(job(state="timeout", exit_code=-15), 143, "reached its time limit", id="time-limit"),
+        pytest.param(job(state="cancelled", exit_code=143), 1, "job 7 was cancelled", id="cancelled"),
+        pytest.param(job(state="timeout", exit_code=-15), 1, "reached its time limit", id="time-limit"),
     ],
 )
 def test_wait_exits_with_the_jobs_code(api: FakeApi, nanum: Nanum, final: dict[str, object], code: int,

@@ -147,17 +147,21 @@ def wait(
 
 
 def wait_exit_code(state: str, exit_code: int | None, job_id: int) -> int:
-    """The job's own exit code when it has one; 1 with a line on stderr when it ended without one."""
-    if state == "completed" and not exit_code:
-        return 0
-    if state != "completed" and state != "failed":
-        what = {"cancelled": "was cancelled", "timeout": "reached its time limit", "lost": "was lost"}
-        note(f"nanum: job {job_id} {what.get(state, 'ended ' + state)}")
-    if exit_code is None or exit_code == 0:
-        return 1
-    if exit_code < 0:  # killed by a signal, as Python reports it
-        return min(128 - exit_code, 255)
-    return exit_code if exit_code <= 255 else 1
+    """A finished job's own exit code (128+N when killed by signal N); 1 with a line on stderr when it was
+    cancelled, reached its time limit or was lost, or failed without a code."""
+    if state == "completed":
+        return 0 if not exit_code else _shell_code(exit_code)
+    if state == "failed":
+        return _shell_code(exit_code) if exit_code else 1
+    what = {"cancelled": "was cancelled", "timeout": "reached its time limit and was stopped", "lost": "was lost"}
+    note(f"nanum: job {job_id} {what.get(state, 'ended ' + state)}")
+    return 1
+
+
+def _shell_code(code: int) -> int:
+    if code < 0:  # killed by a signal, as Python reports it
+        return min(128 - code, 255)
+    return code if code <= 255 else 1
 
 
 @app.command()

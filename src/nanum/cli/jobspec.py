@@ -137,7 +137,7 @@ HEADER_OPTIONS: dict[str, tuple[str, Any]] = {
     "--gpus": ("gpus", _int("--gpus", 0)),
     "--nodes": ("nodes", _int("--nodes", 1)),
     "--gpu-model": ("gpu_model", str),
-    "--cpus": ("cpus", _int("--cpus", 1)),
+    "--cpus": ("cpus", _int("--cpus", 0)),
     "--mem": ("memory_mb", parse_mem),
     "--time": ("time_limit_s", parse_time),
     "--priority": ("priority", _int("--priority", 0, 100)),
