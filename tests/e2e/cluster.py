@@ -1,0 +1,211 @@
+"""A real nanum on this machine for end-to-end tests: `nanum up` in a private home on a free port, and the
+real `nanum` command run as a subprocess by the users the tests create."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+JOB_ACCOUNT = "nanum-e2e"
+
+
+def nanum_command() -> list[str]:
+    exe = Path(sys.executable).with_name("nanum")
+    return [str(exe)] if exe.exists() else [sys.executable, "-c", "from nanum.cli import main; main()"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def job_account() -> str:
+    """The Unix account test jobs run as: never root. As root, a dedicated account is created once."""
+    if os.geteuid() != 0:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    try:
+        pwd.getpwnam(JOB_ACCOUNT)
+    except KeyError:
+        subprocess.run(["useradd", "-m", "-s", "/bin/sh", JOB_ACCOUNT], check=True, capture_output=True)
+    return JOB_ACCOUNT
+
+
+def shared_dir(prefix: str) -> Path:
+    """A directory every account can write (jobs run as another user than the test)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    path.chmod(0o1777)
+    return path
+
+
+@dataclass
+class Cluster:
+    """One `nanum up` process (server, scheduler and local agent) with simulated GPUs."""
+
+    root: Path
+    gpus: str = "4"
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    admin_token: str = ""
+    tokens: dict[str, str] = field(default_factory=dict)
+    starts: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    def env(self, token: str | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NANUM_")}
+        env.update(XDG_CONFIG_HOME=str(self.root / "config"), NANUM_HOME=str(self.home), COLUMNS="100")
+        if token is not None:
+            env.update(NANUM_SERVER=self.url, NANUM_TOKEN=token)
+        return env
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start (or restart) `nanum up` and wait until it answers."""
+        self.starts += 1
+        with (self.root / f"up-{self.starts}.log").open("wb") as log:
+            self.proc = subprocess.Popen(
+                [*nanum_command(), "up", "--home", str(self.home), "--port", str(self.port),
+                 "--simulate-gpus", self.gpus],
+                env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while not self._healthy():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"`nanum up` exited with {self.proc.returncode}:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"`nanum up` did not answer within {timeout} s:\n{self.log_tail()}")
+            time.sleep(0.1)
+        self.admin_token = (self.home / "admin-token").read_text().strip()
+        self.wait_for_gpus()
+
+    def wait_for_gpus(self, timeout: float = 30.0) -> None:
+        """Until the local agent has reported its node as up."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            nodes = self.api("GET", "/nodes")
+            if any(n["state"] == "up" and n["gpus"] for n in nodes):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"no node came up within {timeout} s:\n{self.log_tail()}")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the `nanum up` process itself (jobs live in their own sessions and survive it)."""
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        self.proc.wait(timeout=30)
+
+    def agent_pids(self) -> list[int]:
+        """The local agents serving this cluster's home: `nanum up`'s child, or one orphaned by a kill -9."""
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    argv = (entry / "cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if b"agent" in argv and any(a.startswith(str(self.home).encode()) for a in argv):
+                    pids.append(int(entry.name))
+        return pids
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self._cancel_everything()
+            self.kill(signal.SIGTERM)
+        for pid in self.agent_pids():  # an agent left behind when `nanum up` was killed
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    def _cancel_everything(self) -> None:
+        try:
+            for job in self.api("GET", "/jobs"):
+                self.api("POST", f"/jobs/{job['id']}/cancel", ok=(200, 409))
+            deadline = time.monotonic() + 15
+            while self.api("GET", "/jobs", query="state=running") and time.monotonic() < deadline:
+                time.sleep(0.2)
+        except OSError:
+            pass
+
+    def log_tail(self, lines: int = 40) -> str:
+        logs = sorted(self.root.glob("up-*.log"))
+        return "\n".join(logs[-1].read_text(errors="replace").splitlines()[-lines:]) if logs else ""
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v1/health", timeout=1) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def api(self, method: str, path: str, body: Any = None, query: str = "", token: str | None = None,
+            ok: tuple[int, ...] = (200, 201)) -> Any:
+        """A direct API call (for setup and inspection; the behaviour under test goes through `nanum`)."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"{self.url}/api/v1{path}" + (f"?{query}" if query else ""), data=data,
+                                     method=method, headers={"Authorization": f"Bearer {token or self.admin_token}",
+                                                             "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as err:
+            if err.code in ok:
+                return None
+            raise
+
+    def nanum(self, *args: str, user: str = "admin", cwd: Path | None = None,
+              timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run the real `nanum ARGS` as one of the cluster's users."""
+        token = self.admin_token if user == "admin" else self.tokens[user]
+        return subprocess.run([*nanum_command(), *args], env=self.env(token), cwd=cwd, capture_output=True,
+                              text=True, timeout=timeout)
+
+    def add_user(self, name: str, unix_user: str, *labs: str) -> None:
+        args = ["user", "add", name, "--unix-user", unix_user]
+        for lab in labs:
+            args += ["--lab", lab]
+        result = self.nanum(*args)
+        assert result.returncode == 0, result.stderr
+        self.tokens[name] = result.stdout.strip()
+
+    def submit(self, user: str, *args: str, cwd: Path | None = None) -> int:
+        """`nanum submit --json ARGS` as `user`; the new job's id."""
+        result = self.nanum("submit", "--json", *args, user=user, cwd=cwd)
+        assert result.returncode == 0, f"submit failed: {result.stderr}"
+        return int(json.loads(result.stdout)["id"])
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        result = self.nanum("show", "--json", str(job_id))
+        assert result.returncode == 0, result.stderr
+        return dict(json.loads(result.stdout))
+
+    def wait_state(self, job_id: int, *states: str, timeout: float = 30) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.api("GET", f"/jobs/{job_id}")
+            if job["state"] in states:
+                return dict(job)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id} is {job['state']}, not {states}, after {timeout} s")
+            time.sleep(0.05)
+
+
+def remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
