@@ -123,6 +123,16 @@ def test_cancelling_a_running_job_stops_it_first(client: AsgiClient, ctx: Server
     assert set(gpu_holders(client).values()) == {None}
 
 
+def test_a_job_stopped_before_its_agent_heard_of_it_frees_its_gpus(client: AsgiClient, agent: FakeAgent) -> None:
+    j = submit(client, gpus=4)
+    tick(client)  # started on gpu-01, but its agent has not been told yet
+    client.post(f"/api/v1/jobs/{j['id']}/cancel", headers=auth(ALICE))
+    reply = agent.beat()  # the agent does not hold it, so it never will
+    assert reply.desired == [] and not agent.running
+    assert job(client, j["id"])["state"] == "cancelled"
+    assert set(gpu_holders(client).values()) == {None}
+
+
 def test_a_silent_node_requeues_its_jobs_and_keeps_them_if_it_comes_back(
     client: AsgiClient, ctx: ServerContext, agent: FakeAgent
 ) -> None:

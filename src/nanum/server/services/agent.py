@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from nanum.protocol import Heartbeat, HeartbeatReply, JobLaunch, LogChunk
@@ -122,7 +122,18 @@ def _record_jobs(
         if job is not None and job.id in held:
             woken |= lifecycle.part_exited(s, job, node, st, now)
         acks.append(st.job_id)
+    _release_unheld(s, node, held, {st.job_id for st in hb.jobs}, now)
     return acks, woken
+
+
+def _release_unheld(s: Session, node: NodeRow, held: dict[int, list[int]], reported: set[int], now: float) -> None:
+    """GPUs of jobs being stopped that this node's agent does not hold (it never started them: they were stopped
+    before it heard of them) are free now. A heartbeat lists every job the agent holds, so these have no process."""
+    unheld = [job_id for job_id in held if job_id not in reported]
+    if unheld:
+        query = select(JobRow).where(JobRow.id.in_(unheld), or_(JobRow.state != "running", JobRow.stop.is_not(None)))
+        for job in s.scalars(query.with_for_update()):
+            lifecycle.part_gone(s, job, node, now)
 
 
 def desired_jobs(ctx: ServerContext, s: Session, node: NodeRow) -> list[JobLaunch]:

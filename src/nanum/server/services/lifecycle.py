@@ -81,10 +81,20 @@ def part_exited(s: Session, job: JobRow, node: NodeRow, status: JobStatus, now: 
             woken = request_stop(s, job, why, now, message or why)
     elif job.exit_code is None:
         job.exit_code = code  # stopped on purpose: the stop reason stands
-    remaining = s.scalar(select(func.count()).select_from(AllocationRow).where(AllocationRow.job_id == job.id))
-    if not remaining:
+    if not _holds_any(s, job.id):
         finalize(s, job, now)
     return woken
+
+
+def part_gone(s: Session, job: JobRow, node: NodeRow, now: float) -> None:
+    """`node` holds no process of `job` (it never started one): free the GPUs there; finalize if none are left."""
+    s.execute(delete(AllocationRow).where(AllocationRow.job_id == job.id, AllocationRow.node_id == node.id))
+    if job.state == "running" and not _holds_any(s, job.id):
+        finalize(s, job, now)
+
+
+def _holds_any(s: Session, job_id: int) -> bool:
+    return bool(s.scalar(select(func.count()).select_from(AllocationRow).where(AllocationRow.job_id == job_id)))
 
 
 def _part_outcome(st: JobStatus) -> tuple[str | None, str | None, int | None]:
@@ -150,7 +160,7 @@ def node_lost(s: Session, node: NodeRow, now: float) -> set[str]:
         if job.stop is None and job.nodes == 1:
             job.lost_from = job.allocation
         woken |= request_stop(s, job, "lost", now, f"node {node.name} stopped answering")
-        if not s.scalar(select(func.count()).select_from(AllocationRow).where(AllocationRow.job_id == job.id)):
+        if not _holds_any(s, job.id):
             finalize(s, job, now)
     return woken
 
