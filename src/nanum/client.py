@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TERMINAL_STATES",
+    "Allocation",
     "ApiError",
     "Client",
     "Gpu",
@@ -50,7 +51,7 @@ __all__ = [
     "resolve_settings",
 ]
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 TERMINAL_STATES = frozenset({"completed", "failed", "cancelled", "timeout"})
 
 
@@ -359,7 +360,7 @@ class Client:
             raise ApiError(response.status, _detail(response))
         return response
 
-    def _retrying(self, call: Callable[[], T], deadline: float | None = None, outage_s: float = 60.0) -> T:
+    def _retrying(self, call: Callable[[], _T], deadline: float | None = None, outage_s: float = 60.0) -> _T:
         """Run `call`, retrying while the server is unreachable (a restart) for up to `outage_s` seconds."""
         give_up = time.monotonic() + outage_s
         if deadline is not None:

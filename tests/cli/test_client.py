@@ -127,3 +127,14 @@ def test_settings_come_from_arguments_then_environment_then_the_saved_file(
     assert resolve_settings("http://flag:3", "flag-token") == ("http://flag:3", "flag-token")
     monkeypatch.delenv("NANUM_TOKEN")
     assert resolve_settings("http://saved:1/") == ("http://saved:1/", "saved-token")
+
+
+def test_the_sdk_exports_exactly_its_public_names() -> None:
+    import types
+
+    import nanum.client
+
+    public = {n for n, v in vars(nanum.client).items()
+              if not n.startswith("_") and n != "TYPE_CHECKING" and not isinstance(v, types.ModuleType)
+              and getattr(v, "__module__", "nanum.client") == "nanum.client"}
+    assert set(nanum.client.__all__) == public

@@ -1,0 +1,303 @@
+"""How fast nanum takes and starts work, beside Slurm and task-spooler measured on this same kind of machine.
+
+    .venv/bin/python benchmarks/throughput.py              # starts a fresh `nanum up --simulate-gpus 8`
+    .venv/bin/python benchmarks/throughput.py --jobs 1000 --latency-jobs 50 --api-jobs 2000
+
+Figures, each printed beside Slurm 22.05 (sbatch) and Debian's task-spooler (`ts`):
+  1. submit-to-start latency on an idle node: from the client sending `POST /jobs` to the job's own first
+     instruction (`date +%s.%N`), median and p99 over `--latency-jobs` jobs run one after another;
+  2. submissions per second through the API: `--api-jobs` submissions from `--clients` concurrent httpx
+     clients, while every GPU is busy so the jobs queue (the scheduler still runs on each submission);
+  3. submissions per second through the CLI: `nanum submit` processes one after another;
+  4. the `nanum` command's start-up: `nanum --help` and `nanum ps`, best of ten;
+  5. draining `--jobs` trivial jobs (`true`, 1 GPU each) on 8 GPUs: from the first submission until the last
+     job is recorded completed, all submitted at once; and a check that none was lost.
+Targets (issue): >= 500 submissions/s via the API, median submit-to-start < 100 ms, the drain < 26 s.
+
+Every job asks for `cpus=0` so that GPUs are the only limit, as in the 8-GPU-slot setups Slurm and ts were
+measured with (a 2-core test machine would otherwise run only two 1-CPU jobs at a time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from nanum.client import ApiError, Client, NanumError
+
+SLURM = {"api": 260.0, "cli": 260.0, "latency_median": 1.6, "latency_p99": None, "drain": 265.0}
+TS = {"api": 430.0, "cli": 430.0, "latency_median": 0.004, "latency_p99": None, "drain": 2.3}
+BENCH_ACCOUNT = "nanum-bench"
+
+
+def nanum_exe() -> list[str]:
+    exe = Path(sys.executable).with_name("nanum")
+    return [str(exe)] if exe.exists() else [sys.executable, "-c", "from nanum.cli import main; main()"]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def job_account() -> str:
+    """Jobs never run as root: as root, run them as a dedicated account (created once)."""
+    if os.geteuid() != 0:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    try:
+        pwd.getpwnam(BENCH_ACCOUNT)
+    except KeyError:
+        subprocess.run(["useradd", "-m", "-s", "/bin/sh", BENCH_ACCOUNT], check=True, capture_output=True)
+    return BENCH_ACCOUNT
+
+
+@contextmanager
+def fresh_nanum(gpus: int) -> Iterator[tuple[str, str, dict[str, str]]]:
+    """`nanum up` in a throw-away home; yields (url, admin token, environment for `nanum` commands)."""
+    root = Path(tempfile.mkdtemp(prefix="nanum-bench-"))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NANUM_")}
+    env.update(XDG_CONFIG_HOME=str(root / "config"), NANUM_HOME=str(root / "home"))
+    with (root / "up.log").open("wb") as log:
+        proc = subprocess.Popen([*nanum_exe(), "up", "--home", str(root / "home"), "--port", str(port),
+                                 "--simulate-gpus", str(gpus)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        token = wait_until_up(url, root / "home" / "admin-token", proc, root / "up.log")
+        yield url, token, env
+    except BaseException:
+        sys.stderr.write(f"--- the end of `nanum up`'s output:\n{(root / 'up.log').read_text()[-4000:]}\n")
+        raise
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def wait_until_up(url: str, token_file: Path, proc: subprocess.Popen[bytes], log: Path) -> str:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"`nanum up` exited:\n{log.read_text()[-3000:]}")
+        if token_file.exists():
+            token = token_file.read_text().strip()
+            try:
+                with Client(url, token) as c:
+                    if any(n["state"] == "up" and n["gpus"] for n in c.nodes()):
+                        return token
+            except NanumError:  # still starting
+                pass
+        time.sleep(0.1)
+    sys.exit(f"`nanum up` did not come up in 60 s:\n{log.read_text()[-3000:]}")
+
+
+def wait_idle(client: Client, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while client.jobs() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+# -- 1. latency ------------------------------------------------------------------------------------------------
+
+def measure_latency(client: Client, n: int, workdir: Path) -> list[float]:
+    """Seconds from sending the submission to the job's first instruction, one job at a time."""
+    delays = []
+    for i in range(n):
+        stamp = workdir / f"lat-{i}"
+        sent = time.time()
+        job = client.submit(["sh", "-c", f"date +%s.%N > {stamp}"], gpus=1, cpus=0, workdir=str(workdir))
+        while not stamp.exists() or not stamp.read_text().strip():
+            time.sleep(0.001)
+        delays.append(float(stamp.read_text()) - sent)
+        client.wait(job["id"], timeout=30, poll_s=0.005)
+    return delays
+
+
+# -- 2. and 3. submission rates ----------------------------------------------------------------------------
+
+def api_rate(url: str, token: str, n: int, clients: int, workdir: Path) -> float:
+    """Submissions per second from `clients` threads, each with its own connection."""
+    per = [n // clients + (1 if i < n % clients else 0) for i in range(clients)]
+    barrier = threading.Barrier(clients + 1)
+    errors: list[BaseException] = []
+
+    def worker(count: int) -> None:
+        with Client(url, token) as c:
+            barrier.wait()
+            try:
+                for _ in range(count):
+                    c.submit(["true"], gpus=1, cpus=0, workdir=str(workdir))
+            except Exception as exc:  # reported below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in per]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    if errors:
+        sys.exit(f"API submissions failed: {errors[0]}")
+    return n / elapsed
+
+
+def cli_rate(env: dict[str, str], n: int, workdir: Path) -> float:
+    started = time.perf_counter()
+    for _ in range(n):
+        subprocess.run([*nanum_exe(), "submit", "--gpus", "1", "--cpus", "0", "--", "true"], env=env, cwd=workdir,
+                       check=True, capture_output=True)
+    return n / (time.perf_counter() - started)
+
+
+def best_of(n: int, argv: list[str], env: dict[str, str]) -> float:
+    times = []
+    for _ in range(n):
+        started = time.perf_counter()
+        subprocess.run(argv, env=env, check=True, capture_output=True)
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def with_gpus_busy(client: Client, workdir: Path, gpus: int, body: Callable[[], float]) -> float:
+    """Run `body` while one job holds every GPU, then cancel everything it queued."""
+    blocker = client.submit(["sleep", "3600"], gpus=gpus, cpus=0, workdir=str(workdir), name="blocker")
+    client_wait_running(client, blocker["id"])
+    try:
+        return body()
+    finally:
+        for job in reversed(client.jobs()):  # the queued jobs first, then the one holding the GPUs
+            with contextlib.suppress(ApiError):  # it ended meanwhile
+                client.cancel(job["id"])
+        wait_idle(client)
+
+
+def client_wait_running(client: Client, job_id: int) -> None:
+    while client.job(job_id)["state"] != "running":
+        time.sleep(0.01)
+
+
+# -- 5. drain ------------------------------------------------------------------------------------------------
+
+def drain(url: str, token: str, client: Client, n: int, clients: int, workdir: Path) -> tuple[float, float, int]:
+    """(seconds from the first submission to the last completion, seconds spent submitting, jobs lost)."""
+    before = client.jobs(all=True)
+    base = before[-1]["id"] if before else 0
+    started = time.perf_counter()
+    api_rate(url, token, n, clients, workdir)
+    submitted = time.perf_counter() - started
+    last = client.jobs(all=True, state=["pending", "running"])
+    if last:
+        client.wait(last[-1]["id"], timeout=600, poll_s=0.02)  # FIFO: the last one ends (nearly) last
+    while client.jobs():
+        time.sleep(0.02)
+    elapsed = time.perf_counter() - started
+    ours = [j for j in client.jobs(all=True) if j["id"] > base]
+    done = [j for j in ours if j["state"] == "completed" and j["exit_code"] == 0]
+    return elapsed, submitted, n - len(done)
+
+
+# -- report --------------------------------------------------------------------------------------------------
+
+def row(label: str, value: float | None, unit: str, key: str, higher_is_better: bool) -> str:
+    def fmt(v: float | None) -> str:
+        if v is None:
+            return "-"
+        if unit == "ms":
+            return f"{v * 1000:.1f} ms"
+        if unit == "s":
+            return f"{v:.2f} s"
+        return f"{v:.0f}/s"
+
+    def ratio(other: float | None) -> str:
+        if other is None or value is None or value == 0:
+            return ""
+        r = value / other if higher_is_better else other / value
+        return f"({r:.2f}x)"
+
+    return (f"{label:<34} {fmt(value):>11}   {fmt(SLURM[key]):>9} {ratio(SLURM[key]):>10}   "
+            f"{fmt(TS[key]):>9} {ratio(TS[key]):>9}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--jobs", type=int, default=1000, help="jobs to drain")
+    parser.add_argument("--latency-jobs", type=int, default=50)
+    parser.add_argument("--api-jobs", type=int, default=2000)
+    parser.add_argument("--cli-jobs", type=int, default=100)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args()
+
+    account = job_account()
+    workdir = Path(tempfile.mkdtemp(prefix="nanum-bench-jobs-", dir="/tmp"))
+    workdir.chmod(0o1777)
+    with fresh_nanum(args.gpus) as (url, admin, env):
+        with Client(url, admin) as c:
+            token = c.add_user("bench", ["bench"], unix_user=account)["token"]
+        env = {**env, "NANUM_SERVER": url, "NANUM_TOKEN": token}
+        with Client(url, token) as client:
+            print(f"nanum at {url}, {args.gpus} simulated GPUs, jobs run as {account}", flush=True)
+            latency = measure_latency(client, args.latency_jobs, workdir)
+            api = with_gpus_busy(client, workdir, args.gpus,
+                                 lambda: api_rate(url, token, args.api_jobs, args.clients, workdir))
+            cli = with_gpus_busy(client, workdir, args.gpus, lambda: cli_rate(env, args.cli_jobs, workdir))
+            help_s = best_of(10, [*nanum_exe(), "--help"], env)
+            ps_s = best_of(10, [*nanum_exe(), "ps"], env)
+            drain_s, submit_s, lost = drain(url, token, client, args.jobs, args.clients, workdir)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+    figures = {
+        "api_submissions_per_s": api, "cli_submissions_per_s": cli,
+        "latency_median_s": statistics.median(latency), "latency_p99_s": percentile(latency, 0.99),
+        "cli_help_s": help_s, "cli_ps_s": ps_s, "drain_s": drain_s, "drain_submit_s": submit_s,
+        "drain_jobs": args.jobs, "lost": lost,
+    }
+    print()
+    print(f"{'':<34} {'nanum':>11}   {'Slurm':>9} {'':>10}   {'ts':>9} {'':>9}")
+    print(row(f"submissions via API ({args.clients} clients)", api, "rate", "api", True))
+    print(row("submissions via CLI (sequential)", cli, "rate", "cli", True))
+    print(row("submit-to-start, median", figures["latency_median_s"], "ms", "latency_median", False))
+    print(row("submit-to-start, p99", figures["latency_p99_s"], "ms", "latency_p99", False))
+    print(row(f"drain {args.jobs} x `true` on {args.gpus} GPUs", drain_s, "s", "drain", False))
+    print(f"{'  of which submitting':<34} {submit_s:>9.2f} s")
+    print(f"{'  jobs lost':<34} {lost:>11}")
+    print(f"{'nanum --help / nanum ps':<34} {help_s * 1000:>6.0f} ms / {ps_s * 1000:.0f} ms")
+    print("(x: how many times nanum's figure beats the other; below 1 means slower)")
+    print(f"targets: API >= 500/s {'met' if api >= 500 else 'MISSED'}; "
+          f"median start < 100 ms {'met' if figures['latency_median_s'] < 0.1 else 'MISSED'}; "
+          f"drain < 26 s {'met' if drain_s < 26 else 'MISSED'}; nothing lost {'yes' if not lost else 'NO'}")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
