@@ -292,7 +292,14 @@ class _Cycle:
             self._no_reclaim.add(shape)
             return False
         victims = {r.job.id: r for idx in fitting for r in taken.get(idx, ())}
-        # The victims keep their GPUs until they have stopped; the job starts in a later cycle.
+        # The victims keep their GPUs until they have stopped; the job starts in a later cycle. The GPUs already
+        # free on the chosen nodes are held for it meanwhile: a borrower started on them later in this cycle
+        # would be the next victim, and the owner would wait behind borrowers for ever.
+        for idx in fitting:
+            nf = self.state.nodes[idx]
+            hold = min(len(nf.free), job.gpus)
+            if hold:
+                self.state.take(Placement(nf.node.name, nf.pick_gpus(hold)), job)
         self.usage.add(job)
         for run in sorted(victims.values(), key=victim_key):
             self.victims.add(run.job.id)  # still counted in its lab's usage until it has stopped
