@@ -75,9 +75,21 @@ def test_a_request_the_server_refuses_exits_2_with_its_reason(api: FakeApi, nanu
     assert result.stderr == "nanum: error: needs 64 GPUs on one node; the largest node has 4 (local)\n"
 
 
-def test_unknown_options_are_usage_errors(nanum: Nanum) -> None:
-    assert nanum("ps", "--bogus").exit_code == 2
-    assert nanum("submit", "--gpus", "two", "--", "true").exit_code == 2
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["ps", "--bogus"], "No such option '--bogus'", id="unknown-option"),
+        pytest.param(["submit", "--gpus", "two", "--", "true"], "'two' is not a valid integer", id="bad-int"),
+        pytest.param(["show"], "Missing argument 'JOB_ID'", id="missing-argument"),
+        pytest.param(["user", "bogus"], "No such command 'bogus'", id="unknown-subcommand"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(nanum: Nanum, args: list[str], message: str) -> None:
+    result = nanum(*args)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("nanum: error: ")
+    assert message in result.stderr
+    assert len(result.stderr.splitlines()) == 1
 
 
 def test_an_unreachable_server_is_one_line_and_exit_1() -> None:

@@ -8,20 +8,20 @@ from typing import Annotated
 import typer
 
 from nanum.cli.app import app
-from nanum.cli.common import JsonOpt, ServerOpt, TokenOpt, clean_errors, connect, note, print_json
+from nanum.cli.common import Command, Group, JsonOpt, ServerOpt, TokenOpt, clean_errors, connect, note, print_json
 
 _Opt = typer.Option
 NameArg = Annotated[str, typer.Argument(show_default=False)]
 
-user_app = typer.Typer(help="Users and their API tokens (admin).", no_args_is_help=True)
-lab_app = typer.Typer(help="Labs and their quotas (admin).", no_args_is_help=True)
-node_app = typer.Typer(help="GPU nodes and their agent tokens (admin).", no_args_is_help=True)
+user_app = typer.Typer(cls=Group, help="Users and their API tokens (admin).", no_args_is_help=True)
+lab_app = typer.Typer(cls=Group, help="Labs and their quotas (admin).", no_args_is_help=True)
+node_app = typer.Typer(cls=Group, help="GPU nodes and their agent tokens (admin).", no_args_is_help=True)
 app.add_typer(user_app, name="user")
 app.add_typer(lab_app, name="lab")
 app.add_typer(node_app, name="node")
 
 
-@app.command()
+@app.command(cls=Command)
 @clean_errors
 def login(
     server: Annotated[str, _Opt("--server", envvar="NANUM_SERVER", help="Server URL, e.g. http://gpu-head:8470",
@@ -42,7 +42,7 @@ def login(
     print(f"Logged in to {server.rstrip('/')} as {me['name']}{role}; saved to {path}")
 
 
-@user_app.command("add")
+@user_app.command("add", cls=Command)
 @clean_errors
 def user_add(
     name: NameArg,
@@ -66,7 +66,7 @@ def user_add(
             note(f"{name} can now run: nanum login --server {client.server} --token {created['token']}")
 
 
-@user_app.command("list")
+@user_app.command("list", cls=Command)
 @clean_errors
 def user_list(json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None) -> None:
     """All users (admin)."""
@@ -80,7 +80,7 @@ def user_list(json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt =
         print(f"{u['name']}\t{'admin' if u.get('admin') else 'member'}\t{labs}\t{u.get('unix_user') or ''}")
 
 
-@lab_app.command("add")
+@lab_app.command("add", cls=Command)
 @clean_errors
 def lab_add(
     name: NameArg,
@@ -109,7 +109,7 @@ def lab_add(
         print(f"Created lab {name}")
 
 
-@lab_app.command("list")
+@lab_app.command("list", cls=Command)
 @clean_errors
 def lab_list(json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None) -> None:
     """All labs and their quotas."""
@@ -123,7 +123,7 @@ def lab_list(json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = 
         print(f"{lab['name']}\t{limits}")
 
 
-@node_app.command("add")
+@node_app.command("add", cls=Command)
 @clean_errors
 def node_add(name: NameArg, json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None) -> None:
     """Register a GPU node and print the token its agent uses (shown only this once)."""

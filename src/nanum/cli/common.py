@@ -12,7 +12,9 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
+import click
 import typer
+import typer.core
 
 if TYPE_CHECKING:
     from nanum.client import Client
@@ -30,6 +32,38 @@ TokenOpt = Annotated[
                  help="API token (default: $NANUM_TOKEN, else the saved one)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the API's JSON instead of text.")]
+
+
+class _OneLineUsageErrors:
+    """Parse errors (unknown option, bad or missing value) as one `nanum: error:` line and exit 2, instead of
+    a usage box."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)  # type: ignore[misc, no-any-return]
+        except click.UsageError as exc:
+            _usage_error(ctx, exc)
+
+
+def _usage_error(ctx: click.Context, exc: click.UsageError) -> NoReturn:
+    if not exc.format_message():  # "no arguments: show the help", which click has printed
+        raise exc
+    sys.stderr.write(f"nanum: error: {exc.format_message()} (see `{ctx.command_path} --help`)\n")
+    ctx.exit(2)
+
+
+class Command(_OneLineUsageErrors, typer.core.TyperCommand):
+    """A command whose usage errors are one line: `@app.command(cls=Command)`."""
+
+
+class Group(_OneLineUsageErrors, typer.core.TyperGroup):
+    """A command group whose usage errors are one line: `typer.Typer(cls=Group)`."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            _usage_error(ctx, exc)
 
 
 class UsageProblem(Exception):

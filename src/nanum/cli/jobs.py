@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from nanum.cli.app import app
-from nanum.cli.common import JsonOpt, ServerOpt, TokenOpt, clean_errors, connect, fail, note, print_json
+from nanum.cli.common import Command, JsonOpt, ServerOpt, TokenOpt, clean_errors, connect, fail, note, print_json
 
 _Opt = typer.Option
 JobIdArg = Annotated[int, typer.Argument(help="Job ID (see `nanum ps`).", show_default=False)]
@@ -40,7 +40,7 @@ EnvOpt = Annotated[list[str] | None, _Opt(
 NoPreemptOpt = Annotated[bool, _Opt("--no-preempt", help="Never preempt this job (it will not borrow GPUs).")]
 
 
-@app.command(context_settings={"allow_interspersed_args": False})
+@app.command(cls=Command, context_settings={"allow_interspersed_args": False})
 @clean_errors
 def submit(
     command: CommandArg = None,
@@ -80,7 +80,7 @@ def submit(
         print(f"Submitted job {job['id']}")
 
 
-@app.command()
+@app.command(cls=Command)
 @clean_errors
 def ps(
     all: Annotated[bool, _Opt("--all", "-a", help="Include finished jobs.")] = False,
@@ -110,7 +110,7 @@ def ps(
     print_table(PS_COLUMNS, rows, caption=caption if borrowing else None, wide="REASON")
 
 
-@app.command()
+@app.command(cls=Command)
 @clean_errors
 def show(job_id: JobIdArg, json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None) -> None:
     """Everything about one job."""
@@ -126,7 +126,7 @@ def show(job_id: JobIdArg, json: JsonOpt = False, server: ServerOpt = None, toke
     sys.stdout.write("".join(f"{k + ':':<{width + 1}} {v}\n" for k, v in lines))
 
 
-@app.command()
+@app.command(cls=Command)
 @clean_errors
 def wait(
     job_id: JobIdArg,
@@ -164,7 +164,7 @@ def _shell_code(code: int) -> int:
     return code if code <= 255 else 1
 
 
-@app.command()
+@app.command(cls=Command)
 @clean_errors
 def logs(
     job_id: JobIdArg,
@@ -189,7 +189,7 @@ def logs(
             offset = chunk.offset
 
 
-@app.command()
+@app.command(cls=Command)
 @clean_errors
 def cancel(
     job_ids: Annotated[list[int], typer.Argument(help="Job IDs.", show_default=False)],
@@ -213,7 +213,7 @@ def cancel(
     raise typer.Exit(worst)
 
 
-@app.command()
+@app.command(cls=Command)
 @clean_errors
 def nodes(json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None) -> None:
     """The nodes and their GPUs: who uses which."""
