@@ -1,0 +1,353 @@
+"""The discrete-event loop: replay a trace through `nanum.core.schedule`, in virtual time.
+
+The simulator has no policy of its own. At every instant where something happened (jobs arrived, finished or were
+preempted) it builds the `Snapshot` a live server would build — nodes with their owners, running jobs with the
+expected end the scheduler planned with (time limit or online prediction, never the true run time), pending jobs
+with the GPU service they already received — calls the core, and applies what it decides: a `Start` takes GPUs and
+schedules the job's completion from its TRUE remaining run time (which only the simulator knows); a `Preempt` stops
+a job, keeps the work up to its last checkpoint, and puts it back in the queue with its original submit time.
+
+A cycle is skipped when it provably cannot start or preempt anything: nothing changed since the last cycle, or no
+pending job fits in the free GPUs its lab may use and no lab under its guarantee waits while others borrow. Orders
+that change with time alone (fair-share decay, priority age) are re-evaluated at every event.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+from nanum.core import (
+    CycleCache,
+    Decisions,
+    HistoryPredictor,
+    Job,
+    JobId,
+    Lab,
+    Policy,
+    Predictor,
+    Running,
+    Snapshot,
+    Start,
+    User,
+    expected_runtime,
+    impossible,
+    schedule,
+)
+from nanum.core.fairshare import DEFAULT_HALF_LIFE
+from nanum.sim.cluster import ClusterSpec
+from nanum.sim.jobs import SimJob, make_jobs
+from nanum.sim.traces import TraceJob
+from nanum.sim.usage import Calendar, Meters
+
+PREDICTORS = ("history", "none", "oracle")
+INF = float("inf")
+
+
+class SimError(RuntimeError):
+    """The core decided something impossible (a GPU given twice): a bug to report, never a user error."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimOptions:
+    """`restart_cost`: seconds a preempted job spends restarting; `checkpoint_interval`: seconds of progress between
+    checkpoints (0: never, all progress of a run is lost); `predictor`: history (online, default), none, or oracle
+    (true run times: a reference for published oracle results, never a fair comparison)."""
+
+    restart_cost: float = 60.0
+    checkpoint_interval: float = 1800.0
+    predictor: str = "history"
+    half_life: float = DEFAULT_HALF_LIFE
+    max_cycles_per_instant: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.predictor not in PREDICTORS:
+            raise ValueError(f"unknown predictor {self.predictor!r}; choose one of {', '.join(PREDICTORS)}")
+        if self.restart_cost < 0 or self.checkpoint_interval < 0:
+            raise ValueError("restart cost and checkpoint interval must be >= 0 seconds")
+
+
+class OraclePredictor:
+    """Knows every job's true run time. Only for reproducing published oracle baselines."""
+
+    name = "oracle"
+
+    def __init__(self, jobs: Iterable[SimJob]) -> None:
+        self._truth = {JobId(j.index): j.work for j in jobs}
+
+    def predict(self, job: Job) -> float | None:
+        return self._truth.get(job.id)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One run of one job on one node: `gpus` indices held from `start` to `end`."""
+
+    job: int
+    node: str
+    gpus: tuple[int, ...]
+    start: float
+    end: float
+
+
+@dataclass(slots=True)
+class SimResult:
+    policy: Policy
+    cluster: ClusterSpec
+    options: SimOptions
+    jobs: list[SimJob]
+    segments: list[Segment]
+    series: list[tuple[float, int, int]]  # (time, busy GPUs, pending jobs) after each instant
+    total_gpus: int
+    wall_seconds: float = 0.0
+    cycles: int = 0
+    instants: int = 0
+    stats: Counter[str] = field(default_factory=Counter)
+
+
+class Simulation:
+    """One replay of one trace on one cluster under one policy. `run()` once."""
+
+    def __init__(self, trace: list[TraceJob], cluster: ClusterSpec, policy: Policy, options: SimOptions | None = None):
+        self.cluster, self.policy, self.options = cluster, policy, options or SimOptions()
+        self.nodes = cluster.build_nodes()
+        self.jobs = make_jobs(trace, self.nodes, policy.lend)
+        self.labs = cluster.labs_for(j.lab for j in self.jobs)
+        self.predictor: Predictor | None = self._make_predictor()
+        self.free = {n.name: {g.index for g in n.gpus} for n in self.nodes}
+        self.owner = {n.name: n.owner for n in self.nodes}
+        self.pool_free: Counter[str | None] = Counter()
+        for n in self.nodes:
+            self.pool_free[n.owner] += len(n.gpus)
+        self.total_gpus = sum(self.pool_free.values())
+        self.pending: dict[int, Job] = {}
+        self.running: dict[int, Running] = {}
+        self.sizes: dict[str, Counter[int]] = {}
+        self.lab_used: Counter[str] = Counter()
+        self.borrowers = 0
+        self.heap: list[tuple[float, int, int]] = []
+        self.lab_meters = Meters(self.options.half_life)
+        self.user_meters = Meters(self.options.half_life)
+        self.calendar = Calendar()
+        self.changed = False
+        self.finished = 0
+        self._impossible: dict[tuple[object, ...], str] = {}
+        self._budgets = any(lab.limits.monthly_gpu_hours is not None for lab in self.labs.values())
+        self.result = SimResult(policy, cluster, self.options, self.jobs, [], [], self.total_gpus)
+        self.cache = CycleCache()
+        #: the seam to the core: one cycle for one snapshot (tests wrap it to compare with a cache-less cycle).
+        self.decide: Callable[[Snapshot], Decisions] = lambda snap: schedule(snap, policy, self.predictor, self.cache)
+
+    def _make_predictor(self) -> Predictor | None:
+        if self.options.predictor == "history":
+            return HistoryPredictor()
+        if self.options.predictor == "oracle":
+            return OraclePredictor(self.jobs)
+        return None
+
+    # -- the loop ----------------------------------------------------------------------------------------------
+
+    def run(self, progress: Callable[[int, int], None] | None = None) -> SimResult:
+        started = time.perf_counter()
+        jobs, heap, n = self.jobs, self.heap, len(self.jobs)
+        i, reported = 0, 0
+        while i < n or heap or (self.pending and self._budgets):
+            t = jobs[i].trace.submit_time if i < n else INF
+            if heap and heap[0][0] <= t:
+                t = heap[0][0]
+            if t == INF:  # only budget-blocked jobs are left: wake them when the next period starts
+                t = self._next_period(self.result.series[-1][0] if self.result.series else 0.0)
+                self.changed = True
+            while heap and heap[0][0] == t:
+                _, idx, token = heapq.heappop(heap)
+                if jobs[idx].token == token:
+                    self._finish(jobs[idx], t)
+            while i < n and jobs[i].trace.submit_time == t:
+                self._arrive(jobs[i], t)
+                i += 1
+            self._cycles(t)
+            self.result.instants += 1
+            self.result.series.append((t, self.total_gpus - sum(self.pool_free.values()), len(self.pending)))
+            if progress is not None and self.finished - reported >= 500:
+                reported = self.finished
+                progress(self.finished, n)
+        if progress is not None:
+            progress(self.finished, n)
+        self.result.wall_seconds = time.perf_counter() - started
+        return self.result
+
+    def _next_period(self, t: float) -> float:
+        self.result.stats["budget wake-ups"] += 1
+        if self.result.stats["budget wake-ups"] > 1200:
+            raise SimError("jobs stay blocked by budgets for 100 years of simulated time; check monthly_gpu_hours")
+        return self.calendar.at(t).end
+
+    def _cycles(self, t: float) -> None:
+        for _ in range(self.options.max_cycles_per_instant):
+            if not self._worth(t):
+                return
+            self.changed = False
+            decisions = self.decide(self._snapshot(t))
+            self.result.cycles += 1
+            self._apply(decisions, t)
+            if not decisions.preemptions:
+                return
+        self.result.stats["instants that hit the cycle cap"] += 1
+
+    def _apply(self, decisions: Decisions, t: float) -> None:
+        for p in decisions.preemptions:
+            self._preempt(self.jobs[p.job_id], t)
+        for s in decisions.starts:
+            self._start(s, t)
+
+    # -- when a cycle is worth running -------------------------------------------------------------------------
+
+    def _worth(self, t: float) -> bool:
+        if not self.changed or not self.pending:
+            return False
+        total_free = sum(self.pool_free.values())
+        for lab, sizes in self.sizes.items():
+            if not sizes:
+                continue
+            free = total_free if self.policy.lend else self.pool_free[lab] + self.pool_free[None]
+            if min(sizes) <= free:
+                return True
+        return self._may_reclaim(t)
+
+    def _may_reclaim(self, t: float) -> bool:
+        if not (self.policy.lend and self.policy.reclaim and self.borrowers):
+            return False
+        for lab, sizes in self.sizes.items():
+            guarantee = self.labs[lab].guaranteed_gpus
+            if sizes and guarantee is not None and self.lab_used[lab] + min(sizes) <= guarantee:
+                self._refresh_checkpoints(t)
+                return True
+        return False
+
+    def _refresh_checkpoints(self, t: float) -> None:
+        """Give borrowing runs their latest checkpoint, so reclaim picks the victims that lose least."""
+        every = self.options.checkpoint_interval
+        if every <= 0:
+            return
+        for idx, run in self.running.items():
+            if run.borrowing:
+                sj = self.jobs[idx]
+                begin = sj.run_start + sj.run_overhead
+                saved = (t - begin) // every * every
+                if saved > 0:
+                    self.running[idx] = replace(run, last_checkpoint=begin + saved)
+
+    # -- snapshot ----------------------------------------------------------------------------------------------
+
+    def _snapshot(self, t: float) -> Snapshot:
+        period = self.calendar.at(t)
+        labs: dict[str, Lab] = {}
+        lab_usage = self.lab_meters.read(t, period)
+        for name, lab in self.labs.items():
+            decayed, hours = lab_usage.get(name, (0.0, 0.0))
+            labs[name] = lab if not (decayed or hours) else Lab(
+                name=name, guaranteed_gpus=lab.guaranteed_gpus, limits=lab.limits, weight=lab.weight,
+                used_gpu_hours=hours, decayed_usage=decayed)
+        users = {name: User(name=name, decayed_usage=d, used_gpu_hours=h)
+                 for name, (d, h) in self.user_meters.read(t, period).items()}
+        return Snapshot(now=t, nodes=self.nodes, pending=tuple(self.pending.values()),
+                        running=tuple(self.running.values()), labs=labs, users=users, month=period.label)
+
+    # -- applying events and decisions -------------------------------------------------------------------------
+
+    def _arrive(self, sj: SimJob, t: float) -> None:
+        if sj.nodes == 0:
+            model = f" of model {sj.trace.gpu_type}" if sj.trace.gpu_type else ""
+            sj.unschedulable = f"no node lab {sj.lab} may use has GPUs{model}"
+            return
+        job = sj.core_job()
+        key = (job.lab, job.gpus, job.nodes, job.gpu_model)
+        if key not in self._impossible:
+            why = impossible(job, self.nodes, self.labs, self.policy.lend)
+            self._impossible[key] = "" if why is None else why.message
+        if self._impossible[key]:
+            sj.unschedulable = self._impossible[key]
+            return
+        self._enqueue(sj, job)
+
+    def _enqueue(self, sj: SimJob, job: Job) -> None:
+        self.pending[sj.index] = job
+        self.sizes.setdefault(sj.lab, Counter())[sj.total_gpus] += 1
+        self.changed = True
+
+    def _start(self, s: Start, t: float) -> None:
+        sj = self.jobs[s.job_id]
+        job = self.pending.pop(sj.index)
+        self._dequeue_size(sj)
+        for p in s.placements:
+            free = self.free[p.node]
+            if not free.issuperset(p.gpus) or len(p.gpus) != sj.gpus:
+                raise SimError(f"the core placed job {sj.trace.job_id} on busy or wrong GPUs {p.gpus} of {p.node}")
+            free.difference_update(p.gpus)
+            self.pool_free[self.owner[p.node]] -= len(p.gpus)
+        overhead = self.options.restart_cost if sj.preemptions else 0.0
+        planned = expected_runtime(job, self.predictor)
+        if sj.first_start is None:
+            sj.first_start, sj.predicted = t, planned
+        expected = None if planned is None else t + overhead + max(planned - sj.done, 0.0)
+        self.running[sj.index] = Running(job=job, placements=s.placements, start_time=t, expected_end=expected,
+                                         borrowing=s.borrowing)
+        sj.run_start, sj.run_overhead, sj.placements = t, overhead, s.placements
+        sj.token += 1
+        heapq.heappush(self.heap, (t + overhead + sj.work - sj.done, sj.index, sj.token))
+        self._account(sj, t, +1, s.borrowing)
+
+    def _stop(self, sj: SimJob, t: float) -> Running:
+        run = self.running.pop(sj.index)
+        for p in run.placements:
+            self.free[p.node].update(p.gpus)
+            self.pool_free[self.owner[p.node]] += len(p.gpus)
+            self.result.segments.append(Segment(sj.index, p.node, p.gpus, sj.run_start, t))
+        sj.attained += (t - sj.run_start) * sj.total_gpus
+        self._account(sj, t, -1, run.borrowing)
+        self.changed = True
+        return run
+
+    def _finish(self, sj: SimJob, t: float) -> None:
+        run = self._stop(sj, t)
+        sj.end = t
+        sj.lost += sj.run_overhead  # the restart of the last run did no work either
+        self.finished += 1
+        observe = getattr(self.predictor, "observe", None)
+        if observe is not None:
+            observe(run.job, sj.work)
+
+    def _preempt(self, sj: SimJob, t: float) -> None:
+        self._stop(sj, t)
+        elapsed = t - sj.run_start
+        progress = max(elapsed - sj.run_overhead, 0.0)
+        every = self.options.checkpoint_interval
+        saved = min(progress // every * every, sj.work - sj.done) if every > 0 else 0.0
+        sj.done += saved
+        sj.lost += elapsed - saved
+        sj.preemptions += 1
+        sj.token += 1  # its scheduled completion no longer holds
+        self.result.stats["preemptions"] += 1
+        self._enqueue(sj, sj.core_job())
+
+    def _account(self, sj: SimJob, t: float, sign: int, borrowing: bool) -> None:
+        period = self.calendar.at(t)
+        self.lab_used[sj.lab] += sign * sj.total_gpus
+        self.borrowers += sign if borrowing else 0
+        self.lab_meters.change(sj.lab, t, period, sign * sj.total_gpus)
+        self.user_meters.change(sj.user, t, period, sign * sj.total_gpus)
+
+    def _dequeue_size(self, sj: SimJob) -> None:
+        sizes = self.sizes[sj.lab]
+        sizes[sj.total_gpus] -= 1
+        if sizes[sj.total_gpus] <= 0:
+            del sizes[sj.total_gpus]
+
+
+def simulate(trace: list[TraceJob], cluster: ClusterSpec, policy: Policy, options: SimOptions | None = None,
+             progress: Callable[[int, int], None] | None = None) -> SimResult:
+    """Replay `trace` on `cluster` under `policy`; see `Simulation`."""
+    return Simulation(trace, cluster, policy, options).run(progress)
