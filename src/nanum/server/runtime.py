@@ -63,6 +63,7 @@ class Started:
 def start(settings: ServerSettings, host: str, port: int, agent: LocalAgent | None) -> None:
     """Run until Ctrl-C or SIGTERM. Raises StartError when the port, directory or database is not usable."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     _check_port(host, port)
     ctx = prepare(settings)
     url = f"http://{_connect_host(host)}:{port}"

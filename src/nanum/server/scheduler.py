@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import bindparam, insert, or_, select, text, update
+from sqlalchemy import bindparam, or_, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
@@ -227,36 +227,40 @@ def _changed(
     return old[0] != new[0] and since_shown >= REASON_REFRESH_S
 
 
+_START = (
+    JobRow.__table__.update()
+    .where(JobRow.__table__.c.id == bindparam("job_id"), JobRow.__table__.c.state == "pending")
+    .values(
+        state="running",
+        start_time=bindparam("now"),
+        charged_until=bindparam("now"),
+        runs=JobRow.__table__.c.runs + 1,
+        borrowing=bindparam("borrowing"),
+        allocation=bindparam("allocation"),
+        reason=None,
+        reason_code=None,
+        estimated_start=None,
+        stop=None,
+        end_time=None,
+        exit_code=None,
+        pid=None,
+        lost_from=None,
+    )
+)
+_HOLD = AllocationRow.__table__.insert()
+
+
 def _start(s: Session, start: Start, plan: snapshot.Plan, now: float) -> set[str]:
     """Start one job on exactly the decided GPUs, if it is still pending. Returns the nodes to wake."""
     allocation = [{"node": p.node, "gpus": list(p.gpus)} for p in start.placements]
+    conn = s.connection()
     try:
         with s.begin_nested():
-            changed = s.execute(
-                update(JobRow)
-                .where(JobRow.id == start.job_id, JobRow.state == "pending")
-                .values(
-                    state="running",
-                    start_time=now,
-                    charged_until=now,
-                    runs=JobRow.runs + 1,
-                    borrowing=start.borrowing,
-                    allocation=allocation,
-                    reason=None,
-                    reason_code=None,
-                    estimated_start=None,
-                    stop=None,
-                    end_time=None,
-                    exit_code=None,
-                    pid=None,
-                    lost_from=None,
-                )
-                .execution_options(synchronize_session=False)
-            ).rowcount
-            if changed != 1:
+            params = {"job_id": start.job_id, "now": now, "borrowing": start.borrowing, "allocation": allocation}
+            if conn.execute(_START, params).rowcount != 1:
                 return set()
-            s.execute(
-                insert(AllocationRow),
+            conn.execute(
+                _HOLD,
                 [
                     {"job_id": start.job_id, "node_id": plan.node_ids[p.node], "gpu_index": g}
                     for p in start.placements

@@ -14,7 +14,7 @@ import calendar
 import time
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import bindparam, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -24,6 +24,16 @@ from nanum.protocol import JobStatus
 from nanum.store import AllocationRow, EventRow, JobRow, LabRow, NodeRow, UsageRow, UserRow
 
 INSERT_EVENT = EventRow.__table__.insert()
+_NODES, _ALLOCS = NodeRow.__table__, AllocationRow.__table__
+_BUMP = (
+    _NODES.update()
+    .where(_NODES.c.id.in_(bindparam("ids", expanding=True)))
+    .values(desired_version=_NODES.c.desired_version + 1)
+)
+_HOLDS_ANY = select(_ALLOCS.c.id).where(_ALLOCS.c.job_id == bindparam("job_id")).limit(1)
+_FREE_ON_NODE = _ALLOCS.delete().where(
+    _ALLOCS.c.job_id == bindparam("job_id"), _ALLOCS.c.node_id == bindparam("node_id")
+)
 FINISHED = frozenset({"completed", "failed", "cancelled", "timeout"})
 #: What a stopped job becomes once all its processes are gone, by `stop`.
 OUTCOME = {
@@ -56,7 +66,7 @@ def held_nodes(s: Session, job_id: int) -> list[tuple[int, str]]:
 def bump(s: Session, node_ids: list[int]) -> None:
     """Record that these nodes' desired lists changed (a server holding their long poll looks at this)."""
     if node_ids:
-        s.execute(update(NodeRow).where(NodeRow.id.in_(node_ids)).values(desired_version=NodeRow.desired_version + 1))
+        s.connection().execute(_BUMP, {"ids": node_ids})
 
 
 def request_stop(s: Session, job: JobRow, why: str, now: float, message: str) -> set[str]:
@@ -72,7 +82,7 @@ def request_stop(s: Session, job: JobRow, why: str, now: float, message: str) ->
 
 def part_exited(s: Session, job: JobRow, node: NodeRow, status: JobStatus, now: float) -> set[str]:
     """The job's process on `node` is gone: free its GPUs there, stop the rest of a failed gang, maybe finalize."""
-    s.execute(delete(AllocationRow).where(AllocationRow.job_id == job.id, AllocationRow.node_id == node.id))
+    s.connection().execute(_FREE_ON_NODE, {"job_id": job.id, "node_id": node.id})
     woken: set[str] = set()
     why, message, code = _part_outcome(status)
     if job.stop is None:
@@ -88,13 +98,13 @@ def part_exited(s: Session, job: JobRow, node: NodeRow, status: JobStatus, now: 
 
 def part_gone(s: Session, job: JobRow, node: NodeRow, now: float) -> None:
     """`node` holds no process of `job` (it never started one): free the GPUs there; finalize if none are left."""
-    s.execute(delete(AllocationRow).where(AllocationRow.job_id == job.id, AllocationRow.node_id == node.id))
+    s.connection().execute(_FREE_ON_NODE, {"job_id": job.id, "node_id": node.id})
     if job.state == "running" and not _holds_any(s, job.id):
         finalize(s, job, now)
 
 
 def _holds_any(s: Session, job_id: int) -> bool:
-    return bool(s.scalar(select(func.count()).select_from(AllocationRow).where(AllocationRow.job_id == job_id)))
+    return s.connection().execute(_HOLDS_ANY, {"job_id": job_id}).first() is not None
 
 
 def _part_outcome(st: JobStatus) -> tuple[str | None, str | None, int | None]:
@@ -205,10 +215,16 @@ def _by_month(gpus: int, since: float, now: float) -> list[tuple[str, float]]:
 
 
 def _add_usage(s: Session, month: str, kind: str, name: str, seconds: float) -> None:
-    dialect: Any = postgresql if s.get_bind().dialect.name == "postgresql" else sqlite
-    stmt = dialect.insert(UsageRow).values(month=month, kind=kind, name=name, gpu_seconds=seconds)
-    s.execute(
-        stmt.on_conflict_do_update(
-            index_elements=["month", "kind", "name"], set_={"gpu_seconds": UsageRow.gpu_seconds + seconds}
+    dialect = s.get_bind().dialect.name
+    stmt = _UPSERTS.get(dialect)
+    if stmt is None:
+        insert: Any = (postgresql if dialect == "postgresql" else sqlite).insert(USAGE)
+        stmt = _UPSERTS[dialect] = insert.on_conflict_do_update(
+            index_elements=["month", "kind", "name"],
+            set_={"gpu_seconds": USAGE.c.gpu_seconds + insert.excluded.gpu_seconds},
         )
-    )
+    s.connection().execute(stmt, {"month": month, "kind": kind, "name": name, "gpu_seconds": seconds})
+
+
+USAGE = UsageRow.__table__
+_UPSERTS: dict[str, Any] = {}
