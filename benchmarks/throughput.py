@@ -256,6 +256,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `timeout` still stops the nanum it started
 
     account = job_account()
     workdir = Path(tempfile.mkdtemp(prefix="nanum-bench-jobs-", dir="/tmp"))
