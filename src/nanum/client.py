@@ -285,17 +285,24 @@ class Client:
         next_offset = int(response.header("X-Nanum-Log-Offset") or offset + len(response.content))
         return LogChunk(response.text, next_offset, response.header("X-Nanum-Job-State") or "")
 
-    def follow_logs(self, job_id: int, offset: int = 0, poll_s: float = 0.5) -> Iterator[str]:
-        """Yield the job's output as it arrives, until the job has ended and all its output is read."""
+    def follow_logs(self, job_id: int, offset: int = 0, poll_s: float = 0.5, settle_s: float = 1.0) -> Iterator[str]:
+        """Yield the job's output as it arrives, until the job has ended and its output stopped coming.
+
+        An agent may ship the last output just after the exit status, so an ended job is read again until
+        nothing new came for `settle_s` seconds."""
+        quiet_since: float | None = None
         while True:
             chunk = self._retrying(functools.partial(self.logs, job_id, offset))
             offset = chunk.offset
             if chunk.text:
+                quiet_since = None
                 yield chunk.text
-            elif chunk.state in TERMINAL_STATES:
-                return
-            else:
-                time.sleep(poll_s)
+                continue
+            if chunk.state in TERMINAL_STATES:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since >= settle_s:
+                    return
+            time.sleep(min(poll_s, settle_s / 4) if chunk.state in TERMINAL_STATES else poll_s)
 
     def wait(self, job_id: int, timeout: float | None = None, poll_s: float = 0.1) -> Job:
         """Block until the job ends and return it; raise `WaitTimeout` after `timeout` seconds.

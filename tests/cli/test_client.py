@@ -112,7 +112,7 @@ def test_logs_page_by_offset_and_follow_stops_once_the_job_ended() -> None:
     with client(handler) as nanum:
         first = nanum.logs(7)
         assert (first.text, first.offset, first.state) == ("epoch 1\n", 8, "running")
-        assert "".join(nanum.follow_logs(7, poll_s=0.01)) == "epoch 1\nepoch 2\n"
+        assert "".join(nanum.follow_logs(7, poll_s=0.01, settle_s=0.05)) == "epoch 1\nepoch 2\n"
 
 
 def test_settings_come_from_arguments_then_environment_then_the_saved_file(

@@ -180,7 +180,9 @@ def test_logs_read_all_output_and_follow_until_the_end(api: FakeApi, nanum: Nanu
            Answer(text="", headers={"X-Nanum-Log-Offset": "12", "X-Nanum-Job-State": "completed"}))
     result = nanum("logs", "-f", "7")
     assert (result.exit_code, result.stdout) == (0, "hello\nworld\n")
-    assert [r.query["offset"] for r in api.sent("GET", "/jobs/7/logs")] == [["0"], ["6"], ["6"], ["12"]]
+    offsets = [r.query["offset"][0] for r in api.sent("GET", "/jobs/7/logs")]
+    assert offsets[:4] == ["0", "6", "6", "12"]
+    assert set(offsets[4:]) <= {"12"}  # read again briefly: output may trail the exit status
 
 
 def test_cancel_reports_each_job_and_refusals_exit_2(api: FakeApi, nanum: Nanum) -> None:
