@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import getpass
 import logging
 import os
@@ -20,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -66,12 +67,32 @@ def start(settings: ServerSettings, host: str, port: int, agent: LocalAgent | No
     logging.getLogger("alembic").setLevel(logging.WARNING)
     _check_port(host, port)
     ctx = prepare(settings)
-    url = f"http://{_connect_host(host)}:{port}"
-    started = bootstrap_admin(ctx, url)
-    node = bootstrap_node(ctx) if agent is not None else None
-    _announce(ctx, url, started, agent)
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(_serve(ctx, host, port, url, agent, node))
+    with _home_lock(settings.home):
+        url = f"http://{_connect_host(host)}:{port}"
+        started = bootstrap_admin(ctx, url)
+        node = bootstrap_node(ctx) if agent is not None else None
+        _announce(ctx, url, started, agent)
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(_serve(ctx, host, port, url, agent, node))
+
+
+@contextlib.contextmanager
+def _home_lock(home: Path) -> Iterator[None]:
+    """One nanum per state directory: a second one would run a second agent for the same node."""
+    fd = os.open(home / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise StartError(
+                f"nanum is already running with state directory {home} (pid {pid}); stop it first, or pass --home DIR"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 def prepare(settings: ServerSettings) -> ServerContext:
