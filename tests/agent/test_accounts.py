@@ -7,6 +7,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,8 +37,17 @@ def log_text(ex: Executor, job_id: int) -> str:
     return ex.read_log(job_id, 0, 1 << 20)[0]
 
 
+@pytest.fixture(params=[True, False], ids=["setpriv", "fork"])
+def switching_executor(request: pytest.FixtureRequest, state_dir: Path) -> Iterator[Executor]:
+    """Executors that switch users through `setpriv`, and by setting ids in a forked child."""
+    ex = Executor(state_dir, NODE, use_setpriv=request.param)
+    yield ex
+    ex.close()
+
+
 @needs_root
-def test_root_agent_runs_jobs_as_their_owner(executor: Executor, test_user: pwd.struct_passwd) -> None:
+def test_root_agent_runs_jobs_as_their_owner(switching_executor: Executor, test_user: pwd.struct_passwd) -> None:
+    executor = switching_executor
     shared = Path(tempfile.mkdtemp(prefix="nanum-ckpt-"))
     shared.chmod(0o755)
     ckpt = shared / "job1"

@@ -140,6 +140,15 @@ class Agent:
             return False
         self.heartbeats += 1
         self._sent_version = version
+        log.debug(
+            "heartbeat (%d jobs, %d log chunks, wait %gs) answered in %.1f ms: %d desired, %d acked",
+            len(statuses),
+            len(chunks),
+            wait_s,
+            (time.monotonic() - started) * 1000,
+            len(reply.desired),
+            len(reply.ack),
+        )
         self._apply(reply, chunks)
         if wait_s > 0:
             await self._pause(started, wait_s)

@@ -29,7 +29,7 @@ from pathlib import Path
 from nanum.agent import procs
 from nanum.agent.accounts import Refused, agent_account, job_account
 from nanum.agent.jobrecord import JobRecord, read_exit_file, read_log, signal_of
-from nanum.agent.launch import job_env, prepare, spawn
+from nanum.agent.launch import find_setpriv, job_env, prepare, spawn
 from nanum.protocol import JobLaunch, JobStatus
 
 __all__ = ["Executor"]
@@ -44,13 +44,16 @@ _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 class Executor:
-    def __init__(self, state_dir: Path, node: str, *, on_change: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, state_dir: Path, node: str, *, on_change: Callable[[], None] | None = None, use_setpriv: bool = True
+    ) -> None:
         self.node = node
         self.jobs_dir = Path(state_dir) / "jobs"
         self.version = 0
         self._on_change = on_change
         self._agent = agent_account()
         self._boot = procs.boot_id()
+        self._setpriv = find_setpriv() if use_setpriv else None
         self._cond = threading.Condition(threading.RLock())
         self._jobs: dict[int, JobRecord] = {}
         self._fd_job: dict[int, int] = {}
@@ -59,9 +62,11 @@ class Executor:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._epoll.register(self._wake_r, select.EPOLLIN)
         self._closed = False
+        self._trash = False
         self._make_dirs()
         with self._cond:
             self._adopt()
+        self._empty_trash()
         self._thread = threading.Thread(target=self._watch, name="nanum-executor", daemon=True)
         self._thread.start()
 
@@ -104,7 +109,11 @@ class Executor:
             if record is None or record.state in ("starting", "running"):
                 return False
             del self._jobs[job_id]
-        shutil.rmtree(record.dir, ignore_errors=True)
+        # Renaming is one quick call; the watcher thread deletes the files off the agent's critical path.
+        with contextlib.suppress(OSError):
+            record.dir.rename(self.jobs_dir / f".trash-{job_id}-{time.monotonic_ns()}")
+        self._trash = True
+        self._wake()
         return True
 
     def statuses(self) -> list[JobStatus]:
@@ -177,9 +186,8 @@ class Executor:
         account = job_account(launch.unix_user, node=self.node, allow_root=allow_root, agent=self._agent)
         switch = account.uid != self._agent.uid
         prepare(record, account, node=self.node, switch_user=switch)
-        record.save()
         env = job_env(launch, record, account, switch_user=switch)
-        proc = spawn(record, account, env, switch_user=switch)
+        proc = spawn(record, account, env, switch_user=switch, setpriv=self._setpriv)
         _CHILDREN[proc.pid] = proc
         record.pid, record.start_ticks = proc.pid, procs.start_ticks(proc.pid)
         record.state, record.started_at = "running", time.time()
@@ -239,6 +247,13 @@ class Executor:
                         self._finish(self._jobs[self._fd_job[fd]])
                 self._poll_fallback()
                 self._enforce(time.time())
+            if self._trash:
+                self._empty_trash()
+
+    def _empty_trash(self) -> None:
+        self._trash = False
+        for trash in self.jobs_dir.glob(".trash-*"):
+            shutil.rmtree(trash, ignore_errors=True)
 
     def _sleep_time(self, now: float) -> float:
         if self._polled:
@@ -312,15 +327,20 @@ class Executor:
 
     @staticmethod
     def _set_result(record: JobRecord, code: int | None, returncode: int | None, lost: str | None) -> None:
+        launcher_failed = False
         if code is None and returncode is not None and returncode < 0:
             code = 128 - returncode
         elif code is None and record.killed:
             code = 128 + signal.SIGKILL
+        elif code is None and returncode:
+            code, launcher_failed = returncode, True
         record.exit_code = code
         record.signal = signal_of(code) if code is not None else None
         record.timed_out = record.stop_reason == "timeout"
         if record.timed_out:
             record.reason = f"time limit of {_duration(record.launch.time_limit_s or 0)} reached"
+        elif launcher_failed:
+            record.reason = "the job ended before its command could run; its log says why"
         elif code is None:
             record.reason = lost or "the job ended while the agent was not running; its exit status is unknown"
 

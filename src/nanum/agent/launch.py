@@ -12,6 +12,7 @@ reach the state directory.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +21,7 @@ from nanum.agent.accounts import Account, Refused
 from nanum.agent.jobrecord import JobRecord
 from nanum.protocol import JobLaunch
 
-__all__ = ["WRAPPER", "job_env", "prepare", "spawn"]
+__all__ = ["WRAPPER", "find_setpriv", "job_env", "prepare", "spawn"]
 
 WRAPPER = 'exec 3>&0 </dev/null; trap : TERM INT HUP; "$@" 3>&-; echo $? >&3'
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -92,26 +93,38 @@ def prepare(record: JobRecord, account: Account, *, node: str, switch_user: bool
 
 
 def _make_owned_dirs(path: Path, account: Account, switch_user: bool) -> None:
-    missing = []
-    for parent in (path, *path.parents):
-        if parent.exists():
-            break
-        missing.append(parent)
+    """Create `path` and missing parents; the job's own directory (not shared parents) belongs to its user."""
     try:
-        for directory in reversed(missing):
-            directory.mkdir(mode=0o755)
-            if switch_user:
-                os.lchown(directory, account.uid, account.gid)
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        path.mkdir(mode=0o755, exist_ok=True)
+        if switch_user and path.stat().st_uid != account.uid:
+            os.lchown(path, account.uid, account.gid)
     except OSError as exc:
         raise Refused(f"cannot create checkpoint directory {path}: {exc.strerror}") from None
 
 
-def spawn(record: JobRecord, account: Account, env: dict[str, str], *, switch_user: bool) -> subprocess.Popen[bytes]:
-    """Start the wrapper in a new session with output to the job's log; raise `Refused` if exec fails."""
+def find_setpriv() -> str | None:
+    """util-linux's `setpriv`, with which a job switches to its user after a cheap vfork-style spawn."""
+    return shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
+
+
+def spawn(
+    record: JobRecord, account: Account, env: dict[str, str], *, switch_user: bool, setpriv: str | None = None
+) -> subprocess.Popen[bytes]:
+    """Start the wrapper in a new session with output to the job's log; raise `Refused` if exec fails.
+
+    To run as another account the wrapper is exec'd through `setpriv` when there is one: Python then spawns
+    with vfork, about 0.2 ms, where switching ids in the child needs a full fork of the agent (several ms).
+    """
     launch = record.launch
     argv = ["/bin/sh", "-c", WRAPPER, f"nanum-job-{launch.job_id}", *launch.command]
     ids: dict[str, object] = {}
-    if switch_user:
+    if switch_user and setpriv:
+        groups = ",".join(str(g) for g in account.groups)
+        drop = [f"--reuid={account.uid}", f"--regid={account.gid}"]
+        drop.append(f"--groups={groups}" if groups else "--clear-groups")
+        argv = [setpriv, *drop, "--", *argv]
+    elif switch_user:
         ids = {"user": account.uid, "group": account.gid, "extra_groups": list(account.groups)}
     log_fd = os.open(record.log_path, os.O_WRONLY | os.O_APPEND)
     exit_fd = os.open(record.exit_path, os.O_WRONLY | os.O_TRUNC)

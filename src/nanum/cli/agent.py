@@ -50,6 +50,7 @@ def agent(
         ),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Log warnings and errors only.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also log every heartbeat.")] = False,
 ) -> None:
     """Run jobs the server assigns to this node, as their owners, and report on them. Ctrl-C stops the agent;
     running jobs keep running and are picked up again when it restarts."""
@@ -74,6 +75,9 @@ def agent(
         format=f"%(asctime)s nanum agent {node}: %(message)s",
         datefmt="%Y-%m-%d %H:%M:%S",
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per heartbeat
+    if verbose:
+        logging.getLogger("nanum.agent").setLevel(logging.DEBUG)
     config = AgentConfig(
         server=server,
         token=token,
