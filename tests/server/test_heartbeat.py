@@ -60,7 +60,9 @@ def test_an_exit_completes_the_job_and_frees_its_gpus(client: AsgiClient, ctx: S
     assert events(ctx, j["id"]) == ["submitted", "started", "completed"]
 
 
-def test_failures_and_time_limits_end_the_job_with_the_reason(client: AsgiClient, agent: FakeAgent) -> None:
+def test_failures_and_time_limits_end_the_job_with_the_reason(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent
+) -> None:
     crash, missing, slow = (submit(client, gpus=1) for _ in range(3))
     tick(client)
     agent.beat()
@@ -73,6 +75,7 @@ def test_failures_and_time_limits_end_the_job_with_the_reason(client: AsgiClient
     assert job(client, missing["id"])["state"] == "failed"
     assert job(client, missing["id"])["reason"] == "user alice has no account on node gpu-01"
     assert job(client, slow["id"])["state"] == "timeout"
+    assert events(ctx, crash["id"]) == ["submitted", "started", "failed"]
 
 
 def test_two_jobs_never_get_the_same_gpu(client: AsgiClient, agent: FakeAgent) -> None:

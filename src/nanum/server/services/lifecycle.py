@@ -83,15 +83,19 @@ def request_stop(s: Session, job: JobRow, why: str, now: float, message: str) ->
 def part_exited(s: Session, job: JobRow, node: NodeRow, status: JobStatus, now: float) -> set[str]:
     """The job's process on `node` is gone: free its GPUs there, stop the rest of a failed gang, maybe finalize."""
     s.connection().execute(_FREE_ON_NODE, {"job_id": job.id, "node_id": node.id})
+    if job.state != "running":
+        return set()
     woken: set[str] = set()
     why, message, code = _part_outcome(status)
+    rest = _holds_any(s, job.id)
     if job.stop is None:
         job.exit_code, job.reason = code, message
-        if why is not None:
-            woken = request_stop(s, job, why, now, message or why)
+        if why is not None and rest:
+            woken = request_stop(s, job, why, now, message or why)  # stop the gang's other parts
+        job.stop = why
     elif job.exit_code is None:
         job.exit_code = code  # stopped on purpose: the stop reason stands
-    if not _holds_any(s, job.id):
+    if not rest:
         finalize(s, job, now)
     return woken
 
