@@ -45,8 +45,8 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         assert node is not None
         poke = _record_node(ctx, node, hb, now)
         held = _held(s, node.id)
-        acks, woken = _record_jobs(s, node, hb, held, now)
-        poke = poke or bool(acks) or bool(woken)
+        acks, woken, freed = _record_jobs(s, node, hb, held, now)
+        poke = poke or bool(acks) or bool(woken) or freed
         desired = desired_jobs(ctx, s, node)
         version = s.scalar(select(NodeRow.desired_version).where(NodeRow.id == node.id)) or 0
     offsets = write_logs(ctx, node.name, hb.logs, {j.job_id for j in hb.jobs})
@@ -106,7 +106,7 @@ def _held(s: Session, node_id: int) -> dict[int, list[int]]:
 
 def _record_jobs(
     s: Session, node: NodeRow, hb: Heartbeat, held: dict[int, list[int]], now: float
-) -> tuple[list[int], set[str]]:
+) -> tuple[list[int], set[str], bool]:
     ids = [st.job_id for st in hb.jobs]
     rows = {j.id: j for j in s.scalars(select(JobRow).where(JobRow.id.in_(ids)).with_for_update())} if ids else {}
     acks: list[int] = []
@@ -122,18 +122,21 @@ def _record_jobs(
         if job is not None and job.id in held:
             woken |= lifecycle.part_exited(s, job, node, st, now)
         acks.append(st.job_id)
-    _release_unheld(s, node, held, {st.job_id for st in hb.jobs}, now)
-    return acks, woken
+    freed = _release_unheld(s, node, held, {st.job_id for st in hb.jobs}, now)
+    return acks, woken, freed
 
 
-def _release_unheld(s: Session, node: NodeRow, held: dict[int, list[int]], reported: set[int], now: float) -> None:
+def _release_unheld(s: Session, node: NodeRow, held: dict[int, list[int]], reported: set[int], now: float) -> bool:
     """GPUs of jobs being stopped that this node's agent does not hold (it never started them: they were stopped
     before it heard of them) are free now. A heartbeat lists every job the agent holds, so these have no process."""
     unheld = [job_id for job_id in held if job_id not in reported]
-    if unheld:
-        query = select(JobRow).where(JobRow.id.in_(unheld), or_(JobRow.state != "running", JobRow.stop.is_not(None)))
-        for job in s.scalars(query.with_for_update()):
-            lifecycle.part_gone(s, job, node, now)
+    if not unheld:
+        return False
+    query = select(JobRow).where(JobRow.id.in_(unheld), or_(JobRow.state != "running", JobRow.stop.is_not(None)))
+    jobs = s.scalars(query.with_for_update()).all()
+    for job in jobs:
+        lifecycle.part_gone(s, job, node, now)
+    return bool(jobs)
 
 
 def desired_jobs(ctx: ServerContext, s: Session, node: NodeRow) -> list[JobLaunch]:
