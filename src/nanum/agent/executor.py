@@ -45,7 +45,7 @@ _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 class Executor:
     def __init__(
-        self, state_dir: Path, node: str, *, on_change: Callable[[], None] | None = None, use_setpriv: bool = True
+        self, state_dir: Path, node: str, *, on_change: Callable[[], object] | None = None, use_setpriv: bool = True
     ) -> None:
         self.node = node
         self.jobs_dir = Path(state_dir) / "jobs"
@@ -174,6 +174,13 @@ class Executor:
             # Jobs of other users must reach their preempt file (STATE/jobs/<id>/preempt) by path.
             for directory in (self.jobs_dir.parent, self.jobs_dir):
                 os.chmod(directory, os.stat(directory).st_mode | 0o111)
+            closed = [d for d in self.jobs_dir.resolve().parents if not os.stat(d).st_mode & 0o001]
+            if closed:
+                log.warning(
+                    "jobs of other users cannot reach their NANUM_PREEMPT_FILE: %s is closed to them; "
+                    "use a --state-dir such as /var/lib/nanum/agent",
+                    closed[0],
+                )
 
     def _new_record(self, launch: JobLaunch) -> JobRecord:
         job_dir = self.jobs_dir / str(launch.job_id)

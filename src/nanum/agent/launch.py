@@ -118,14 +118,12 @@ def spawn(
     """
     launch = record.launch
     argv = ["/bin/sh", "-c", WRAPPER, f"nanum-job-{launch.job_id}", *launch.command]
-    ids: dict[str, object] = {}
+    fork_switch = switch_user and not setpriv
     if switch_user and setpriv:
         groups = ",".join(str(g) for g in account.groups)
         drop = [f"--reuid={account.uid}", f"--regid={account.gid}"]
         drop.append(f"--groups={groups}" if groups else "--clear-groups")
         argv = [setpriv, *drop, "--", *argv]
-    elif switch_user:
-        ids = {"user": account.uid, "group": account.gid, "extra_groups": list(account.groups)}
     log_fd = os.open(record.log_path, os.O_WRONLY | os.O_APPEND)
     exit_fd = os.open(record.exit_path, os.O_WRONLY | os.O_TRUNC)
     try:
@@ -138,7 +136,9 @@ def spawn(
             stderr=log_fd,
             start_new_session=True,
             close_fds=True,
-            **ids,  # type: ignore[arg-type]
+            user=account.uid if fork_switch else None,
+            group=account.gid if fork_switch else None,
+            extra_groups=list(account.groups) if fork_switch else None,
         )
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""
