@@ -8,18 +8,21 @@ from nanum.store.db import Database, sqlite_url
 from nanum.store.migrate import upgrade
 from nanum.store.models import (
     AllocationRow,
+    AuditRow,
     Base,
     EventRow,
     JobRow,
     LabRow,
     MembershipRow,
     NodeRow,
+    SegmentRow,
     UsageRow,
     UserRow,
 )
 
 __all__ = [
     "AllocationRow",
+    "AuditRow",
     "Base",
     "Database",
     "EventRow",
@@ -27,6 +30,7 @@ __all__ = [
     "LabRow",
     "MembershipRow",
     "NodeRow",
+    "SegmentRow",
     "UsageRow",
     "UserRow",
     "sqlite_url",

@@ -1,4 +1,4 @@
-"""The SQL schema: users, labs, memberships, nodes, jobs, allocations, events and monthly usage.
+"""The SQL schema: users, labs, memberships, nodes, jobs, allocations, events, monthly usage, run segments, audit.
 
 Times are epoch seconds (floats) on every database, so SQLite and PostgreSQL behave alike; the API turns them into
 ISO 8601. The schema itself is created by the Alembic migrations in `nanum.store.migrations`; these classes must
@@ -36,6 +36,8 @@ class LabRow(Base):
     decayed_usage: Mapped[float] = mapped_column(Float, default=0.0)
     decayed_at: Mapped[float] = mapped_column(Float, default=0.0)
     created: Mapped[float] = mapped_column(Float)
+    #: Seconds between SIGTERM and SIGKILL when one of the lab's jobs is stopped; None: the server's default.
+    grace_s: Mapped[float | None] = mapped_column(Float)
 
 
 class UserRow(Base):
@@ -129,6 +131,13 @@ class JobRow(Base):
     pid: Mapped[int | None] = mapped_column(Integer)
     runs: Mapped[int] = mapped_column(Integer, default=0)
     attained_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    #: When the job last saved its state (its agent saw `$NANUM_CHECKPOINT_DIR/.checkpoint` change); None: never.
+    last_checkpoint: Mapped[float | None] = mapped_column(Float)
+    #: GPU-seconds of work since the last checkpoint thrown away by preemptions.
+    lost_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: When the job last entered the queue (requeued after a preemption); None: its submit time.
+    queued_at: Mapped[float | None] = mapped_column(Float)
 
 
 class AllocationRow(Base):
@@ -156,7 +165,8 @@ class EventRow(Base):
 
 
 class UsageRow(Base):
-    """GPU-seconds used per lab or user (`kind`) and calendar month (`2026-11`), charged when a run ends."""
+    """GPU-seconds used per lab or user (`kind`) and calendar month (`2026-11`), charged when a run ends.
+    The same seconds as the `segments` of that month: this table answers budgets quickly, segments any window."""
 
     __tablename__ = "usage"
 
@@ -164,3 +174,42 @@ class UsageRow(Base):
     kind: Mapped[str] = mapped_column(String(8), primary_key=True)
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class SegmentRow(Base):
+    """One charged interval of a job's allocation: `gpus` GPUs (all nodes together) from `start` to `end`.
+
+    A run makes one segment when it ends (or two, when its node went silent and came back). `wait_s` is the time
+    the job waited in the queue before this run (None for the second part of a recovered run); `outcome` is what
+    ended it (completed, failed, cancelled, timeout, preempted, lost); `lost_gpu_seconds` the work since the last
+    checkpoint that a preemption threw away. Usage over any window is the sum of the segments clipped to it."""
+
+    __tablename__ = "segments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    lab_id: Mapped[int] = mapped_column(ForeignKey("labs.id"))
+    gpus: Mapped[int] = mapped_column(Integer)
+    start: Mapped[float] = mapped_column(Float)
+    end: Mapped[float] = mapped_column(Float, index=True)
+    wait_s: Mapped[float | None] = mapped_column(Float)
+    outcome: Mapped[str] = mapped_column(String(16))
+    lost_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class AuditRow(Base):
+    """Who changed what, when: a lab's or user's (`kind`) quota set by `actor`, or a budget warning (actor
+    `nanum`). `changes` maps each field to `[old, new]` (for warnings: month, level and figures)."""
+
+    __tablename__ = "audit"
+    __table_args__ = (Index("ix_audit_subject", "kind", "name", "time"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    time: Mapped[float] = mapped_column(Float)
+    actor: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(8))
+    name: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(16))
+    changes: Mapped[dict[str, Any]] = mapped_column(JSON)
+    message: Mapped[str] = mapped_column(Text, default="")
