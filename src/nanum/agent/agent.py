@@ -40,6 +40,7 @@ log = logging.getLogger("nanum.agent")
 
 HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
 CHATTY_WAIT_S = 1.0
+OUTPUT_CHECK_S = 0.5
 
 
 class AgentError(Exception):
@@ -73,6 +74,7 @@ class Agent:
         self.heartbeats = 0
         self._offsets: dict[int, int] = {}  # log bytes the server holds, per job (None: not known yet)
         self._acked: set[int] = set()
+        self._in_doubt: set[int] = set()  # jobs whose last log chunk went out in a request without a reply
         self._sent_version = -1
         self._reply = HeartbeatReply()
         self._stopping = False
@@ -135,9 +137,15 @@ class Agent:
         chunks = self._log_chunks(statuses)
         wait_s = self._wait_for(version, statuses, chunks)
         started = time.monotonic()
-        reply = await self._exchange(client, Heartbeat(node=self.node, jobs=statuses, logs=chunks, wait_s=wait_s))
+        try:
+            reply = await self._exchange(client, Heartbeat(node=self.node, jobs=statuses, logs=chunks, wait_s=wait_s))
+        finally:
+            # Until a reply says what the server holds, do not send these logs again: the dropped request may
+            # still be appending them on the server, and a second copy must not race it.
+            self._in_doubt = {c.job_id for c in chunks}
         if reply is None:
             return False
+        self._in_doubt = set()
         self.heartbeats += 1
         self._sent_version = version
         log.debug(
@@ -168,20 +176,32 @@ class Agent:
         return self.config.long_poll_s
 
     async def _exchange(self, client: httpx.AsyncClient, beat: Heartbeat) -> HeartbeatReply | None:
-        """POST the heartbeat; give up on a held (long-poll) request as soon as there is news to report."""
+        """POST the heartbeat; give up on a held (long-poll) request as soon as there is news to report: a job
+        started or ended, or (looked at every half second) a running job wrote output."""
         assert self._wake is not None
         request = asyncio.ensure_future(self._post(client, beat))
         if beat.wait_s == 0:
             return await request
         waker = asyncio.ensure_future(self._wake.wait())
-        done, _ = await asyncio.wait({request, waker}, return_when=asyncio.FIRST_COMPLETED)
-        if request in done:
-            waker.cancel()
-            return request.result()
+        # Output is news too, but only when no output is in flight (else it would be sent twice).
+        baseline = None if beat.logs else {s.job_id: s.log_size or 0 for s in beat.jobs if s.state == "running"}
+        while True:
+            done, _ = await asyncio.wait({request, waker}, timeout=OUTPUT_CHECK_S, return_when=asyncio.FIRST_COMPLETED)
+            if request in done:
+                waker.cancel()
+                return request.result()
+            if done or (baseline and self._new_output(baseline)):
+                break
+        waker.cancel()
         request.cancel()
         with contextlib.suppress(asyncio.CancelledError, _Retry, AgentError):
             await request
         return None
+
+    def _new_output(self, baseline: dict[int, int]) -> bool:
+        """Whether a running job wrote output since the heartbeat went out (checked while it is held)."""
+        assert self.executor is not None
+        return any(self.executor.log_size(job_id) > size for job_id, size in baseline.items())
 
     async def _post(self, client: httpx.AsyncClient, beat: Heartbeat) -> HeartbeatReply:
         try:
@@ -240,7 +260,7 @@ class Agent:
         for job_id, state in held.items():
             if state == "running" and job_id not in desired:
                 log.info("stopping job %d (no longer on the server's list)", job_id)
-                self.executor.stop(job_id, reply.grace_s)
+                self.executor.stop(job_id)  # with the grace its launch carries (its lab's)
         for job_id, launch in desired.items():
             if job_id not in held:
                 self._offsets[job_id] = 0
@@ -276,7 +296,7 @@ class Agent:
         budget, chunks = self.config.log_bytes_per_heartbeat, []
         for status in sorted(statuses, key=lambda s: (s.state == "running", s.job_id)):
             offset = self._offsets.get(status.job_id)
-            if offset is None or (status.log_size or 0) <= offset or budget <= 0:
+            if offset is None or status.job_id in self._in_doubt or (status.log_size or 0) <= offset or budget <= 0:
                 continue
             text, nbytes = self.executor.read_log(status.job_id, offset, min(self.config.log_chunk_bytes, budget))
             if nbytes:

@@ -89,12 +89,15 @@ class Executor:
             self._changed()
             return record.status()
 
-    def stop(self, job_id: int, grace_s: float, reason: str = "stopped") -> None:
-        """SIGTERM the job's process group now and SIGKILL it `grace_s` later if it is still there."""
+    def stop(self, job_id: int, grace_s: float | None = None, reason: str = "stopped") -> None:
+        """SIGTERM the job's process group now and SIGKILL it `grace_s` later (default: the grace its launch
+        carries, which is its lab's) if it is still there."""
         with self._cond:
             record = self._jobs.get(job_id)
             if record is None or record.state != "running":
                 return
+            if grace_s is None:
+                grace_s = record.launch.grace_s
             if record.stop_reason is None:
                 self._terminate(record, reason, grace_s)
             elif record.kill_at is not None and time.time() + grace_s < record.kill_at:

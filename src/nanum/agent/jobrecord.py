@@ -6,6 +6,9 @@ Files in a job's directory:
 - `exit`      written by the wrapper shell with the job's exit status when the command ends;
 - `preempt`   created by the agent just before it sends SIGTERM, so the job can tell it should checkpoint.
 
+A job marks a checkpoint by touching `.checkpoint` in its checkpoint directory (`nanum checkpoint` does); every
+status carries that file's modification time, so the server can choose victims that lose the least work.
+
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ from typing import Literal
 
 from nanum.protocol import JobLaunch, JobStatus
 
-__all__ = ["JobRecord", "read_exit_file", "read_log", "signal_of"]
+__all__ = ["CHECKPOINT_MARK", "JobRecord", "read_exit_file", "read_log", "signal_of"]
 
 log = logging.getLogger("nanum.agent")
 
 State = Literal["starting", "running", "exited", "failed_to_start"]
 MAX_SIGNAL = 64
+#: The file in a job's checkpoint directory whose modification time says when it last saved its state.
+CHECKPOINT_MARK = ".checkpoint"
 
 
 @dataclass(slots=True)
@@ -83,7 +88,18 @@ class JobRecord:
             timed_out=self.timed_out,
             reason=self.reason,
             log_size=self.log_size(),
+            checkpoint_at=self.checkpoint_at(),
         )
+
+    def checkpoint_at(self) -> float | None:
+        """When the job last marked a checkpoint (`nanum checkpoint`, or touching `.checkpoint` in its
+        checkpoint directory), or None."""
+        if not self.launch.checkpoint_dir:
+            return None
+        try:
+            return os.stat(os.path.join(self.launch.checkpoint_dir, CHECKPOINT_MARK)).st_mtime
+        except OSError:
+            return None
 
     def log_size(self) -> int:
         try:
