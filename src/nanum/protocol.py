@@ -48,6 +48,9 @@ class JobStatus(BaseModel):
     timed_out: bool = False
     reason: str | None = None
     log_size: int | None = Field(default=None, description="bytes in the job's log when this was sent")
+    checkpoint_at: float | None = Field(
+        default=None, description="when the job last saved its state: mtime of $NANUM_CHECKPOINT_DIR/.checkpoint"
+    )
 
 
 class LogChunk(BaseModel):
@@ -61,10 +64,49 @@ class LogChunk(BaseModel):
     )
 
 
+class GpuProcess(BaseModel):
+    """A process using a GPU. `job_id` None: no nanum job owns it (someone bypassing the queue)."""
+
+    pid: int
+    memory_mb: int = 0
+    job_id: int | None = None
+    user: str | None = None
+    command: str | None = None
+
+
+class GpuSample(BaseModel):
+    """One reading of one GPU: utilisation (percent), memory in use (MiB), power (W) and temperature (°C)."""
+
+    index: int
+    util: float = Field(ge=0, le=100)
+    memory_mb: int = Field(default=0, ge=0)
+    power_w: float | None = None
+    temperature_c: float | None = None
+    processes: list[GpuProcess] = []
+
+
+class JobSample(BaseModel):
+    """What a job's processes did since the previous reading: CPU (percent of one core, summed over its
+    processes) and, for notebooks where known, when its kernel was last active (epoch seconds)."""
+
+    job_id: int
+    cpu_percent: float = Field(default=0.0, ge=0)
+    last_activity: float | None = None
+
+
+class Sample(BaseModel):
+    """Every GPU of the node and every running job, read at one instant `time` (epoch seconds)."""
+
+    time: float
+    gpus: list[GpuSample] = []
+    jobs: list[JobSample] = []
+
+
 class Heartbeat(BaseModel):
     node: NodeInfo
     jobs: list[JobStatus] = []
     logs: list[LogChunk] = []
+    samples: list[Sample] = Field(default=[], description="readings taken since the last heartbeat, oldest first")
     wait_s: float = Field(default=0.0, ge=0, le=30, description="hold the reply this long if nothing changes")
 
 
