@@ -19,16 +19,22 @@ from nanum.store.models import (
     UsageRow,
     UserRow,
 )
+from nanum.store.monitoring import ContactRow, GpuSampleRow, JobStatsRow, MonitorSettingRow, NodeLiveRow
 
 __all__ = [
     "AllocationRow",
     "AuditRow",
     "Base",
+    "ContactRow",
     "Database",
     "EventRow",
+    "GpuSampleRow",
     "JobRow",
+    "JobStatsRow",
     "LabRow",
     "MembershipRow",
+    "MonitorSettingRow",
+    "NodeLiveRow",
     "NodeRow",
     "SegmentRow",
     "UsageRow",
