@@ -59,6 +59,7 @@ class Caches:
     callers: TtlCache[str, object] = field(default_factory=lambda: TtlCache(10.0))
     nodes: TtlCache[str, object] = field(default_factory=lambda: TtlCache(5.0))
     labs: TtlCache[str, object] = field(default_factory=lambda: TtlCache(5.0))
+    budgets: TtlCache[str, object] = field(default_factory=lambda: TtlCache(3.0))
 
 
 @dataclass(slots=True)

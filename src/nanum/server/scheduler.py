@@ -9,7 +9,8 @@ It runs on events (submit, cancel, an exit reported, a node change: `Signals.pok
 3. `schedule(snapshot, policy, predictor)`;
 4. apply in one short write transaction: requeue the jobs of nodes that went silent; start jobs (state, allocation
    rows, event: each start only if the job is still pending, and the UNIQUE allocation rows make a GPU handed
-   out twice impossible); mark preemption victims to stop; write the reasons and estimates that changed;
+   out twice impossible); mark preemption victims to stop; write the reasons and estimates that changed; note
+   budgets that crossed 80 % or 100 % (`nanum.server.services.budgets`);
 5. wake the held heartbeats of every node whose desired jobs changed.
 
 Reading outside the write transaction keeps the write lock short, so submits are not held up by a large queue.
@@ -32,7 +33,7 @@ from sqlalchemy.orm import Session
 from nanum.core import Decisions, HistoryPredictor, Pending, Preempt, Start, schedule
 from nanum.server import snapshot
 from nanum.server.context import ServerContext
-from nanum.server.services import lifecycle
+from nanum.server.services import budgets, lifecycle
 from nanum.store import AllocationRow, JobRow, NodeRow
 from nanum.store.db import Database
 
@@ -98,6 +99,7 @@ class Scheduler:
         self.has_free_gpus = True
         self._shown_at: dict[int, float] = {}
         self._lock = threading.Lock()
+        self.budgets = budgets.Watch()
         self._poked: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.last: TickResult | None = None
@@ -157,7 +159,8 @@ class Scheduler:
             if self.ctx.db.is_postgres:
                 s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             self._learned_until = snapshot.learn(s, self.predictor, self._learned_until)
-            plan = snapshot.build(s, now, self.ctx.settings.node_timeout_s, self.predictor, self._jobs)
+            settings = self.ctx.settings
+            plan = snapshot.build(s, now, settings.node_timeout_s, self.predictor, self._jobs, settings.half_life_s)
             self._jobs = plan.jobs
             return plan
 
@@ -174,6 +177,7 @@ class Scheduler:
                 woken |= stopped
                 result.preempted += bool(stopped)
             self._show_reasons(s, plan, decisions.pending, now)
+            self.budgets.check(s, plan.snapshot, now)
         return result, woken
 
     def _sweep(self, s: Session, now: float) -> tuple[set[str], int]:
@@ -191,7 +195,7 @@ class Scheduler:
         for node in silent:
             log.warning("node %s has not been heard from for %.0f s; requeueing its jobs", node.name, timeout)
             node.state = "down"
-            woken |= lifecycle.node_lost(s, node, now)
+            woken |= lifecycle.node_lost(s, node, now, self.ctx.settings.half_life_s)
         return woken, len(silent)
 
     def _show_reasons(self, s: Session, plan: snapshot.Plan, pending: tuple[Pending, ...], now: float) -> None:
@@ -277,7 +281,9 @@ def _start(s: Session, start: Start, plan: snapshot.Plan, now: float) -> set[str
 
 
 def _preempt(s: Session, victim: Preempt, now: float) -> set[str]:
+    """Stop a victim (SIGTERM, its lab's grace, SIGKILL on its nodes); it is requeued once it has stopped."""
     job = s.scalars(select(JobRow).where(JobRow.id == victim.job_id).with_for_update()).first()
     if job is None or job.state != "running" or job.stop is not None:
         return set()
+    job.reason = f"preempting: {victim.reason}"
     return lifecycle.request_stop(s, job, "preempt", now, victim.reason)

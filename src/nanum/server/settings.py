@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from nanum.core.fairshare import DEFAULT_HALF_LIFE
+from nanum.core.policy import Policy
 from nanum.store.db import sqlite_url
+
+#: The core's default policy, so the server schedules as the simulator does unless told otherwise.
+DEFAULT_POLICY = Policy().label
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -15,13 +20,17 @@ class ServerSettings:
     home: Path
     db_url: str | None = None
     allow_root_jobs: bool = False
-    policy: str = "fifo+binpack+backfill"
+    #: The scheduling policy, `ORDER[+PLACEMENT][+backfill|+nobackfill]...` (see `nanum.core.Policy`).
+    policy: str = DEFAULT_POLICY
     estimate_depth: int = 50
     #: A node not heard from for this long is down; its running jobs are requeued.
     node_timeout_s: float = 60.0
     #: The scheduler runs on every event and at least this often.
     tick_interval_s: float = 1.0
+    #: Seconds between SIGTERM and SIGKILL when a job is stopped, for labs that do not set their own.
     grace_s: float = 60.0
+    #: Fair-share usage counts half after this many seconds.
+    half_life_s: float = DEFAULT_HALF_LIFE
     heartbeat_interval_s: float = 2.0
     checkpoint_root: Path | None = None
 

@@ -6,7 +6,8 @@ job that is no longer running (a stopped gang waiting for its last part) count a
 their limits, this month's GPU-hours and decayed usage, both including the running jobs' uncharged time.
 
 `Plan` keeps, beside the snapshot, what applying decisions needs: node ids, and the reason and estimate each
-pending job shows now, so only the ones that changed are written back.
+pending job shows now, so only the ones that changed are written back. Decayed usage counts half after
+`half_life` seconds (the server's setting); running jobs carry their last checkpoint, so reclaim loses least work.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from nanum.core import HistoryPredictor, Job, Lab, Limits, NodeState, Placement, Running, Snapshot, Start, User, decay
 from nanum.core import expected_runtime as planned_runtime
+from nanum.core.fairshare import DEFAULT_HALF_LIFE
 from nanum.server.services.lifecycle import month_of, month_start
 from nanum.server.views import core_job, core_lab, core_node
 from nanum.store import AllocationRow, JobRow, LabRow, NodeRow, UsageRow, UserRow
@@ -43,7 +45,7 @@ JOB_COLUMNS = (
     JobRow.preemptible,
     JobRow.attained_gpu_seconds,
 )
-RUN_COLUMNS = (JobRow.start_time, JobRow.charged_until, JobRow.borrowing)
+RUN_COLUMNS = (JobRow.start_time, JobRow.charged_until, JobRow.borrowing, JobRow.last_checkpoint)
 PENDING_COLUMNS = (JobRow.reason, JobRow.reason_code, JobRow.estimated_start)
 
 
@@ -59,7 +61,14 @@ class Plan:
     jobs: JobCache = field(default_factory=dict)
 
 
-def build(s: Session, now: float, timeout: float, predictor: HistoryPredictor, cache: JobCache | None = None) -> Plan:
+def build(
+    s: Session,
+    now: float,
+    timeout: float,
+    predictor: HistoryPredictor,
+    cache: JobCache | None = None,
+    half_life: float = DEFAULT_HALF_LIFE,
+) -> Plan:
     users = {u.id: u for u in s.scalars(select(UserRow))}
     labs = {lab.id: lab for lab in s.scalars(select(LabRow))}
     running_rows = s.execute(select(*JOB_COLUMNS, *RUN_COLUMNS).where(JobRow.state == "running")).all()
@@ -104,8 +113,8 @@ def build(s: Session, now: float, timeout: float, predictor: HistoryPredictor, c
         nodes=nodes,
         pending=tuple(job(r) for r in pending_rows),
         running=running,
-        labs=_labs(labs.values(), usage, running, running_rows, now),
-        users=_users(users.values(), usage, running, running_rows, now),
+        labs=_labs(labs.values(), usage, running, running_rows, now, half_life),
+        users=_users(users.values(), usage, running, running_rows, now, half_life),
         month=time.strftime("%B", time.gmtime(now)),
     )
     shown = {r.id: (r.reason, r.reason_code, r.estimated_start) for r in pending_rows}
@@ -136,6 +145,7 @@ def _running(job: Any, row: Any, places: list[Placement], predictor: HistoryPred
         start_time=start,
         borrowing=row.borrowing,
         expected_end=None if runtime is None else start + runtime,
+        last_checkpoint=row.last_checkpoint,
     )
 
 
@@ -157,7 +167,12 @@ def _uncharged(running: tuple[Running, ...], rows: Any, now: float) -> list[tupl
 
 
 def _labs(
-    rows: Any, usage: Counter[tuple[str, str]], running: tuple[Running, ...], run_rows: Any, now: float
+    rows: Any,
+    usage: Counter[tuple[str, str]],
+    running: tuple[Running, ...],
+    run_rows: Any,
+    now: float,
+    half_life: float,
 ) -> dict[str, Lab]:
     extra, month = Counter[str](), Counter[str]()
     for run, total, this_month in _uncharged(running, run_rows, now):
@@ -167,14 +182,19 @@ def _labs(
         lab.name: core_lab(
             lab,
             (usage[("lab", lab.name)] + month[lab.name]) / 3600.0,
-            decay(lab.decayed_usage, now - lab.decayed_at) + extra[lab.name],
+            decay(lab.decayed_usage, now - lab.decayed_at, half_life) + extra[lab.name],
         )
         for lab in rows
     }
 
 
 def _users(
-    rows: Any, usage: Counter[tuple[str, str]], running: tuple[Running, ...], run_rows: Any, now: float
+    rows: Any,
+    usage: Counter[tuple[str, str]],
+    running: tuple[Running, ...],
+    run_rows: Any,
+    now: float,
+    half_life: float,
 ) -> dict[str, User]:
     extra, month = Counter[str](), Counter[str]()
     for run, total, this_month in _uncharged(running, run_rows, now):
@@ -187,7 +207,7 @@ def _users(
                 max_gpus=u.max_gpus, max_running_jobs=u.max_running_jobs, monthly_gpu_hours=u.monthly_gpu_hours
             ),
             used_gpu_hours=(usage[("user", u.name)] + month[u.name]) / 3600.0,
-            decayed_usage=decay(u.decayed_usage, now - u.decayed_at) + extra[u.name],
+            decayed_usage=decay(u.decayed_usage, now - u.decayed_at, half_life) + extra[u.name],
         )
         for u in rows
     }

@@ -17,11 +17,11 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from nanum.protocol import Heartbeat, HeartbeatReply, JobLaunch, LogChunk
+from nanum.protocol import Heartbeat, HeartbeatReply, JobLaunch, JobStatus, LogChunk
 from nanum.server.auth import NodeCaller
 from nanum.server.context import ServerContext
 from nanum.server.services import lifecycle
-from nanum.store import AllocationRow, JobRow, NodeRow, UserRow
+from nanum.store import AllocationRow, JobRow, LabRow, NodeRow, UserRow
 
 #: Base of the rendezvous port of multi-node jobs: MASTER_PORT = base + job id modulo 1000.
 MASTER_PORT_BASE = 29500
@@ -45,7 +45,7 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         assert node is not None
         poke = _record_node(ctx, node, hb, now)
         held = _held(s, node.id)
-        acks, woken, freed = _record_jobs(s, node, hb, held, now)
+        acks, woken, freed = _record_jobs(s, node, hb, held, now, ctx.settings.half_life_s)
         poke = poke or bool(acks) or bool(woken) or freed
         desired = desired_jobs(ctx, s, node)
         version = s.scalar(select(NodeRow.desired_version).where(NodeRow.id == node.id)) or 0
@@ -105,7 +105,7 @@ def _held(s: Session, node_id: int) -> dict[int, list[int]]:
 
 
 def _record_jobs(
-    s: Session, node: NodeRow, hb: Heartbeat, held: dict[int, list[int]], now: float
+    s: Session, node: NodeRow, hb: Heartbeat, held: dict[int, list[int]], now: float, half_life: float
 ) -> tuple[list[int], set[str], bool]:
     ids = [st.job_id for st in hb.jobs]
     rows = {j.id: j for j in s.scalars(select(JobRow).where(JobRow.id.in_(ids)).with_for_update())} if ids else {}
@@ -113,6 +113,8 @@ def _record_jobs(
     woken: set[str] = set()
     for st in hb.jobs:
         job = rows.get(st.job_id)
+        if job is not None and job.id in held:
+            _note_checkpoint(job, st)
         if st.state == "running":
             if job is not None and job.id in held and job.state == "running":
                 job.pid = st.pid if st.pid is not None else job.pid
@@ -120,13 +122,21 @@ def _record_jobs(
                 woken.add(node.name)
             continue
         if job is not None and job.id in held:
-            woken |= lifecycle.part_exited(s, job, node, st, now)
+            woken |= lifecycle.part_exited(s, job, node, st, now, half_life)
         acks.append(st.job_id)
-    freed = _release_unheld(s, node, held, {st.job_id for st in hb.jobs}, now)
+    freed = _release_unheld(s, node, held, {st.job_id for st in hb.jobs}, now, half_life)
     return acks, woken, freed
 
 
-def _release_unheld(s: Session, node: NodeRow, held: dict[int, list[int]], reported: set[int], now: float) -> bool:
+def _note_checkpoint(job: JobRow, st: JobStatus) -> None:
+    """Remember the newest checkpoint the agent saw (preemption then picks victims that lose the least work)."""
+    if st.checkpoint_at is not None and (job.last_checkpoint is None or st.checkpoint_at > job.last_checkpoint):
+        job.last_checkpoint = st.checkpoint_at
+
+
+def _release_unheld(
+    s: Session, node: NodeRow, held: dict[int, list[int]], reported: set[int], now: float, half_life: float
+) -> bool:
     """GPUs of jobs being stopped that this node's agent does not hold (it never started them: they were stopped
     before it heard of them) are free now. A heartbeat lists every job the agent holds, so these have no process."""
     unheld = [job_id for job_id in held if job_id not in reported]
@@ -135,7 +145,7 @@ def _release_unheld(s: Session, node: NodeRow, held: dict[int, list[int]], repor
     query = select(JobRow).where(JobRow.id.in_(unheld), or_(JobRow.state != "running", JobRow.stop.is_not(None)))
     jobs = s.scalars(query.with_for_update()).all()
     for job in jobs:
-        lifecycle.part_gone(s, job, node, now)
+        lifecycle.part_gone(s, job, node, now, half_life)
     return bool(jobs)
 
 
@@ -145,19 +155,24 @@ def desired_jobs(ctx: ServerContext, s: Session, node: NodeRow) -> list[JobLaunc
     if not held:
         return []
     query = (
-        select(JobRow, UserRow.name, UserRow.unix_user)
+        select(JobRow, UserRow.name, UserRow.unix_user, LabRow.grace_s)
         .join(UserRow, UserRow.id == JobRow.user_id)
+        .join(LabRow, LabRow.id == JobRow.lab_id)
         .where(JobRow.id.in_(list(held)), JobRow.state == "running", JobRow.stop.is_(None))
         .order_by(JobRow.id)
     )
     rows = s.execute(query).all()
     hosts = _hosts(s, rows)
-    return [_launch(ctx, job, unix or user, node.name, sorted(held[job.id]), hosts) for job, user, unix in rows]
+    default = ctx.settings.grace_s
+    return [
+        _launch(ctx, job, unix or user, node.name, sorted(held[job.id]), hosts, default if grace is None else grace)
+        for job, user, unix, grace in rows
+    ]
 
 
 def _hosts(s: Session, rows: Any) -> dict[str, str]:
     """Hostnames of the first node of every multi-node job among `rows` (its rendezvous address)."""
-    firsts = {job.allocation[0]["node"] for job, _, _ in rows if job.nodes > 1 and job.allocation}
+    firsts = {row[0].allocation[0]["node"] for row in rows if row[0].nodes > 1 and row[0].allocation}
     if not firsts:
         return {}
     found = s.execute(select(NodeRow.name, NodeRow.hostname).where(NodeRow.name.in_(firsts)))
@@ -165,8 +180,9 @@ def _hosts(s: Session, rows: Any) -> dict[str, str]:
 
 
 def _launch(
-    ctx: ServerContext, job: JobRow, unix_user: str, node: str, gpus: list[int], hosts: dict[str, str]
+    ctx: ServerContext, job: JobRow, unix_user: str, node: str, gpus: list[int], hosts: dict[str, str], grace: float
 ) -> JobLaunch:
+    """One node's part of `job`. `grace`: its lab's seconds between SIGTERM and SIGKILL when it is stopped."""
     launch = JobLaunch(
         job_id=job.id,
         name=job.name,
@@ -176,7 +192,7 @@ def _launch(
         gpus=gpus,
         unix_user=unix_user,
         time_limit_s=job.time_limit_s,
-        grace_s=ctx.settings.grace_s,
+        grace_s=grace,
         checkpoint_dir=str(ctx.settings.checkpoints_dir / str(job.id)),
         nproc_per_node=max(job.gpus, 1),
     )

@@ -20,10 +20,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from nanum.core import decay
+from nanum.core.fairshare import DEFAULT_HALF_LIFE
 from nanum.protocol import JobStatus
-from nanum.store import AllocationRow, EventRow, JobRow, LabRow, NodeRow, UsageRow, UserRow
+from nanum.store import AllocationRow, EventRow, JobRow, LabRow, NodeRow, SegmentRow, UsageRow, UserRow
 
 INSERT_EVENT = EventRow.__table__.insert()
+INSERT_SEGMENT = SegmentRow.__table__.insert()
 _NODES, _ALLOCS = NodeRow.__table__, AllocationRow.__table__
 _BUMP = (
     _NODES.update()
@@ -44,6 +46,8 @@ OUTCOME = {
     "preempt": "pending",
     "lost": "pending",
 }
+#: The outcome a run segment records, by `stop`, where it differs from the job's outcome.
+SEGMENT_OUTCOME = {"preempt": "preempted", "lost": "lost"}
 #: A stop reason may be replaced by a stronger one (a user's cancel beats a preemption).
 STRENGTH = {"preempt": 1, "lost": 1, "fail": 2, "timeout": 2, "cancel": 3}
 
@@ -80,7 +84,9 @@ def request_stop(s: Session, job: JobRow, why: str, now: float, message: str) ->
     return {name for _, name in nodes}
 
 
-def part_exited(s: Session, job: JobRow, node: NodeRow, status: JobStatus, now: float) -> set[str]:
+def part_exited(
+    s: Session, job: JobRow, node: NodeRow, status: JobStatus, now: float, half_life: float = DEFAULT_HALF_LIFE
+) -> set[str]:
     """The job's process on `node` is gone: free its GPUs there, stop the rest of a failed gang, maybe finalize."""
     s.connection().execute(_FREE_ON_NODE, {"job_id": job.id, "node_id": node.id})
     if job.state != "running":
@@ -96,15 +102,15 @@ def part_exited(s: Session, job: JobRow, node: NodeRow, status: JobStatus, now: 
     elif job.exit_code is None:
         job.exit_code = code  # stopped on purpose: the stop reason stands
     if not rest:
-        finalize(s, job, now)
+        finalize(s, job, now, half_life)
     return woken
 
 
-def part_gone(s: Session, job: JobRow, node: NodeRow, now: float) -> None:
+def part_gone(s: Session, job: JobRow, node: NodeRow, now: float, half_life: float = DEFAULT_HALF_LIFE) -> None:
     """`node` holds no process of `job` (it never started one): free the GPUs there; finalize if none are left."""
     s.connection().execute(_FREE_ON_NODE, {"job_id": job.id, "node_id": node.id})
     if job.state == "running" and not _holds_any(s, job.id):
-        finalize(s, job, now)
+        finalize(s, job, now, half_life)
 
 
 def _holds_any(s: Session, job_id: int) -> bool:
@@ -125,14 +131,23 @@ def _part_outcome(st: JobStatus) -> tuple[str | None, str | None, int | None]:
     return None, None, 0 if code is None else code
 
 
-def finalize(s: Session, job: JobRow, now: float) -> None:
-    """Every process of `job` is gone: charge its run and give it its final state (or requeue it)."""
-    charge(s, job, now)
+def finalize(s: Session, job: JobRow, now: float, half_life: float = DEFAULT_HALF_LIFE) -> None:
+    """Every process of `job` is gone: charge its run and give it its final state (or requeue it).
+
+    A preempted job is requeued with its original submit time (its place in the queue) and the work it did since
+    its last checkpoint is counted as lost."""
     outcome = OUTCOME[job.stop]
+    lost = lost_work(job, now) if job.stop == "preempt" else 0.0
+    charge(s, job, now, half_life, outcome=SEGMENT_OUTCOME.get(job.stop, outcome), lost=lost)
     if outcome == "pending":
-        what = "preempted" if job.stop == "preempt" else "lost its node"
-        job.state, job.reason, job.reason_code = "pending", f"requeued: {what}; waiting to run again", "queued"
+        what = "lost its node"
+        if job.stop == "preempt":
+            job.preemptions = (job.preemptions or 0) + 1
+            job.lost_gpu_seconds = (job.lost_gpu_seconds or 0.0) + lost
+            what = f"preempted, {lost / 3600:.2f} GPU-hours since its last checkpoint lost"
+        job.state, job.reason, job.reason_code = "pending", f"requeued ({what}); waiting to run again", "queued"
         job.estimated_start = job.exit_code = None
+        job.queued_at = now
         event(s, job.id, now, "requeued", job.reason)
     else:
         job.state, job.end_time = outcome, now
@@ -141,6 +156,15 @@ def finalize(s: Session, job: JobRow, now: float) -> None:
         event(s, job.id, now, outcome, job.reason or "")
     job.stop = None
     job.pid = None
+
+
+def lost_work(job: JobRow, now: float) -> float:
+    """GPU-seconds of the current run since its last checkpoint (or its start, if it saved none since)."""
+    start = job.start_time
+    if start is None:
+        return 0.0
+    saved = max(start, job.last_checkpoint or start)
+    return job.gpus * job.nodes * max(now - saved, 0.0)
 
 
 def recover(s: Session, job: JobRow, node: NodeRow, now: float) -> bool:
@@ -163,7 +187,7 @@ def recover(s: Session, job: JobRow, node: NodeRow, now: float) -> bool:
     return True
 
 
-def node_lost(s: Session, node: NodeRow, now: float) -> set[str]:
+def node_lost(s: Session, node: NodeRow, now: float, half_life: float = DEFAULT_HALF_LIFE) -> set[str]:
     """`node` stopped answering: its jobs are requeued (and stopped on their other nodes). Returns nodes to wake."""
     job_ids = s.scalars(select(AllocationRow.job_id).where(AllocationRow.node_id == node.id).distinct()).all()
     s.execute(delete(AllocationRow).where(AllocationRow.node_id == node.id))
@@ -175,30 +199,40 @@ def node_lost(s: Session, node: NodeRow, now: float) -> set[str]:
             job.lost_from = job.allocation
         woken |= request_stop(s, job, "lost", now, f"node {node.name} stopped answering")
         if not _holds_any(s, job.id):
-            finalize(s, job, now)
+            finalize(s, job, now, half_life)
     return woken
 
 
 # -- accounting ------------------------------------------------------------------------------------------------
 
 
-def charge(s: Session, job: JobRow, now: float) -> None:
-    """Add the GPU-seconds of the current run since it was last charged to the job, its lab and its user."""
+def charge(
+    s: Session, job: JobRow, now: float, half_life: float = DEFAULT_HALF_LIFE, *, outcome: str, lost: float = 0.0
+) -> None:
+    """Add the GPU-seconds of the current run since it was last charged to the job, its lab and its user, and
+    record them as one segment (`outcome` says what ended it; `lost` the GPU-seconds a preemption threw away)."""
     since = job.charged_until or job.start_time
     if since is None or now <= since:
         return
-    gpu_seconds = job.gpus * job.nodes * (now - since)
+    gpus = job.gpus * job.nodes
+    gpu_seconds = gpus * (now - since)
     job.attained_gpu_seconds = (job.attained_gpu_seconds or 0.0) + gpu_seconds
     job.charged_until = now
+    fresh = job.start_time is not None and since == job.start_time
+    wait = job.start_time - (job.queued_at or job.submit_time) if fresh and job.start_time is not None else None
+    s.connection().execute(INSERT_SEGMENT, {
+        "job_id": job.id, "user_id": job.user_id, "lab_id": job.lab_id, "gpus": gpus, "start": since, "end": now,
+        "wait_s": wait, "outcome": outcome, "lost_gpu_seconds": lost,
+    })
     if gpu_seconds <= 0:
         return
     lab, user = s.get(LabRow, job.lab_id), s.get(UserRow, job.user_id)
     for kind, row in (("lab", lab), ("user", user)):
         if row is None:
             continue
-        row.decayed_usage = decay(row.decayed_usage, now - row.decayed_at) + gpu_seconds
+        row.decayed_usage = decay(row.decayed_usage, now - row.decayed_at, half_life) + gpu_seconds
         row.decayed_at = now
-        for month, seconds in _by_month(job.gpus * job.nodes, since, now):
+        for month, seconds in by_month(gpus, since, now):
             _add_usage(s, month, kind, row.name, seconds)
 
 
@@ -211,11 +245,21 @@ def month_start(t: float) -> float:
     return float(calendar.timegm((g.tm_year, g.tm_mon, 1, 0, 0, 0)))
 
 
-def _by_month(gpus: int, since: float, now: float) -> list[tuple[str, float]]:
-    start = month_start(now)
-    if since >= start:
-        return [(month_of(now), gpus * (now - since))]
-    return [(month_of(since), gpus * (start - since)), (month_of(now), gpus * (now - start))]
+def month_end(t: float) -> float:
+    """The start of the month after the one `t` falls in."""
+    g = time.gmtime(t)
+    year, month = (g.tm_year + 1, 1) if g.tm_mon == 12 else (g.tm_year, g.tm_mon + 1)
+    return float(calendar.timegm((year, month, 1, 0, 0, 0)))
+
+
+def by_month(gpus: int, since: float, now: float) -> list[tuple[str, float]]:
+    """GPU-seconds of `gpus` GPUs held from `since` to `now`, split at month boundaries (UTC)."""
+    out = []
+    while since < now:
+        cut = min(month_end(since), now)
+        out.append((month_of(since), gpus * (cut - since)))
+        since = cut
+    return out
 
 
 def _add_usage(s: Session, month: str, kind: str, name: str, seconds: float) -> None:

@@ -1,0 +1,56 @@
+"""The audit trail of quotas: who changed which limit of which lab or user, when, and the budget warnings.
+
+Every change an admin makes to a lab or a user's limits is one row (`changes` maps each field to `[old, new]`);
+the scheduler adds a row when a lab or user crosses 80 % or 100 % of its monthly budget (actor `nanum`).
+`nanum lab show` lists them as the lab's history.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from nanum.server.schemas import iso
+from nanum.store import AuditRow
+
+SYSTEM = "nanum"
+INSERT = AuditRow.__table__.insert()
+
+
+def record(
+    s: Session, now: float, actor: str, kind: str, name: str, action: str, changes: dict[str, Any], message: str
+) -> None:
+    s.connection().execute(INSERT, {
+        "time": now, "actor": actor, "kind": kind, "name": name, "action": action, "changes": changes,
+        "message": message,
+    })
+
+
+def diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[Any]]:
+    """`{field: [old, new]}` for every field of `new` whose value differs from `old`."""
+    return {k: [old.get(k), v] for k, v in new.items() if old.get(k) != v}
+
+
+def describe(changes: dict[str, list[Any]]) -> str:
+    """`max_gpus 4 -> 8, weight 1.0 -> 2.0` (`none` for unlimited)."""
+    return ", ".join(f"{k} {_text(a)} -> {_text(b)}" for k, (a, b) in changes.items())
+
+
+def _text(value: Any) -> str:
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def history(s: Session, kind: str, name: str, limit: int = 50) -> list[dict[str, Any]]:
+    """The newest `limit` entries about one lab or user, oldest first."""
+    rows = s.scalars(
+        select(AuditRow)
+        .where(AuditRow.kind == kind, AuditRow.name == name)
+        .order_by(AuditRow.time.desc(), AuditRow.id.desc())
+        .limit(limit)
+    ).all()
+    return [
+        {"time": iso(r.time), "actor": r.actor, "action": r.action, "changes": r.changes, "message": r.message}
+        for r in reversed(rows)
+    ]
