@@ -12,6 +12,9 @@ poll), so a new job starts the moment the server decides it. If a job starts or 
 drops the held request and reports at once: exit latency is the time to notice the exit (a pidfd) plus one
 round trip. When the server is away the agent keeps its jobs running and retries with backoff. One agent
 at a time may use a state directory (an flock on STATE/agent.lock).
+
+Every `sample_interval_s` the monitor (`nanum.agent.monitor`) reads the GPUs and jobs; a new reading ends a
+held request too, so readings reach the server within a few seconds, and they are kept until a reply arrives.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import httpx
 import nanum
 from nanum.agent.executor import Executor
 from nanum.agent.gpus import discover
+from nanum.agent.monitor import JobView, Monitor, make_sampler
 from nanum.protocol import GpuInfo, Heartbeat, HeartbeatReply, JobStatus, LogChunk, NodeInfo
 
 __all__ = ["Agent", "AgentConfig", "AgentError"]
@@ -62,6 +66,8 @@ class AgentConfig:
     log_chunk_bytes: int = 256 * 1024
     log_bytes_per_heartbeat: int = 1024 * 1024
     backoff_max_s: float = 10.0
+    #: Seconds between readings of the GPUs and jobs (0: no readings).
+    sample_interval_s: float = 5.0
 
 
 class Agent:
@@ -70,6 +76,8 @@ class Agent:
         if gpus is None:
             gpus, simulated = discover(config.simulate_gpus, config.name)
         self.node = _node_info(config.name, gpus, simulated)
+        sampler = make_sampler(gpus, simulated, config.state_dir) if config.sample_interval_s > 0 else None
+        self.monitor = Monitor(sampler, config.sample_interval_s)
         self.executor: Executor | None = None
         self.heartbeats = 0
         self._offsets: dict[int, int] = {}  # log bytes the server holds, per job (None: not known yet)
@@ -96,10 +104,14 @@ class Agent:
         self.executor = Executor(
             self.config.state_dir, self.config.name, on_change=lambda: loop.call_soon_threadsafe(wake.set)
         )
+        sampling = asyncio.create_task(self.monitor.run(self._job_views, lambda: wake.set()), name="nanum-monitor")
         try:
             async with httpx.AsyncClient(base_url=self.config.server.rstrip("/"), headers=self._headers()) as client:
                 await self._loop_rounds(client)
         finally:
+            sampling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampling
             self.executor.close()
             os.close(lock)
             log.info("agent stopped; running jobs keep running")
@@ -137,8 +149,10 @@ class Agent:
         chunks = self._log_chunks(statuses)
         wait_s = self._wait_for(version, statuses, chunks)
         started = time.monotonic()
+        samples = self.monitor.pending()
+        beat = Heartbeat(node=self.node, jobs=statuses, logs=chunks, samples=samples, wait_s=wait_s)
         try:
-            reply = await self._exchange(client, Heartbeat(node=self.node, jobs=statuses, logs=chunks, wait_s=wait_s))
+            reply = await self._exchange(client, beat)
         finally:
             # Until a reply says what the server holds, do not send these logs again: the dropped request may
             # still be appending them on the server, and a second copy must not race it.
@@ -146,6 +160,7 @@ class Agent:
         if reply is None:
             return False
         self._in_doubt = set()
+        self.monitor.sent(samples)
         self.heartbeats += 1
         self._sent_version = version
         log.debug(
@@ -303,6 +318,14 @@ class Agent:
                 chunks.append(LogChunk(job_id=status.job_id, offset=offset, data=text, nbytes=nbytes))
                 budget -= nbytes
         return chunks
+
+    def _job_views(self) -> list[JobView]:
+        """The running jobs, as the monitor needs them (from the executor's own records)."""
+        assert self.executor is not None
+        return [
+            JobView(r.job_id, pid, tuple(r.launch.gpus), r.launch.env, started, r.activity_path)
+            for r, pid, started in self.executor.running()
+        ]
 
     def _headers(self) -> dict[str, str]:
         return {

@@ -128,6 +128,11 @@ class Executor:
             record = self._jobs.get(job_id)
             return record.status() if record else None
 
+    def running(self) -> list[tuple[JobRecord, int | None, float | None]]:
+        """(record, pid, start time) of every running job, for the monitor."""
+        with self._cond:
+            return [(r, r.pid, r.started_at) for r in self._jobs.values() if r.state == "running"]
+
     def held(self) -> dict[int, str]:
         """Job id → state for every job held."""
         with self._cond:

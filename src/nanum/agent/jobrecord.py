@@ -4,7 +4,8 @@ Files in a job's directory:
 - `job.json`  this record: the launch request, pid and process start time, stop requests, and the result;
 - `output.log` stdout and stderr of the job;
 - `exit`      written by the wrapper shell with the job's exit status when the command ends;
-- `preempt`   created by the agent just before it sends SIGTERM, so the job can tell it should checkpoint.
+- `preempt`   created by the agent just before it sends SIGTERM, so the job can tell it should checkpoint;
+- `activity`  touched by the job (a notebook) whenever its user is at work: idle detection reads its mtime.
 
 A job marks a checkpoint by touching `.checkpoint` in its checkpoint directory (`nanum checkpoint` does); every
 status carries that file's modification time, so the server can choose victims that lose the least work.
@@ -67,6 +68,11 @@ class JobRecord:
     @property
     def preempt_path(self) -> Path:
         return self.dir / "preempt"
+
+    @property
+    def activity_path(self) -> Path:
+        """Touched by a notebook (or anything) to say its user is still at work: see `nanum.agent.monitor`."""
+        return self.dir / "activity"
 
     @property
     def deadline(self) -> float | None:

@@ -62,6 +62,7 @@ def _nanum_vars(launch: JobLaunch, record: JobRecord) -> dict[str, str]:
         "NANUM_JOB_ID": str(launch.job_id),
         "NANUM_JOB_NAME": launch.name,
         "NANUM_PREEMPT_FILE": str(record.preempt_path),
+        "NANUM_ACTIVITY_FILE": str(record.activity_path),
     }
     if launch.checkpoint_dir:
         env["NANUM_CHECKPOINT_DIR"] = launch.checkpoint_dir
@@ -86,10 +87,19 @@ def prepare(record: JobRecord, account: Account, *, node: str, switch_user: bool
         raise Refused(f"working directory {launch.workdir} does not exist on node {node}")
     for path in (record.log_path, record.exit_path):
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+    _make_activity_file(record.activity_path, account, switch_user)
     if switch_user:  # the job's own output belongs to its owner
         os.chown(record.log_path, account.uid, account.gid)
     if launch.checkpoint_dir:
         _make_owned_dirs(Path(launch.checkpoint_dir), account, switch_user)
+
+
+def _make_activity_file(path: Path, account: Account, switch_user: bool) -> None:
+    """The job's activity file, owned by its user so it can touch it; dated 1970 until it does."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+    if switch_user:
+        os.chown(path, account.uid, account.gid)
+    os.utime(path, (0, 0))
 
 
 def _make_owned_dirs(path: Path, account: Account, switch_user: bool) -> None:

@@ -49,6 +49,17 @@ def agent(
             help="Where job records and logs live (default: $NANUM_HOME/agent-NAME).",
         ),
     ] = None,
+    sample_interval: Annotated[
+        float,
+        typer.Option(
+            "--sample-interval",
+            envvar="NANUM_SAMPLE_INTERVAL",
+            show_envvar=False,
+            metavar="S",
+            min=0,
+            help="Seconds between readings of GPU utilisation, memory, power and temperature (0: none).",
+        ),
+    ] = 5.0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Log warnings and errors only.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also log every heartbeat.")] = False,
 ) -> None:
@@ -84,6 +95,7 @@ def agent(
         name=node,
         simulate_gpus=simulate_gpus,
         state_dir=state_dir or default_home() / f"agent-{node}",
+        sample_interval_s=sample_interval,
     )
     runner = Agent(config)
 
