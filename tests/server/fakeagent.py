@@ -24,6 +24,8 @@ class FakeAgent:
     exited: dict[int, JobStatus] = field(default_factory=dict)
     logs: list[LogChunk] = field(default_factory=list)
     last: HeartbeatReply | None = None
+    #: When each job last touched its checkpoint mark (reported in every status, as the real agent does).
+    checkpoints: dict[int, float] = field(default_factory=dict)
 
     def info(self) -> NodeInfo:
         gpus = [
@@ -40,7 +42,12 @@ class FakeAgent:
         )
 
     def heartbeat(self) -> Heartbeat:
-        statuses = [JobStatus(job_id=j, state="running", pid=1000 + j, started_at=time.time()) for j in self.running]
+        statuses = [
+            JobStatus(
+                job_id=j, state="running", pid=1000 + j, started_at=time.time(), checkpoint_at=self.checkpoints.get(j)
+            )
+            for j in self.running
+        ]
         return Heartbeat(node=self.info(), jobs=statuses + list(self.exited.values()), logs=self.logs)
 
     def beat(self, wait_s: float = 0.0) -> HeartbeatReply:

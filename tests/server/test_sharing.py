@@ -1,0 +1,219 @@
+"""Fair sharing through the real app: quotas set and audited, limits and budgets applied at the next cycle,
+reclaim with each lab's grace and checkpoint-aware victims, lost work counted, usage exact to the second."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from nanum.server.context import ServerContext
+from nanum.server.services import lifecycle
+from tests.server.asgiclient import AsgiClient
+from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, submit, tick
+from tests.server.fakeagent import FakeAgent
+
+
+def set_lab(client: AsgiClient, lab: str, **quota: object) -> dict[str, object]:
+    r = client.patch(f"/api/v1/labs/{lab}", json=quota, headers=auth(ADMIN))
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def lab_detail(client: AsgiClient, lab: str) -> dict[str, object]:
+    r = client.get(f"/api/v1/labs/{lab}", headers=auth(BOB))
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def test_a_quota_change_is_recorded_with_who_and_what_and_applies_at_the_next_cycle(
+        client: AsgiClient, agent: FakeAgent) -> None:
+    set_lab(client, "vision", max_gpus=1, grace_s=5)
+    first, second = submit(client, gpus=1), submit(client, gpus=1)
+    tick(client)
+    assert job(client, first["id"])["state"] == "running"
+    waiting = job(client, second["id"])
+    assert waiting["reason_code"] == "lab_limit" and "max_gpus 1" in str(waiting["reason"])
+    assert "nanum lab set vision" in str(waiting["hint"])
+    set_lab(client, "vision", max_gpus=4)
+    tick(client)
+    assert job(client, second["id"])["state"] == "running"
+    history = lab_detail(client, "vision")["history"]
+    assert [h["actor"] for h in history] == ["admin", "admin"]  # type: ignore[index]
+    assert history[0]["changes"] == {"max_gpus": [None, 1], "grace_s": [None, 5.0]}  # type: ignore[index]
+    assert history[1]["message"] == "admin set max_gpus 1 -> 4"  # type: ignore[index]
+
+
+def test_only_an_admin_sets_quotas(client: AsgiClient) -> None:
+    assert client.patch("/api/v1/labs/vision", json={"max_gpus": 1}, headers=auth(BOB)).status_code == 403
+    assert client.patch("/api/v1/users/bob", json={"max_gpus": 1}, headers=auth(BOB)).status_code == 403
+    assert client.patch("/api/v1/users/nobody", json={"max_gpus": 1}, headers=auth(ADMIN)).status_code == 404
+
+
+def test_a_users_own_limit_holds_within_the_lab(client: AsgiClient, agent: FakeAgent) -> None:
+    r = client.patch("/api/v1/users/alice", json={"max_running_jobs": 1}, headers=auth(ADMIN))
+    assert r.status_code == 200 and r.json()["max_running_jobs"] == 1
+    a1, a2, b1 = submit(client, gpus=1), submit(client, gpus=1), submit(client, BOB, gpus=1)
+    tick(client)
+    assert [job(client, j["id"])["state"] for j in (a1, a2, b1)] == ["running", "pending", "running"]
+    assert job(client, a2["id"])["reason_code"] == "user_limit"
+    users = {u["name"]: u for u in client.get("/api/v1/users", headers=auth(ADMIN)).json()}
+    assert users["alice"]["max_running_jobs"] == 1 and users["bob"]["max_running_jobs"] is None
+
+
+def test_a_lab_over_its_budget_starts_nothing_new_warns_and_starts_again_when_raised(
+        client: AsgiClient, ctx: ServerContext, agent: FakeAgent) -> None:
+    set_lab(client, "vision", monthly_gpu_hours=0.01)
+    running = submit(client, gpus=4)
+    tick(client)
+    agent.beat()
+    started = time.time()
+    waiting = submit(client, gpus=1)
+    client.app.state.scheduler.tick(now=started + 10)  # 4 GPUs x 10 s > 36 GPU-seconds, counting the running job
+    blocked = job(client, waiting["id"])
+    assert blocked["state"] == "pending" and blocked["reason_code"] == "budget"
+    assert "lab vision has used its 0.01 GPU-hours" in str(blocked["reason"])
+    assert "nanum lab set vision --monthly-gpu-hours" in str(blocked["hint"])
+    assert job(client, running["id"])["state"] == "running"  # running jobs finish
+    notes = [h for h in lab_detail(client, "vision")["history"] if h["action"] == "budget"]  # type: ignore[union-attr]
+    assert [n["changes"]["level"] for n in notes] == [100]  # type: ignore[index]
+    set_lab(client, "vision", monthly_gpu_hours=100.0)
+    client.app.state.scheduler.tick(now=started + 10)
+    assert job(client, waiting["id"])["state"] == "pending"  # no GPU free yet, but no longer the budget
+    assert job(client, waiting["id"])["reason_code"] != "budget"
+
+
+def test_budget_warnings_show_on_the_jobs_of_the_lab_at_80_percent(client: AsgiClient, agent: FakeAgent) -> None:
+    set_lab(client, "vision", monthly_gpu_hours=0.0001)  # 0.36 GPU-seconds
+    j = submit(client, gpus=4)
+    tick(client)
+    time.sleep(0.15)
+    warning = job(client, j["id"])["budget_warning"]
+    assert warning is not None and warning.startswith("lab vision has used its 0 GPU-hours")
+    assert lab_detail(client, "vision")["budget"]["percent"] >= 100  # type: ignore[index]
+    other = client.get("/api/v1/jobs", params={"user": "bob"}, headers=auth(BOB)).json()
+    assert all(o["budget_warning"] is None for o in other)
+
+
+def reclaim_setup(client: AsgiClient) -> None:
+    set_lab(client, "vision", guaranteed_gpus=4)
+    set_lab(client, "nlp", guaranteed_gpus=0, grace_s=1.5)
+
+
+def test_a_borrower_gets_its_labs_grace_is_preempted_and_requeued_with_its_place_and_lost_work(
+        client: AsgiClient, agent: FakeAgent) -> None:
+    reclaim_setup(client)
+    borrower = submit(client, BOB, lab="nlp", gpus=4)
+    tick(client)
+    agent.beat()
+    assert job(client, borrower["id"])["borrowing"] is True
+    assert agent.running[borrower["id"]].grace_s == 1.5
+    time.sleep(0.2)
+    owner = submit(client, ALICE, gpus=4)
+    tick(client)
+    preempting = job(client, borrower["id"])
+    assert preempting["state"] == "running" and str(preempting["reason"]).startswith("preempting: lab vision")
+    assert job(client, owner["id"])["reason_code"] == "reclaiming"
+    agent.beat()  # stops the borrower
+    agent.beat()  # reports it gone: requeued
+    requeued = job(client, borrower["id"])
+    assert requeued["state"] == "pending" and requeued["preemptions"] == 1 and requeued["runs"] == 1
+    assert requeued["submit_time"] == borrower["submit_time"]
+    assert 0.2 * 4 / 3600 < requeued["lost_gpu_hours"] < 5 * 4 / 3600
+    assert [s["outcome"] for s in requeued["segments"]] == ["preempted"]
+    tick(client)
+    assert job(client, owner["id"])["state"] == "running"
+
+
+def test_reclaim_takes_the_borrower_that_loses_the_least_work_since_its_checkpoint(
+        client: AsgiClient, agent: FakeAgent) -> None:
+    reclaim_setup(client)
+    older = submit(client, BOB, lab="nlp", gpus=2)
+    tick(client)
+    agent.beat()
+    time.sleep(0.05)
+    younger = submit(client, BOB, lab="nlp", gpus=2)
+    tick(client)
+    agent.beat()
+    agent.checkpoints[older["id"]] = time.time()  # the older one has just saved its state
+    agent.beat()
+    assert job(client, older["id"])["last_checkpoint"] is not None
+    submit(client, ALICE, gpus=2)
+    tick(client)
+    assert job(client, older["id"])["reason"].startswith("preempting")  # type: ignore[union-attr]
+    assert job(client, younger["id"])["reason"] is None
+    agent.beat()
+    agent.beat()
+    assert job(client, older["id"])["lost_gpu_hours"] < 0.05 * 2 / 3600
+
+
+def test_a_job_reports_its_checkpoint_through_the_api(client: AsgiClient, agent: FakeAgent) -> None:
+    j = submit(client, gpus=1)
+    assert client.post(f"/api/v1/jobs/{j['id']}/checkpoint", headers=auth(ALICE)).status_code == 409
+    tick(client)
+    r = client.post(f"/api/v1/jobs/{j['id']}/checkpoint", headers=auth(ALICE))
+    assert r.status_code == 200 and r.json()["last_checkpoint"] is not None
+    assert client.post(f"/api/v1/jobs/{j['id']}/checkpoint", headers=auth(BOB)).status_code == 403
+
+
+def test_usage_equals_the_sum_of_the_allocations_to_the_second(client: AsgiClient, agent: FakeAgent) -> None:
+    ids = [submit(client, gpus=g)["id"] for g in (1, 2)] + [submit(client, BOB, lab="nlp", gpus=1)["id"]]
+    tick(client)
+    agent.beat()
+    time.sleep(0.3)
+    for i in ids:
+        agent.exit(i)
+    agent.beat()
+    jobs = [job(client, i) for i in ids]
+    expected: dict[str, float] = {}
+    for j in jobs:
+        for seg in j["segments"]:  # type: ignore[union-attr]
+            expected[str(j["user"])] = expected.get(str(j["user"]), 0.0) + 3600 * float(seg["gpu_hours"])
+    got = client.get("/api/v1/usage", params={"by": "user"}, headers=auth(BOB)).json()
+    assert {r["key"]: r["gpu_seconds"] for r in got["rows"]} == pytest.approx(expected, abs=1e-3)
+    assert {r["key"]: r["jobs"] for r in got["rows"]} == {"alice": 2, "bob": 1}
+    assert got["total"]["gpu_seconds"] == pytest.approx(sum(expected.values()), abs=1e-3)
+    by_lab = client.get("/api/v1/usage", headers=auth(BOB)).json()
+    assert by_lab["by"] == "lab" and {r["key"] for r in by_lab["rows"]} == {"vision", "nlp"}
+    mine = client.get("/api/v1/usage", params={"user": "alice"}, headers=auth(BOB)).json()
+    assert mine["by"] == "day" and mine["total"]["jobs"] == 2
+    assert mine["rows"][0]["avg_wait_s"] is not None
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    pytest.param({"month": "2026-13"}, "invalid month", id="bad-month"),
+    pytest.param({"since": "yesterday"}, "invalid since", id="bad-date"),
+    pytest.param({"since": "2026-11-02", "until": "2026-11-01"}, "must be after", id="reversed"),
+    pytest.param({"by": "week"}, "choose day, user or lab", id="bad-group"),
+])
+def test_usage_refuses_bad_windows_in_one_line(client: AsgiClient, params: dict[str, str], message: str) -> None:
+    r = client.get("/api/v1/usage", params=params, headers=auth(BOB))
+    assert r.status_code == 400 and message in r.json()["detail"]
+
+
+def test_usage_splits_by_day_and_clips_to_the_window(client: AsgiClient, ctx: ServerContext) -> None:
+    from nanum.server.services import usage
+
+    day = 86400.0 * 20000  # a UTC midnight
+    win = usage.Window(day - 3600, day + 3600)
+    piece = usage.Piece(1, "alice", "vision", 2, day - 7200, day + 1800, 5.0, 0.0)
+    assert usage._split(piece, win, "day") == [
+        (time.strftime("%Y-%m-%d", time.gmtime(day - 1)), day - 3600, day),
+        (time.strftime("%Y-%m-%d", time.gmtime(day)), day, day + 1800),
+    ]
+    assert lifecycle.by_month(1, day - 10, day + 10) in ([(lifecycle.month_of(day), 20.0)], [
+        (lifecycle.month_of(day - 10), 10.0), (lifecycle.month_of(day), 10.0)])
+
+
+def test_priority_breaks_each_pending_job_into_factors(client: AsgiClient, agent: FakeAgent) -> None:
+    blocker = submit(client, gpus=4)
+    tick(client)
+    assert job(client, blocker["id"])["state"] == "running"
+    waiting = [submit(client, gpus=1, priority=50)["id"], submit(client, BOB, gpus=2)["id"]]
+    got = client.get("/api/v1/priority", headers=auth(BOB)).json()
+    assert [j["job_id"] for j in got["jobs"]] == waiting and [j["rank"] for j in got["jobs"]] == [1, 2]
+    first = got["jobs"][0]
+    assert set(first["factors"]) == {"age", "fairshare", "priority", "size"} and first["factors"]["priority"] == 0.5
+    assert first["priority"] == pytest.approx(sum(got["weights"][k] * v for k, v in first["factors"].items()), 0.01)
+    assert [j["job_id"] for j in client.get("/api/v1/priority", params={"user": "bob"},
+                                            headers=auth(BOB)).json()["jobs"]] == waiting[1:]
