@@ -50,8 +50,13 @@ def _limit_reason(kind: str, name: str, limits: Limits, gpus: int, jobs: int, jo
 def _budget_reason(kind: str, name: str, limits: Limits, used: float, month: str) -> str | None:
     budget = limits.monthly_gpu_hours
     if budget is not None and used >= budget:
-        return f"{kind} {name} has used its {budget:,.0f} GPU-hours for {month} ({used:,.1f} used)"
+        return f"{kind} {name} has used its {_hours(budget, 0)} GPU-hours for {month} ({_hours(used, 1)} used)"
     return None
+
+
+def _hours(value: float, decimals: int) -> str:
+    """`1,000` and `1,000.5` for large figures; three significant digits below 10 (`0.5`, `0.0123`)."""
+    return f"{value:,.{decimals}f}" if value >= 10 else f"{value:.3g}"
 
 
 def admit(
