@@ -33,6 +33,8 @@ def test_first_start_creates_the_admin_and_later_starts_keep_the_token(tmp_path:
     token_file = settings.home / "admin-token"
     assert token_file.read_text().strip() == first.admin_token
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE((settings.home / "nanum.db").stat().st_mode) == 0o600
+    assert stat.S_IMODE(settings.home.stat().st_mode) == 0o711  # jobs reach their checkpoint directories
     creds = (tmp_path / "config" / "nanum" / "credentials.json").read_text()
     assert first.admin_token in creds and "http://127.0.0.1:8765" in creds
     again = bootstrap_admin(prepare(settings), "http://127.0.0.1:9000")

@@ -96,10 +96,17 @@ def _home_lock(home: Path) -> Iterator[None]:
 
 
 def prepare(settings: ServerSettings) -> ServerContext:
-    """Create the state directory and bring the database schema up to date."""
+    """Create the state directory and bring the database schema up to date.
+
+    The directory can be passed through but not listed by others (0711): jobs run as their owners and reach their
+    checkpoint directories and the local agent's files under it. What is secret in it is the owner's alone: the
+    tokens, the SQLite database (with its WAL) and the job logs (0600/0700)."""
     try:
-        settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
-        settings.logs_dir.mkdir(exist_ok=True)
+        settings.home.mkdir(parents=True, exist_ok=True, mode=0o711)
+        settings.logs_dir.mkdir(exist_ok=True, mode=0o700)
+        settings.checkpoints_dir.mkdir(parents=True, exist_ok=True, mode=0o711)
+        if settings.db_url is None:
+            os.close(os.open(settings.home / "nanum.db", os.O_RDWR | os.O_CREAT, 0o600))
     except OSError as exc:
         raise StartError(
             f"cannot use {settings.home} as the state directory ({exc.strerror}); pass --home DIR"
