@@ -4,6 +4,7 @@ reclaim with each lab's grace and checkpoint-aware victims, lost work counted, u
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
 import pytest
 
@@ -12,6 +13,10 @@ from nanum.server.services import lifecycle
 from tests.server.asgiclient import AsgiClient
 from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, submit, tick
 from tests.server.fakeagent import FakeAgent
+
+
+def seconds(stamp: object) -> float:
+    return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
 
 
 def set_lab(client: AsgiClient, lab: str, **quota: object) -> dict[str, object]:
@@ -27,7 +32,8 @@ def lab_detail(client: AsgiClient, lab: str) -> dict[str, object]:
 
 
 def test_a_quota_change_is_recorded_with_who_and_what_and_applies_at_the_next_cycle(
-        client: AsgiClient, agent: FakeAgent) -> None:
+    client: AsgiClient, agent: FakeAgent
+) -> None:
     set_lab(client, "vision", max_gpus=1, grace_s=5)
     first, second = submit(client, gpus=1), submit(client, gpus=1)
     tick(client)
@@ -62,7 +68,8 @@ def test_a_users_own_limit_holds_within_the_lab(client: AsgiClient, agent: FakeA
 
 
 def test_a_lab_over_its_budget_starts_nothing_new_warns_and_starts_again_when_raised(
-        client: AsgiClient, ctx: ServerContext, agent: FakeAgent) -> None:
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent
+) -> None:
     set_lab(client, "vision", monthly_gpu_hours=0.01)
     running = submit(client, gpus=4)
     tick(client)
@@ -72,7 +79,7 @@ def test_a_lab_over_its_budget_starts_nothing_new_warns_and_starts_again_when_ra
     client.app.state.scheduler.tick(now=started + 10)  # 4 GPUs x 10 s > 36 GPU-seconds, counting the running job
     blocked = job(client, waiting["id"])
     assert blocked["state"] == "pending" and blocked["reason_code"] == "budget"
-    assert "lab vision has used its 0.01 GPU-hours" in str(blocked["reason"])
+    assert "lab vision has used its 0.01 GPU-hours for" in str(blocked["reason"])
     assert "nanum lab set vision --monthly-gpu-hours" in str(blocked["hint"])
     assert job(client, running["id"])["state"] == "running"  # running jobs finish
     notes = [h for h in lab_detail(client, "vision")["history"] if h["action"] == "budget"]  # type: ignore[union-attr]
@@ -101,7 +108,8 @@ def reclaim_setup(client: AsgiClient) -> None:
 
 
 def test_a_borrower_gets_its_labs_grace_is_preempted_and_requeued_with_its_place_and_lost_work(
-        client: AsgiClient, agent: FakeAgent) -> None:
+    client: AsgiClient, agent: FakeAgent
+) -> None:
     reclaim_setup(client)
     borrower = submit(client, BOB, lab="nlp", gpus=4)
     tick(client)
@@ -126,7 +134,8 @@ def test_a_borrower_gets_its_labs_grace_is_preempted_and_requeued_with_its_place
 
 
 def test_reclaim_takes_the_borrower_that_loses_the_least_work_since_its_checkpoint(
-        client: AsgiClient, agent: FakeAgent) -> None:
+    client: AsgiClient, agent: FakeAgent
+) -> None:
     reclaim_setup(client)
     older = submit(client, BOB, lab="nlp", gpus=2)
     tick(client)
@@ -164,15 +173,15 @@ def test_usage_equals_the_sum_of_the_allocations_to_the_second(client: AsgiClien
     for i in ids:
         agent.exit(i)
     agent.beat()
-    jobs = [job(client, i) for i in ids]
     expected: dict[str, float] = {}
-    for j in jobs:
-        for seg in j["segments"]:  # type: ignore[union-attr]
-            expected[str(j["user"])] = expected.get(str(j["user"]), 0.0) + 3600 * float(seg["gpu_hours"])
+    for j in (job(client, i) for i in ids):
+        held = j["gpus"] * (seconds(j["end_time"]) - seconds(j["start_time"]))  # type: ignore[operator]
+        expected[str(j["user"])] = expected.get(str(j["user"]), 0.0) + held
+        assert [s["outcome"] for s in j["segments"]] == ["completed"]  # type: ignore[union-attr]
     got = client.get("/api/v1/usage", params={"by": "user"}, headers=auth(BOB)).json()
-    assert {r["key"]: r["gpu_seconds"] for r in got["rows"]} == pytest.approx(expected, abs=1e-3)
+    assert {r["key"]: r["gpu_seconds"] for r in got["rows"]} == pytest.approx(expected, abs=0.01)  # ISO times carry ms
     assert {r["key"]: r["jobs"] for r in got["rows"]} == {"alice": 2, "bob": 1}
-    assert got["total"]["gpu_seconds"] == pytest.approx(sum(expected.values()), abs=1e-3)
+    assert got["total"]["gpu_seconds"] == pytest.approx(sum(expected.values()), abs=0.01)
     by_lab = client.get("/api/v1/usage", headers=auth(BOB)).json()
     assert by_lab["by"] == "lab" and {r["key"] for r in by_lab["rows"]} == {"vision", "nlp"}
     mine = client.get("/api/v1/usage", params={"user": "alice"}, headers=auth(BOB)).json()
@@ -180,12 +189,15 @@ def test_usage_equals_the_sum_of_the_allocations_to_the_second(client: AsgiClien
     assert mine["rows"][0]["avg_wait_s"] is not None
 
 
-@pytest.mark.parametrize(("params", "message"), [
-    pytest.param({"month": "2026-13"}, "invalid month", id="bad-month"),
-    pytest.param({"since": "yesterday"}, "invalid since", id="bad-date"),
-    pytest.param({"since": "2026-11-02", "until": "2026-11-01"}, "must be after", id="reversed"),
-    pytest.param({"by": "week"}, "choose day, user or lab", id="bad-group"),
-])
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        pytest.param({"month": "2026-13"}, "invalid month", id="bad-month"),
+        pytest.param({"since": "yesterday"}, "invalid since", id="bad-date"),
+        pytest.param({"since": "2026-11-02", "until": "2026-11-01"}, "must be after", id="reversed"),
+        pytest.param({"by": "week"}, "choose day, user or lab", id="bad-group"),
+    ],
+)
 def test_usage_refuses_bad_windows_in_one_line(client: AsgiClient, params: dict[str, str], message: str) -> None:
     r = client.get("/api/v1/usage", params=params, headers=auth(BOB))
     assert r.status_code == 400 and message in r.json()["detail"]
@@ -201,8 +213,10 @@ def test_usage_splits_by_day_and_clips_to_the_window(client: AsgiClient, ctx: Se
         (time.strftime("%Y-%m-%d", time.gmtime(day - 1)), day - 3600, day),
         (time.strftime("%Y-%m-%d", time.gmtime(day)), day, day + 1800),
     ]
-    assert lifecycle.by_month(1, day - 10, day + 10) in ([(lifecycle.month_of(day), 20.0)], [
-        (lifecycle.month_of(day - 10), 10.0), (lifecycle.month_of(day), 10.0)])
+    assert lifecycle.by_month(1, day - 10, day + 10) in (
+        [(lifecycle.month_of(day), 20.0)],
+        [(lifecycle.month_of(day - 10), 10.0), (lifecycle.month_of(day), 10.0)],
+    )
 
 
 def test_priority_breaks_each_pending_job_into_factors(client: AsgiClient, agent: FakeAgent) -> None:
@@ -215,5 +229,6 @@ def test_priority_breaks_each_pending_job_into_factors(client: AsgiClient, agent
     first = got["jobs"][0]
     assert set(first["factors"]) == {"age", "fairshare", "priority", "size"} and first["factors"]["priority"] == 0.5
     assert first["priority"] == pytest.approx(sum(got["weights"][k] * v for k, v in first["factors"].items()), 0.01)
-    assert [j["job_id"] for j in client.get("/api/v1/priority", params={"user": "bob"},
-                                            headers=auth(BOB)).json()["jobs"]] == waiting[1:]
+    assert [
+        j["job_id"] for j in client.get("/api/v1/priority", params={"user": "bob"}, headers=auth(BOB)).json()["jobs"]
+    ] == waiting[1:]

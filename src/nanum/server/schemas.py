@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -87,6 +87,24 @@ class JobOut(BaseModel):
     workdir: str
     env: dict[str, str]
     runs: int
+    preemptions: int = 0
+    lost_gpu_hours: float = Field(default=0.0, description="work since the last checkpoint lost to preemptions")
+    last_checkpoint: str | None = None
+    hint: str | None = Field(default=None, description="what would help a waiting job start")
+    budget_warning: str | None = Field(default=None, description="its lab or user used 80 % or more of a budget")
+    segments: list[SegmentOut] | None = Field(default=None, description="its allocations so far (GET /jobs/{id})")
+
+
+class SegmentOut(BaseModel):
+    """One charged interval of a job's allocation (a run, or part of one): see `nanum.store.SegmentRow`."""
+
+    start: str | None
+    end: str | None
+    gpus: int
+    gpu_hours: float
+    outcome: str
+    wait_s: float | None
+    lost_gpu_hours: float
 
 
 class GpuOut(BaseModel):
@@ -130,6 +148,17 @@ class UserOut(BaseModel):
     labs: list[str]
     default_lab: str | None
     unix_user: str | None
+    max_gpus: int | None = None
+    max_running_jobs: int | None = None
+    monthly_gpu_hours: float | None = None
+
+
+class UserPatch(BaseModel):
+    """A user's own limits, on top of their lab's. Only the fields present change; an explicit null removes one."""
+
+    max_gpus: int | None = Field(default=None, ge=0)
+    max_running_jobs: int | None = Field(default=None, ge=0)
+    monthly_gpu_hours: float | None = Field(default=None, ge=0)
 
 
 class LabLimits(BaseModel):
@@ -138,6 +167,7 @@ class LabLimits(BaseModel):
     max_running_jobs: int | None = Field(default=None, ge=0)
     monthly_gpu_hours: float | None = Field(default=None, ge=0)
     weight: float = Field(default=1.0, gt=0)
+    grace_s: float | None = Field(default=None, ge=0, description="SIGTERM to SIGKILL when its jobs stop")
 
 
 class LabIn(LabLimits):
@@ -152,10 +182,81 @@ class LabPatch(BaseModel):
     max_running_jobs: int | None = Field(default=None, ge=0)
     monthly_gpu_hours: float | None = Field(default=None, ge=0)
     weight: float | None = Field(default=None, gt=0)
+    grace_s: float | None = Field(default=None, ge=0)
 
 
 class LabOut(LabIn):
     pass
+
+
+class BudgetOut(BaseModel):
+    used_gpu_hours: float
+    budget_gpu_hours: float
+    percent: float
+    warning: str | None
+
+
+class AuditOut(BaseModel):
+    time: str | None
+    actor: str
+    action: str
+    changes: dict[str, Any]
+    message: str
+
+
+class LabDetail(LabOut):
+    """`GET /labs/{name}`: the quota, who is in the lab, what it runs and used this month, and its history."""
+
+    members: list[str]
+    running_jobs: int
+    pending_jobs: int
+    gpus_in_use: int
+    borrowed_gpus: int
+    month: str
+    used_gpu_hours: float
+    lost_gpu_hours: float
+    budget: BudgetOut | None
+    history: list[AuditOut]
+
+
+class UsageRowOut(BaseModel):
+    key: str
+    gpu_hours: float
+    gpu_seconds: float
+    jobs: int
+    avg_wait_s: float | None
+    lost_gpu_hours: float
+    budget_gpu_hours: float | None = None
+    budget_percent: float | None = None
+
+
+class UsageOut(BaseModel):
+    """`GET /usage`: GPU-hours charged per second of allocation in [since, until), grouped by `by`."""
+
+    since: str | None
+    until: str | None
+    by: Literal["day", "user", "lab"]
+    lab: str | None
+    user: str | None
+    rows: list[UsageRowOut]
+    total: UsageRowOut
+
+
+class PriorityRowOut(BaseModel):
+    job_id: int
+    name: str
+    user: str
+    lab: str
+    rank: int = Field(description="place in the queue under the server's order (1: considered first)")
+    priority: float = Field(description="the multifactor priority: sum of weight x factor")
+    factors: dict[str, float]
+    user_fairshare: float
+
+
+class PriorityOut(BaseModel):
+    policy: str
+    weights: dict[str, float]
+    jobs: list[PriorityRowOut]
 
 
 class Health(BaseModel):

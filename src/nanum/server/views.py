@@ -94,4 +94,28 @@ def job_out(row: Any, user: str, lab: str) -> dict[str, Any]:
         "workdir": row.workdir,
         "env": row.env or {},
         "runs": row.runs,
+        "preemptions": row.preemptions or 0,
+        "lost_gpu_hours": round((row.lost_gpu_seconds or 0.0) / 3600.0, 6),
+        "last_checkpoint": iso(row.last_checkpoint),
+        "hint": hint(row.reason_code, row.reason, lab) if pending else None,
+        "budget_warning": None,
     }
+
+
+def hint(code: str | None, reason: str | None, lab: str) -> str | None:
+    """What would help a waiting job start, for the reasons where something can be done."""
+    reason = reason or ""
+    if code == "budget":
+        who = reason.split(" ", 2)[:2] if reason.startswith(("lab ", "user ")) else ["lab", lab]
+        return f"an admin can raise the budget: nanum {who[0]} set {who[1]} --monthly-gpu-hours H"
+    if code == "lab_limit" and "never borrows" in reason:
+        return "submitted with --no-preempt; without it the job may run now on idle GPUs of other labs"
+    if code == "lab_limit":
+        return f"it starts when other jobs of lab {lab} end; an admin can raise the limit with nanum lab set {lab}"
+    if code == "user_limit":
+        return "it starts when the user's other jobs end; an admin can raise the limit with nanum user set"
+    if code == "node_down":
+        return "every node that could run it is down or draining; `nanum nodes` shows them"
+    if code == "reclaiming":
+        return "borrowed GPUs are being taken back; it starts once their jobs have stopped"
+    return None

@@ -28,8 +28,8 @@ def list_users(ctx: Context, _: AdminDep) -> list[UserOut]:
 
 
 @router.post("/labs", status_code=201)
-def create_lab(body: LabIn, ctx: Context, _: AdminDep) -> LabOut:
-    return accounts.create_lab(ctx, body)
+def create_lab(body: LabIn, ctx: Context, admin: AdminDep) -> LabOut:
+    return accounts.create_lab(ctx, body, admin.name)
 
 
 @router.get("/labs")
@@ -38,5 +38,7 @@ def list_labs(ctx: Context, _: CallerDep) -> list[LabOut]:
 
 
 @router.patch("/labs/{name}")
-def patch_lab(name: str, body: LabPatch, ctx: Context, _: AdminDep) -> LabOut:
-    return accounts.patch_lab(ctx, name, body)
+def patch_lab(name: str, body: LabPatch, ctx: Context, admin: AdminDep) -> LabOut:
+    """Change a lab's quota; only the fields given change (null removes a limit). Recorded with who and when;
+    applies at the next scheduling cycle."""
+    return accounts.patch_lab(ctx, name, body, admin.name)

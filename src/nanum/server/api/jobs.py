@@ -45,6 +45,13 @@ def cancel_job(job_id: int, ctx: Context, caller: CallerDep) -> Response:
     return rendering.json(jobs.cancel(ctx, caller, job_id))
 
 
+@router.post("/{job_id}/checkpoint", response_model=JobOut)
+def checkpoint_job(job_id: int, ctx: Context, caller: CallerDep) -> Response:
+    """The running job has just saved its state (owner or admin): a preemption then loses only later work.
+    Touching `$NANUM_CHECKPOINT_DIR/.checkpoint` inside the job says the same through its agent."""
+    return rendering.json(jobs.checkpoint(ctx, caller, job_id))
+
+
 @router.get("/{job_id}/logs", response_class=Response)
 def job_logs(job_id: int, ctx: Context, caller: CallerDep, offset: Annotated[int, Query(ge=0)] = 0) -> Response:
     """stdout and stderr from byte `offset`; `X-Nanum-Log-Offset` says where the next read starts."""

@@ -12,10 +12,12 @@ from sqlalchemy.orm import Session
 from nanum.server.auth import Caller, NodeCaller, hash_token, new_token
 from nanum.server.context import ServerContext
 from nanum.server.errors import Conflict, NotFound
-from nanum.server.schemas import LabIn, LabOut, LabPatch, UserIn, UserOut
+from nanum.server.schemas import LabIn, LabOut, LabPatch, UserIn, UserOut, UserPatch
+from nanum.server.services import audit
 from nanum.store import LabRow, MembershipRow, NodeRow, UserRow
 
-LAB_FIELDS = ("guaranteed_gpus", "max_gpus", "max_running_jobs", "monthly_gpu_hours", "weight")
+LAB_FIELDS = ("guaranteed_gpus", "max_gpus", "max_running_jobs", "monthly_gpu_hours", "weight", "grace_s")
+USER_FIELDS = ("max_gpus", "max_running_jobs", "monthly_gpu_hours")
 
 
 # -- callers ---------------------------------------------------------------------------------------------------
@@ -85,7 +87,30 @@ def create_user(ctx: ServerContext, spec: UserIn, token: str | None = None) -> s
 
 def list_users(ctx: ServerContext) -> list[UserOut]:
     with ctx.db.read() as s:
-        return [user_out(_caller(s, u)) for u in s.scalars(select(UserRow).order_by(UserRow.name))]
+        return [_user_with_limits(s, u) for u in s.scalars(select(UserRow).order_by(UserRow.name))]
+
+
+def _user_with_limits(s: Session, user: UserRow) -> UserOut:
+    return user_out(_caller(s, user)).model_copy(update={f: getattr(user, f) for f in USER_FIELDS})
+
+
+def patch_user(ctx: ServerContext, actor: str, name: str, patch: UserPatch) -> UserOut:
+    """Change a user's own limits (recorded in the audit trail); the next scheduling cycle applies them."""
+    changes: dict[str, Any] = patch.model_dump(exclude_unset=True)
+    now = time.time()
+    with ctx.db.write() as s:
+        user = s.scalars(select(UserRow).where(UserRow.name == name).with_for_update()).first()
+        if user is None:
+            raise NotFound(f"no user named {name}; create one with `nanum user add {name}`")
+        changed = audit.diff({f: getattr(user, f) for f in USER_FIELDS}, changes)
+        for key, (_, value) in changed.items():
+            setattr(user, key, value)
+        if changed:
+            audit.record(s, now, actor, "user", name, "set", changed, f"{actor} set {audit.describe(changed)}")
+        out = _user_with_limits(s, user)
+    ctx.caches.budgets.clear()
+    ctx.signals.poke()
+    return out
 
 
 def set_token(ctx: ServerContext, name: str, token: str) -> None:
@@ -125,22 +150,32 @@ def lab_out(lab: LabRow) -> LabOut:
     return LabOut(name=lab.name, **{f: getattr(lab, f) for f in LAB_FIELDS})
 
 
-def create_lab(ctx: ServerContext, spec: LabIn) -> LabOut:
+def create_lab(ctx: ServerContext, spec: LabIn, actor: str = audit.SYSTEM) -> LabOut:
+    now = time.time()
+    quota = spec.model_dump(include=set(LAB_FIELDS))
     try:
         with ctx.db.write() as s:
             if s.scalar(select(LabRow.id).where(LabRow.name == spec.name)) is not None:
-                raise Conflict(f"lab {spec.name} already exists; change it with PATCH /api/v1/labs/{spec.name}")
-            lab = LabRow(
-                name=spec.name,
-                decayed_usage=0.0,
-                decayed_at=time.time(),
-                created=time.time(),
-                **spec.model_dump(include=set(LAB_FIELDS)),
-            )
+                raise Conflict(f"lab {spec.name} already exists; change it with `nanum lab set {spec.name}`")
+            lab = LabRow(name=spec.name, decayed_usage=0.0, decayed_at=now, created=now, **quota)
             s.add(lab)
+            s.flush()
+            given = audit.diff({}, {k: v for k, v in quota.items() if v is not None})
+            audit.record(
+                s,
+                now,
+                actor,
+                "lab",
+                spec.name,
+                "add",
+                given,
+                f"{actor} created the lab" + (f" with {audit.describe(given)}" if given else ""),
+            )
     except IntegrityError as e:
         raise Conflict(f"lab {spec.name} already exists") from e
     ctx.caches.labs.clear()
+    ctx.caches.budgets.clear()
+    ctx.signals.poke()
     return lab_out(lab)
 
 
@@ -149,17 +184,23 @@ def list_labs(ctx: ServerContext) -> list[LabOut]:
         return [lab_out(lab) for lab in s.scalars(select(LabRow).order_by(LabRow.name))]
 
 
-def patch_lab(ctx: ServerContext, name: str, patch: LabPatch) -> LabOut:
+def patch_lab(ctx: ServerContext, name: str, patch: LabPatch, actor: str = audit.SYSTEM) -> LabOut:
+    """Change a lab's quota (recorded in the audit trail); the next scheduling cycle applies it."""
     changes: dict[str, Any] = patch.model_dump(exclude_unset=True)
     if changes.get("weight", 1.0) is None:
         changes.pop("weight")
+    now = time.time()
     with ctx.db.write() as s:
-        lab = s.scalars(select(LabRow).where(LabRow.name == name)).first()
+        lab = s.scalars(select(LabRow).where(LabRow.name == name).with_for_update()).first()
         if lab is None:
             raise NotFound(f"no lab named {name}; create it with `nanum lab add {name}`")
-        for key, value in changes.items():
+        changed = audit.diff({f: getattr(lab, f) for f in LAB_FIELDS}, changes)
+        for key, (_, value) in changed.items():
             setattr(lab, key, value)
+        if changed:
+            audit.record(s, now, actor, "lab", name, "set", changed, f"{actor} set {audit.describe(changed)}")
     ctx.caches.labs.clear()
+    ctx.caches.budgets.clear()
     ctx.signals.poke()
     return lab_out(lab)
 

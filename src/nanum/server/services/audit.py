@@ -22,10 +22,18 @@ INSERT = AuditRow.__table__.insert()
 def record(
     s: Session, now: float, actor: str, kind: str, name: str, action: str, changes: dict[str, Any], message: str
 ) -> None:
-    s.connection().execute(INSERT, {
-        "time": now, "actor": actor, "kind": kind, "name": name, "action": action, "changes": changes,
-        "message": message,
-    })
+    s.connection().execute(
+        INSERT,
+        {
+            "time": now,
+            "actor": actor,
+            "kind": kind,
+            "name": name,
+            "action": action,
+            "changes": changes,
+            "message": message,
+        },
+    )
 
 
 def diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[Any]]:

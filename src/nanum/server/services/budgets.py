@@ -56,8 +56,10 @@ class Budget:
         """A line for people once 80 % is used, else None. `month` names the budget period ("December")."""
         used, budget = hours(self.used_gpu_hours), hours(self.budget_gpu_hours)
         if self.level >= 100:
-            return (f"{self.kind} {self.name} has used its {budget} GPU-hours for {month} ({used} used): no new "
-                    "jobs start until the month turns or an admin raises the budget")
+            return (
+                f"{self.kind} {self.name} has used its {budget} GPU-hours for {month} ({used} used): no new "
+                "jobs start until the month turns or an admin raises the budget"
+            )
         if self.level:
             return f"{self.kind} {self.name} has used {self.percent:.0f}% of its {budget} GPU-hours for {month}"
         return None
@@ -152,16 +154,21 @@ class Watch:
         if budget.level <= self.warned.get(key, 0):
             return
         self.warned[key] = budget.level
-        changes = {"month": self.month, "level": budget.level, "used_gpu_hours": round(budget.used_gpu_hours, 3),
-                   "budget_gpu_hours": budget.budget_gpu_hours}
+        changes = {
+            "month": self.month,
+            "level": budget.level,
+            "used_gpu_hours": round(budget.used_gpu_hours, 3),
+            "budget_gpu_hours": budget.budget_gpu_hours,
+        }
         message = budget.warning(month_name(now)) or ""
         audit.record(s, now, audit.SYSTEM, budget.kind, budget.name, "budget", changes, message)
 
 
 def _announced(s: Session, now: float) -> dict[tuple[str, str, float], int]:
     rows = s.execute(
-        select(AuditRow.kind, AuditRow.name, AuditRow.changes)
-        .where(AuditRow.action == "budget", AuditRow.time >= month_start(now))
+        select(AuditRow.kind, AuditRow.name, AuditRow.changes).where(
+            AuditRow.action == "budget", AuditRow.time >= month_start(now)
+        )
     )
     out: dict[tuple[str, str, float], int] = {}
     for kind, name, changes in rows:

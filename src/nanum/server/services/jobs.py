@@ -15,10 +15,10 @@ from nanum.core import impossible
 from nanum.server.auth import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import BadRequest, Conflict, Forbidden, NotFound
-from nanum.server.schemas import ACTIVE_STATES, JOB_STATES, JobSubmit
-from nanum.server.services import catalog, lifecycle
+from nanum.server.schemas import ACTIVE_STATES, JOB_STATES, JobSubmit, iso
+from nanum.server.services import budgets, catalog, lifecycle
 from nanum.server.views import core_job, job_out
-from nanum.store import JobRow, LabRow, UserRow
+from nanum.store import JobRow, LabRow, SegmentRow, UserRow
 
 INSERT_JOB = JobRow.__table__.insert().returning(JobRow.__table__.c.id)
 
@@ -123,15 +123,59 @@ def list_jobs(
     if lab:
         query = query.where(LabRow.name == lab)
     with ctx.db.read() as s:
-        return [job_out(row, row.user_name, row.lab_name) for row in s.connection().execute(query)]
+        out = [job_out(row, row.user_name, row.lab_name) for row in s.connection().execute(query)]
+    return _with_budget_warnings(ctx, out)
 
 
 def get_job(ctx: ServerContext, job_id: int) -> dict[str, Any]:
+    """One job, with its allocations so far (`segments`)."""
     with ctx.db.read() as s:
         found = s.connection().execute(_select().where(JobRow.id == job_id)).first()
-    if found is None:
-        raise NotFound(f"no job {job_id}")
-    return job_out(found, found.user_name, found.lab_name)
+        if found is None:
+            raise NotFound(f"no job {job_id}")
+        segments = (
+            s.execute(select(SegmentRow).where(SegmentRow.job_id == job_id).order_by(SegmentRow.start)).scalars().all()
+        )
+    out = job_out(found, found.user_name, found.lab_name)
+    out["segments"] = [segment_out(seg) for seg in segments]
+    if found.state == "running" and found.start_time is not None:
+        since = found.charged_until or found.start_time
+        out["segments"].append(_running_segment(found, since, time.time()))
+    return _with_budget_warnings(ctx, [out])[0]
+
+
+def segment_out(seg: SegmentRow) -> dict[str, Any]:
+    return {
+        "start": iso(seg.start),
+        "end": iso(seg.end),
+        "gpus": seg.gpus,
+        "gpu_hours": round(seg.gpus * (seg.end - seg.start) / 3600.0, 6),
+        "outcome": seg.outcome,
+        "wait_s": None if seg.wait_s is None else round(seg.wait_s, 3),
+        "lost_gpu_hours": round(seg.lost_gpu_seconds / 3600.0, 6),
+    }
+
+
+def _running_segment(row: Any, since: float, now: float) -> dict[str, Any]:
+    gpus = row.gpus * row.nodes
+    fresh = since == row.start_time
+    return {
+        "start": iso(since),
+        "end": None,
+        "gpus": gpus,
+        "gpu_hours": round(gpus * max(now - since, 0.0) / 3600.0, 6),
+        "outcome": "running",
+        "wait_s": round(row.start_time - (row.queued_at or row.submit_time), 3) if fresh else None,
+        "lost_gpu_hours": 0.0,
+    }
+
+
+def _with_budget_warnings(ctx: ServerContext, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    found = budgets.status(ctx)
+    if found:
+        for job in jobs:
+            job["budget_warning"] = budgets.warning_for(found, job["user"], job["lab"])
+    return jobs
 
 
 # -- cancel ----------------------------------------------------------------------------------------------------
@@ -169,6 +213,20 @@ def _cancel(s: Session, job: JobRow, caller: Caller, now: float) -> set[str]:
         return set()
     job.reason = message
     return lifecycle.request_stop(s, job, "cancel", now, message)
+
+
+# -- checkpoints -----------------------------------------------------------------------------------------------
+
+
+def checkpoint(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
+    """The job (owner or admin) says it has just saved its state: a later preemption loses only what follows."""
+    now = time.time()
+    with ctx.db.write() as s:
+        job = _owned(s, caller, job_id, lock=True)
+        if job.state != "running":
+            raise Conflict(f"job {job_id} is {job.state}, not running; only a running job can checkpoint")
+        job.last_checkpoint = now
+    return get_job(ctx, job_id)
 
 
 # -- logs ------------------------------------------------------------------------------------------------------

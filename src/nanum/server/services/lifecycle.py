@@ -220,10 +220,20 @@ def charge(
     job.charged_until = now
     fresh = job.start_time is not None and since == job.start_time
     wait = job.start_time - (job.queued_at or job.submit_time) if fresh and job.start_time is not None else None
-    s.connection().execute(INSERT_SEGMENT, {
-        "job_id": job.id, "user_id": job.user_id, "lab_id": job.lab_id, "gpus": gpus, "start": since, "end": now,
-        "wait_s": wait, "outcome": outcome, "lost_gpu_seconds": lost,
-    })
+    s.connection().execute(
+        INSERT_SEGMENT,
+        {
+            "job_id": job.id,
+            "user_id": job.user_id,
+            "lab_id": job.lab_id,
+            "gpus": gpus,
+            "start": since,
+            "end": now,
+            "wait_s": wait,
+            "outcome": outcome,
+            "lost_gpu_seconds": lost,
+        },
+    )
     if gpu_seconds <= 0:
         return
     lab, user = s.get(LabRow, job.lab_id), s.get(UserRow, job.user_id)
