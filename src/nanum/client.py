@@ -88,6 +88,12 @@ class Job(TypedDict):
     workdir: str
     env: dict[str, str]
     runs: int
+    preemptions: int
+    lost_gpu_hours: float
+    last_checkpoint: str | None
+    hint: str | None
+    budget_warning: str | None
+    segments: list[dict[str, Any]] | None
 
 
 class SubmitFields(TypedDict, total=False):
@@ -142,6 +148,7 @@ class Lab(TypedDict, total=False):
     max_running_jobs: int | None
     monthly_gpu_hours: float | None
     weight: float
+    grace_s: float | None
 
 
 class NewToken(TypedDict):
@@ -351,6 +358,45 @@ class Client:
         """Create a lab (admin) with optional `guaranteed_gpus`, `max_gpus`, `max_running_jobs`,
         `monthly_gpu_hours`, `weight`."""
         return self._call("POST", "/labs", json={"name": name, **quota}).json()  # type: ignore[no-any-return]
+
+    def lab(self, name: str) -> dict[str, Any]:
+        """One lab: quota, members, jobs and GPUs now, this month's usage and budget, lost work, quota history."""
+        return self._call("GET", f"/labs/{name}").json()  # type: ignore[no-any-return]
+
+    def set_lab(self, name: str, **quota: Any) -> Lab:
+        """Change a lab's quota (admin): only the fields given change; None removes a limit."""
+        return self._call("PATCH", f"/labs/{name}", json=quota).json()  # type: ignore[no-any-return]
+
+    def set_user(self, name: str, **limits: Any) -> dict[str, Any]:
+        """Set a user's own `max_gpus`, `max_running_jobs`, `monthly_gpu_hours` (admin); None removes one."""
+        return self._call("PATCH", f"/users/{name}", json=limits).json()  # type: ignore[no-any-return]
+
+    # -- sharing ---------------------------------------------------------------------------------------------
+
+    def usage(
+        self,
+        *,
+        month: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        by: str | None = None,
+        lab: str | None = None,
+        user: str | None = None,
+    ) -> dict[str, Any]:
+        """GPU-hours, jobs, average wait and budget use over a month (`YYYY-MM`) or `since`/`until` (UTC dates or
+        times; default this month), grouped `by` day, user or lab."""
+        given = {"month": month, "since": since, "until": until, "by": by, "lab": lab, "user": user}
+        params = [(k, v) for k, v in given.items() if v]
+        return self._call("GET", "/usage", params=params).json()  # type: ignore[no-any-return]
+
+    def priority(self, *, user: str | None = None, lab: str | None = None) -> dict[str, Any]:
+        """Every pending job's priority and its factors, with its place in the queue."""
+        params = [(k, v) for k, v in (("user", user), ("lab", lab)) if v]
+        return self._call("GET", "/priority", params=params).json()  # type: ignore[no-any-return]
+
+    def checkpoint(self, job_id: int) -> Job:
+        """Tell the server a running job has just saved its state (a preemption then loses only later work)."""
+        return self._call("POST", f"/jobs/{job_id}/checkpoint").json()  # type: ignore[no-any-return]
 
     # -- plumbing -------------------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Accounts and access: `nanum login`; for admins `nanum user add`, `nanum lab add`, `nanum node add`."""
+"""Accounts and access: `nanum login`; for admins `nanum user add|set|list`, `nanum lab add|set|show|list`,
+`nanum node add`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,19 @@ from typing import Annotated
 import typer
 
 from nanum.cli.app import app
-from nanum.cli.common import Command, Group, JsonOpt, ServerOpt, TokenOpt, clean_errors, connect, note, print_json
+from nanum.cli.common import (
+    Command,
+    Group,
+    JsonOpt,
+    ServerOpt,
+    TokenOpt,
+    UsageProblem,
+    clean_errors,
+    connect,
+    fail,
+    note,
+    print_json,
+)
 
 _Opt = typer.Option
 NameArg = Annotated[str, typer.Argument(show_default=False)]
@@ -94,19 +107,127 @@ def lab_add(
                                                     help="GPU-hours the lab may use per month.")] = None,
     weight: Annotated[float | None, _Opt("--weight", min=0, metavar="W",
                                          help="Fair-share weight (default: 1).")] = None,
+    grace: Annotated[float | None, _Opt("--grace", min=0, metavar="S",
+                                        help="SIGTERM to SIGKILL when its jobs stop (default: 60).")] = None,
     json: JsonOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
     """Create a lab with its quota."""
     quota = {"guaranteed_gpus": guaranteed_gpus, "max_gpus": max_gpus, "max_running_jobs": max_running_jobs,
-             "monthly_gpu_hours": monthly_gpu_hours, "weight": weight}
+             "monthly_gpu_hours": monthly_gpu_hours, "weight": weight, "grace_s": grace}
     with connect(server, token) as client:
         created = client.add_lab(name, **{k: v for k, v in quota.items() if v is not None})
     if json:
         print_json(created)
     else:
         print(f"Created lab {name}")
+
+
+@lab_app.command("set", cls=Command)
+@clean_errors
+def lab_set(
+    name: NameArg,
+    guaranteed_gpus: Annotated[str | None, _Opt("--guaranteed-gpus", metavar="N",
+                                                help="GPUs it may reclaim from borrowers; `none`.")] = None,
+    max_gpus: Annotated[str | None, _Opt("--max-gpus", metavar="N",
+                                         help="Most GPUs the lab may hold at once; `none`: unlimited.")] = None,
+    max_running_jobs: Annotated[str | None, _Opt("--max-running-jobs", metavar="N",
+                                                 help="Most jobs the lab may run at once; `none`: unlimited.")] = None,
+    monthly_gpu_hours: Annotated[str | None, _Opt("--monthly-gpu-hours", metavar="H",
+                                                  help="GPU-hours per month; `none`: no budget.")] = None,
+    weight: Annotated[float | None, _Opt("--weight", min=0, metavar="W", help="Fair-share weight.")] = None,
+    grace: Annotated[str | None, _Opt("--grace", metavar="S",
+                                      help="SIGTERM to SIGKILL when its jobs stop; `none`.")] = None,
+    json: JsonOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Change a lab's quota; only the options given change. Takes effect at the next scheduling cycle and is
+    recorded (`nanum lab show` lists who changed what, when)."""
+    from nanum.cli.sharing_views import quota_text
+
+    given = {"guaranteed_gpus": ("--guaranteed-gpus", guaranteed_gpus, int),
+             "max_gpus": ("--max-gpus", max_gpus, int),
+             "max_running_jobs": ("--max-running-jobs", max_running_jobs, int),
+             "monthly_gpu_hours": ("--monthly-gpu-hours", monthly_gpu_hours, float),
+             "grace_s": ("--grace", grace, float)}
+    changes: dict[str, object] = {k: _limit(flag, v, kind) for k, (flag, v, kind) in given.items() if v is not None}
+    if weight is not None:
+        changes["weight"] = weight
+    if not changes:
+        fail("nothing to change; give at least one of --guaranteed-gpus, --max-gpus, --max-running-jobs, "
+             "--monthly-gpu-hours, --weight, --grace", 2)
+    with connect(server, token) as client:
+        lab = client.set_lab(name, **changes)
+    if json:
+        print_json(lab)
+    else:
+        print(f"Lab {name}: {quota_text(dict(lab))}")
+
+
+def _limit(flag: str, value: str, kind: type[int] | type[float]) -> int | float | None:
+    """`8` -> 8; `none`/`unlimited` -> None (removes the limit); anything else is a usage error."""
+    if value.strip().lower() in ("none", "unlimited", "-"):
+        return None
+    try:
+        number = kind(value)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise UsageProblem(f"{flag}: {value!r} is not {what} (or `none` to remove the limit)") from None
+    if number < 0:
+        raise UsageProblem(f"{flag} must not be negative")
+    return number
+
+
+@lab_app.command("show", cls=Command)
+@clean_errors
+def lab_show(name: NameArg, json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None) -> None:
+    """A lab's quota, members, jobs and GPUs now, this month's usage and budget, work lost to preemption, and the
+    history of its quota (who changed what, when) and budget warnings."""
+    from nanum.cli.sharing_views import history_lines, lab_lines
+
+    with connect(server, token) as client:
+        lab = client.lab(name)
+    if json:
+        print_json(lab)
+        return
+    lines = lab_lines(lab)
+    width = max(len(k) for k, _ in lines)
+    sys.stdout.write("".join(f"{k + ':':<{width + 1}} {v}\n" for k, v in lines))
+    history = history_lines(lab.get("history") or [])
+    if history:
+        sys.stdout.write("history:\n" + "".join(f"  {line}\n" for line in history))
+
+
+@user_app.command("set", cls=Command)
+@clean_errors
+def user_set(
+    name: NameArg,
+    max_gpus: Annotated[str | None, _Opt("--max-gpus", metavar="N",
+                                         help="Most GPUs the user may hold at once; `none`: unlimited.")] = None,
+    max_running_jobs: Annotated[str | None, _Opt("--max-running-jobs", metavar="N",
+                                                 help="Most jobs the user may run at once; `none`: unlimited.")] = None,
+    monthly_gpu_hours: Annotated[str | None, _Opt("--monthly-gpu-hours", metavar="H",
+                                                  help="GPU-hours per month; `none`: no budget.")] = None,
+    json: JsonOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Set a user's own limits, on top of their labs' (admin). Takes effect at the next scheduling cycle."""
+    given = {"max_gpus": ("--max-gpus", max_gpus, int),
+             "max_running_jobs": ("--max-running-jobs", max_running_jobs, int),
+             "monthly_gpu_hours": ("--monthly-gpu-hours", monthly_gpu_hours, float)}
+    changes = {k: _limit(flag, v, kind) for k, (flag, v, kind) in given.items() if v is not None}
+    if not changes:
+        fail("nothing to change; give --max-gpus, --max-running-jobs or --monthly-gpu-hours", 2)
+    with connect(server, token) as client:
+        user = client.set_user(name, **changes)
+    if json:
+        print_json(user)
+        return
+    limits = [f"{k.replace('_', ' ')} {user.get(k) if user.get(k) is not None else 'none'}" for k in given]
+    print(f"User {name}: {', '.join(limits)}")
 
 
 @lab_app.command("list", cls=Command)
@@ -118,9 +239,10 @@ def lab_list(json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = 
     if json:
         print_json(labs)
         return
+    from nanum.cli.sharing_views import quota_text
+
     for lab in labs:
-        limits = " ".join(f"{k}={v}" for k, v in lab.items() if k != "name" and v is not None)
-        print(f"{lab['name']}\t{limits}")
+        print(f"{lab['name']}\t{quota_text(dict(lab))}")
 
 
 @node_app.command("add", cls=Command)

@@ -102,12 +102,13 @@ def ps(
         return
     from datetime import UTC, datetime
 
-    from nanum.cli.views import BORROW_MARK, PS_COLUMNS, print_table, ps_rows
+    from nanum.cli.views import BORROW_MARK, PS_COLUMNS, budget_captions, print_table, ps_rows
 
     rows = ps_rows(jobs, datetime.now(UTC))  # type: ignore[arg-type]
     borrowing = any(row[4].endswith(BORROW_MARK) for row in rows)
-    caption = f"{BORROW_MARK} borrowing idle GPUs: preempted first when their lab needs them"
-    print_table(PS_COLUMNS, rows, caption=caption if borrowing else None, wide="REASON")
+    captions = [f"{BORROW_MARK} borrowing idle GPUs: preempted first when their lab needs them"] if borrowing else []
+    captions += budget_captions(jobs)  # type: ignore[arg-type]
+    print_table(PS_COLUMNS, rows, caption="\n".join(captions) or None, wide="REASON")
 
 
 @app.command(cls=Command)

@@ -88,7 +88,7 @@ def why(job: dict[str, Any], now: datetime) -> str:
         parts = [starts_at(job.get("estimated_start"), now), job.get("reason") or ""]
         return "; ".join(p for p in parts if p)
     if state == "running":
-        return ""
+        return str(job.get("reason") or "")  # "preempting: ..." while it is being stopped
     if job.get("reason"):
         return str(job["reason"])
     return f"exit {job['exit_code']}" if job.get("exit_code") is not None else ""
@@ -120,9 +120,10 @@ def ps_rows(jobs: Sequence[dict[str, Any]], now: datetime) -> list[tuple[str, ..
 
 
 SHOW_ORDER = (
-    "id", "name", "user", "lab", "state", "reason", "reason_code", "estimated_start", "gpus", "nodes",
-    "gpu_model", "cpus", "memory_mb", "time_limit_s", "priority", "kind", "preemptible", "borrowing",
-    "allocation", "submit_time", "start_time", "end_time", "exit_code", "runs", "command", "workdir", "env",
+    "id", "name", "user", "lab", "state", "reason", "reason_code", "estimated_start", "hint", "budget_warning",
+    "gpus", "nodes", "gpu_model", "cpus", "memory_mb", "time_limit_s", "priority", "kind", "preemptible",
+    "borrowing", "allocation", "submit_time", "start_time", "end_time", "exit_code", "runs", "preemptions",
+    "last_checkpoint", "lost_gpu_hours", "segments", "command", "workdir", "env",
 )
 
 
@@ -137,6 +138,10 @@ def _show_value(key: str, value: Any) -> str:
         return "-"
     if key == "allocation":
         return "; ".join(f"{a['node']} gpus {','.join(map(str, a['gpus']))}" for a in value) or "-"
+    if key == "segments":
+        return "; ".join(_segment(seg) for seg in value) or "-"
+    if key == "lost_gpu_hours":
+        return f"{value:.3f} GPU-hours"
     if key == "command":
         return shlex.join(value)
     if key == "env":
@@ -148,6 +153,20 @@ def _show_value(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     return str(value)
+
+
+def _segment(seg: dict[str, Any]) -> str:
+    """`17:20:41-17:25:02 4 GPUs preempted (0.29 GPU-h)`: one charged interval of the job's allocation."""
+    start, end = parse_time(seg.get("start")), parse_time(seg.get("end"))
+    span = f"{start.astimezone():%H:%M:%S}-" if start else ""
+    span += f"{end.astimezone():%H:%M:%S}" if end else "now"
+    gpus = "1 GPU" if seg["gpus"] == 1 else f"{seg['gpus']} GPUs"
+    return f"{span} {gpus} {seg['outcome']} ({seg['gpu_hours']:.3f} GPU-h)"
+
+
+def budget_captions(jobs: Sequence[dict[str, Any]]) -> list[str]:
+    """Each distinct budget warning among `jobs` once, for under the `nanum ps` table."""
+    return [f"! {w}" for w in dict.fromkeys(j["budget_warning"] for j in jobs if j.get("budget_warning"))]
 
 
 NODE_COLUMNS = ("NODE", "STATE", "GPU", "MODEL", "MEMORY", "JOB", "USER")
