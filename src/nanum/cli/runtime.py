@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -20,6 +20,19 @@ DbOpt = Annotated[
     typer.Option("--db", metavar="URL", help="Database URL (default: SQLite in DIR), e.g. postgresql+psycopg://..."),
 ]
 RootOpt = Annotated[bool, typer.Option("--allow-root-jobs", help="Let jobs run as root (off by default).")]
+PolicyOpt = Annotated[
+    str | None,
+    typer.Option("--policy", metavar="P", help="Queue policy ORDER[+PLACEMENT][+backfill|+nobackfill], e.g. "
+                 "fairshare+binpack+backfill (default: the core's default policy)."),
+]
+HalfLifeOpt = Annotated[
+    str | None, typer.Option("--half-life", metavar="D", help="Fair-share usage counts half after D (default: 7d).")
+]
+GraceOpt = Annotated[
+    float | None,
+    typer.Option("--grace", metavar="S", min=0, help="Seconds from SIGTERM to SIGKILL for labs without their own "
+                 "(default: 60)."),
+]
 
 
 @app.command()
@@ -33,9 +46,13 @@ def up(
     ] = None,
     db: DbOpt = None,
     allow_root_jobs: RootOpt = False,
+    policy: PolicyOpt = None,
+    half_life: HalfLifeOpt = None,
+    grace: GraceOpt = None,
 ) -> None:
     """Start nanum on this machine: the server, the scheduler and an agent for this machine's GPUs."""
-    _run(home, host, port, db, allow_root_jobs, with_agent=True, simulate=simulate_gpus)
+    tuning = _scheduling(policy, half_life, grace)
+    _run(home, host, port, db, allow_root_jobs, with_agent=True, simulate=simulate_gpus, tuning=tuning)
 
 
 @app.command()
@@ -45,13 +62,50 @@ def server(
     port: PortOpt = 8765,
     db: DbOpt = None,
     allow_root_jobs: RootOpt = False,
+    policy: PolicyOpt = None,
+    half_life: HalfLifeOpt = None,
+    grace: GraceOpt = None,
 ) -> None:
     """Start only the server and scheduler; GPU machines join with `nanum agent`."""
-    _run(home, host, port, db, allow_root_jobs, with_agent=False, simulate=None)
+    tuning = _scheduling(policy, half_life, grace)
+    _run(home, host, port, db, allow_root_jobs, with_agent=False, simulate=None, tuning=tuning)
+
+
+def _scheduling(policy: str | None, half_life: str | None, grace: float | None) -> dict[str, Any]:
+    """Server settings from the scheduling options, checked now so a typo fails before anything starts."""
+    from nanum.cli.common import fail
+
+    tuning: dict[str, Any] = {}
+    if policy is not None:
+        from nanum.core import Policy, PolicyError
+
+        try:
+            tuning["policy"] = Policy.parse(policy).label
+        except PolicyError as exc:
+            fail(f"--policy: {exc}", 2)
+    if half_life is not None:
+        from nanum.cli.common import UsageProblem
+        from nanum.cli.jobspec import parse_time
+
+        try:
+            tuning["half_life_s"] = float(parse_time(half_life, "--half-life"))
+        except UsageProblem as exc:
+            fail(str(exc), 2)
+    if grace is not None:
+        tuning["grace_s"] = grace
+    return tuning
 
 
 def _run(
-    home: Path | None, host: str, port: int, db: str | None, allow_root: bool, *, with_agent: bool, simulate: str | None
+    home: Path | None,
+    host: str,
+    port: int,
+    db: str | None,
+    allow_root: bool,
+    *,
+    with_agent: bool,
+    simulate: str | None,
+    tuning: dict[str, Any] | None = None,
 ) -> None:
     from nanum.cli.common import fail
     from nanum.config import default_home
@@ -66,7 +120,7 @@ def _run(
         except SpecError as exc:
             fail(f"--simulate-gpus: {exc}", 2)
     settings = ServerSettings(
-        home=(home or default_home()).expanduser().resolve(), db_url=db, allow_root_jobs=allow_root
+        home=(home or default_home()).expanduser().resolve(), db_url=db, allow_root_jobs=allow_root, **(tuning or {})
     )
     try:
         start(settings, host, port, LocalAgent(simulate_gpus=simulate) if with_agent else None)
