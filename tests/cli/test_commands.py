@@ -82,6 +82,7 @@ def test_a_request_the_server_refuses_exits_2_with_its_reason(api: FakeApi, nanu
         pytest.param(["submit", "--gpus", "two", "--", "true"], "'two' is not a valid integer", id="bad-int"),
         pytest.param(["show"], "Missing argument 'JOB_ID'", id="missing-argument"),
         pytest.param(["user", "bogus"], "No such command 'bogus'", id="unknown-subcommand"),
+        pytest.param(["bogus"], "No such command 'bogus'", id="unknown-command"),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(nanum: Nanum, args: list[str], message: str) -> None:

@@ -48,7 +48,11 @@ class _OneLineUsageErrors:
 def _usage_error(ctx: click.Context, exc: click.UsageError) -> NoReturn:
     if not exc.format_message():  # "no arguments: show the help", which click has printed
         raise exc
-    sys.stderr.write(f"nanum: error: {exc.format_message()} (see `{ctx.command_path} --help`)\n")
+    message = exc.format_message()
+    hint = message[message.rfind(" Did you mean"):] if " Did you mean" in message else ""
+    if hint and message.endswith(hint + hint):  # click and typer both add the suggestion
+        message = message[: -len(hint)]
+    sys.stderr.write(f"nanum: error: {message} (see `{ctx.command_path} --help`)\n")
     ctx.exit(2)
 
 
