@@ -244,3 +244,26 @@ def test_a_node_may_not_write_another_nodes_job_logs(client: AsgiClient, ctx: Se
     intruder.logs = [LogChunk(job_id=j["id"], offset=0, data="forged\n")]
     intruder.beat()
     assert client.get(f"/api/v1/jobs/{j['id']}/logs", headers=auth(ALICE)).text == ""
+
+
+def test_a_requeued_jobs_next_run_logs_from_zero_after_a_header(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent
+) -> None:
+    from nanum.protocol import LogChunk
+
+    j = submit(client)
+    tick(client)
+    agent.beat()
+    agent.logs = [LogChunk(job_id=j["id"], offset=0, data="first run\n")]
+    assert agent.beat().log_offsets[j["id"]] == 10
+    client.app.state.scheduler.tick(now=time.time() + ctx.settings.node_timeout_s + 5)  # node silent: requeued
+    agent.running.clear()  # the node comes back without the job (its agent was reinstalled, say)
+    agent.beat()
+    tick(client)
+    assert job(client, j["id"])["runs"] == 2
+    reply = agent.beat()
+    assert reply.log_offsets.get(j["id"], 0) == 0  # the new run's log starts again at byte 0 on the agent
+    agent.logs = [LogChunk(job_id=j["id"], offset=0, data="second run\n")]
+    assert agent.beat().log_offsets[j["id"]] == 11
+    text = client.get(f"/api/v1/jobs/{j['id']}/logs", headers=auth(ALICE)).text
+    assert text == "first run\n\n--- run 2 on gpu-01 ---\nsecond run\n"

@@ -8,6 +8,7 @@ exit (`lifecycle.part_exited`) and acknowledge it; then build the node's desired
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -210,37 +211,68 @@ def _launch(
 
 
 def write_logs(ctx: ServerContext, node: str, chunks: list[LogChunk], mentioned: set[int]) -> dict[int, int]:
-    """Append each chunk that starts where the server's copy ends; return each job's log length.
+    """Append each chunk that starts where the server's copy of this run ends; return each job's length this run.
 
-    Offsets and lengths count the agent's bytes: a chunk covers `nbytes` of them even where bytes that were not
-    UTF-8 arrived as U+FFFD. A chunk that overlaps or leaves a gap is dropped, and the returned length tells the
-    agent where to resend from. Only jobs that ran on this node may write their logs."""
-    ids = {c.job_id for c in chunks}
-    allowed = _ran_on(ctx, node, ids) if ids else set()
+    Offsets and lengths count the agent's bytes of the current run (a requeued job's log starts again at 0 on
+    the agent; the server keeps every run in one file, each after a header line): a chunk covers `nbytes` of
+    them even where bytes that were not UTF-8 arrived as U+FFFD. A chunk that overlaps or leaves a gap is
+    dropped, and the returned length tells the agent where to resend from. Only jobs that ran on this node may
+    write their logs. Heartbeats of one node may be handled concurrently, so appends are serialised."""
+    runs = _runs_on(ctx, node, {c.job_id for c in chunks} | mentioned)
+    allowed = {c.job_id for c in chunks if c.job_id in runs}
     logs = ctx.settings.logs_dir
-    if allowed:
-        logs.mkdir(parents=True, exist_ok=True)
-    offsets = {job_id: agent_log_size(logs, job_id) for job_id in (mentioned | allowed)}
-    for chunk in chunks:
-        if chunk.job_id in allowed:
-            offsets[chunk.job_id] = _append(logs, chunk, offsets[chunk.job_id])
+    with _LOG_LOCK:
+        if allowed:
+            logs.mkdir(parents=True, exist_ok=True)
+        offsets = {job_id: _run_log_size(logs, job_id, run, node) for job_id, run in runs.items()
+                   if job_id in mentioned or job_id in allowed}
+        for chunk in chunks:
+            if chunk.job_id in allowed:
+                offsets[chunk.job_id] = _append(logs, chunk, offsets[chunk.job_id])
     return offsets
 
 
-def _ran_on(ctx: ServerContext, node: str, ids: set[int]) -> set[int]:
+_LOG_LOCK = threading.Lock()
+
+
+def _runs_on(ctx: ServerContext, node: str, ids: set[int]) -> dict[int, int]:
+    """Job id → run number, for those of `ids` whose current allocation is on `node`."""
+    if not ids:
+        return {}
     with ctx.db.read() as s:
-        rows = s.execute(select(JobRow.id, JobRow.allocation).where(JobRow.id.in_(ids)))
-        return {job_id for job_id, alloc in rows if any(a.get("node") == node for a in alloc or ())}
+        rows = s.execute(select(JobRow.id, JobRow.allocation, JobRow.runs).where(JobRow.id.in_(ids)))
+        return {job_id: runs or 0 for job_id, alloc, runs in rows if any(a.get("node") == node for a in alloc or ())}
 
 
 def agent_log_size(logs: Path, job_id: int) -> int:
-    """How many of the agent's log bytes the server holds: the file's size plus the recorded skew."""
+    """How many log bytes of the job's agents the server holds, all runs: the file's size plus the recorded skew."""
     path = logs / f"{job_id}.log"
     try:
         size = path.stat().st_size
     except FileNotFoundError:
         return 0
     return size + _skew(path)
+
+
+def _run_log_size(logs: Path, job_id: int, run: int, node: str) -> int:
+    """The agent bytes of run `run` held so far. The first chunk of a later run gets a header line first."""
+    base_file = logs / f"{job_id}.log.run"
+    total = agent_log_size(logs, job_id)
+    try:
+        seen_run, base = (int(x) for x in base_file.read_text().split())
+    except (FileNotFoundError, ValueError):
+        seen_run, base = (run, 0)
+        if total and run > 1:
+            seen_run = -1
+    if seen_run != run:
+        if total:
+            header = f"\n--- run {run} on {node} ---\n".encode()
+            with open(logs / f"{job_id}.log", "ab") as f:
+                f.write(header)
+            total += len(header)
+        base_file.write_text(f"{run} {total}")
+        base = total
+    return total - base
 
 
 def _skew(path: Path) -> int:
@@ -251,6 +283,7 @@ def _skew(path: Path) -> int:
 
 
 def _append(logs: Path, chunk: LogChunk, have: int) -> int:
+    """Append `chunk` when it starts at `have` (this run's bytes held); return the new length this run."""
     data = chunk.data.encode()
     nbytes = len(data) if chunk.nbytes is None else chunk.nbytes
     if chunk.offset != have or nbytes <= 0:
