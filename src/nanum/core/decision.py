@@ -7,6 +7,7 @@ the numbers. What a driver does with each code:
 - `LAB_LIMIT`, `USER_LIMIT`: wait until the lab's or user's own jobs finish (or an admin raises the limit).
 - `BUDGET`: wait until the month turns or an admin raises the budget; running jobs are not touched.
 - `RECLAIMING`: victims were chosen; the job starts once they have stopped.
+- `PREEMPTING`: running jobs of a lower priority class were chosen as victims (`+preempt`); likewise.
 - `IMPOSSIBLE`: no node or limit could ever satisfy it; the server refuses it at submit.
 - `NODE_DOWN`: every node that could run it is down or draining.
 """
@@ -28,6 +29,7 @@ class Code(enum.Enum):
     USER_LIMIT = "user_limit"
     BUDGET = "budget"
     RECLAIMING = "reclaiming"
+    PREEMPTING = "preempting"
     IMPOSSIBLE = "impossible"
     NODE_DOWN = "node_down"
 

@@ -14,6 +14,7 @@ Each order gives a sort key; ties always fall back to submit time and then job i
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
@@ -99,8 +100,11 @@ class Las:
     name: ClassVar[str] = "las"
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
-        queue = sum(job.attained_gpu_seconds >= t for t in LAS_THRESHOLDS)
-        return (queue, job.submit_time, job.id)
+        return (self.level(job, job.attained_gpu_seconds), job.submit_time, job.id)
+
+    def level(self, job: Job, attained: float) -> int:
+        """The LAS queue: 0 below 1 GPU-hour received, 1 below 10, else 2 (the classes `+preempt` uses)."""
+        return bisect.bisect_right(LAS_THRESHOLDS, attained)  # thresholds passed (they are sorted)
 
 
 class Shortest:

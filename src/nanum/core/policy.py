@@ -1,8 +1,8 @@
 """Policy: the named parts of a scheduler (order, placement, backfill) and its switches, checked when built.
 
-A policy is written `ORDER[+PLACEMENT][+backfill|+nobackfill]`, e.g. `las+binpack+backfill` or `fifo+nobackfill`;
-missing parts take the defaults. An unknown name fails with the list of known ones, so a bad profile fails at
-startup, not in the middle of a cycle.
+A policy is written `ORDER[+PLACEMENT][+backfill|+nobackfill][+preempt]`, e.g. `las+binpack+backfill+preempt`
+or `fifo+nobackfill`; missing parts take the defaults. An unknown name fails with the list of known ones, so a bad
+profile fails at startup, not in the middle of a cycle.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from nanum.core.placement import PLACEMENTS, PlacementPolicy
 DEFAULT_ORDER = "fifo"
 DEFAULT_PLACEMENT = "binpack"
 BACKFILL_WORDS = {"backfill": True, "easy": True, "nobackfill": False, "none": False}
+PREEMPT_WORDS = {"preempt": True, "nopreempt": False}
 
 
 class PolicyError(ValueError):
@@ -28,6 +29,8 @@ class Policy:
     `lend`: idle GPUs of nodes a lab owns may run other labs' jobs (pooled); False keeps each lab on its own and the
     shared nodes (partitioned, like Slurm partitions). `reclaim`: a lab under its guarantee preempts borrowers.
     `estimate_depth`: how many blocked jobs per partition get a start estimate (the first is EASY's reservation).
+    `preempt`: a blocked job preempts running jobs the order ranks in a lower priority class (Tiresias; see
+    `nanum.core.preempt`); the order must define classes (`las` does).
     """
 
     order: str = DEFAULT_ORDER
@@ -36,6 +39,7 @@ class Policy:
     lend: bool = True
     reclaim: bool = True
     estimate_depth: int = 1
+    preempt: bool = False
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
@@ -46,6 +50,10 @@ class Policy:
             )
         if self.estimate_depth < 1:
             raise PolicyError("estimate_depth must be at least 1")
+        if self.preempt and not hasattr(ORDERS[self.order], "level"):
+            with_classes = ", ".join(name for name, o in ORDERS.items() if hasattr(o, "level"))
+            raise PolicyError(f"order {self.order!r} has no priority classes to preempt by; +preempt works with "
+                              f"{with_classes}")
 
     @classmethod
     def parse(cls, text: str, **overrides: object) -> Policy:
@@ -57,19 +65,22 @@ class Policy:
         for part in parts[1:]:
             if part in BACKFILL_WORDS:
                 fields["backfill"] = BACKFILL_WORDS[part]
+            elif part in PREEMPT_WORDS:
+                fields["preempt"] = PREEMPT_WORDS[part]
             elif part in PLACEMENTS:
                 fields["placement"] = part
             else:
                 raise PolicyError(
                     f"unknown policy part {part!r} in {text!r}; placements: {', '.join(PLACEMENTS)}; "
-                    "backfill: backfill, nobackfill"
+                    "backfill: backfill, nobackfill; preemption: preempt, nopreempt"
                 )
         fields.update(overrides)
         return cls(**fields)  # type: ignore[arg-type]
 
     @property
     def label(self) -> str:
-        return f"{self.order}+{self.placement}+{'backfill' if self.backfill else 'nobackfill'}"
+        preempt = "+preempt" if self.preempt else ""
+        return f"{self.order}+{self.placement}+{'backfill' if self.backfill else 'nobackfill'}{preempt}"
 
     def with_(self, **changes: object) -> Policy:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -5,7 +5,8 @@ The cycle, in order:
 1. order the pending queue with the policy's queue order;
 2. pass one: in that order, every job that would *not* borrow: admit it against budgets and limits, then place
    it (with EASY backfill around the first blocked job of each partition); a blocked job whose lab is under its
-   guarantee reclaims GPUs from borrowers;
+   guarantee reclaims GPUs from borrowers; with `+preempt`, a blocked job preempts running jobs of a lower
+   priority class (`nanum.core.preempt`);
 3. pass two: the jobs that would borrow, in the same order, on the GPUs left over;
 4. every job left pending gets a reason with numbers and, where one can be computed, an estimated start.
 
@@ -14,8 +15,9 @@ A partition is the whole cluster when owners lend their idle GPUs, else each lab
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 from nanum.core.backfill import Reservation, Timeline, reserve
 from nanum.core.cache import CycleCache, run_ends
@@ -25,6 +27,7 @@ from nanum.core.ordering import OrderContext
 from nanum.core.placement import PlacementPolicy, fits
 from nanum.core.policy import Policy
 from nanum.core.predict import Predictor, expected_runtime
+from nanum.core.preempt import ClassOrder, attained, class_victim_key, may_preempt
 from nanum.core.quota import Usage, admit, impossible, victim_key, would_borrow
 from nanum.core.state import ClusterState, NodeFree
 
@@ -42,7 +45,7 @@ def schedule(
     cycle = _Cycle(snapshot, policy, predictor, cache)
     # 1. Order the queue.
     ctx = OrderContext(snapshot.now, snapshot.labs, snapshot.users, cycle.total_gpus, predictor)
-    order = policy.make_order()
+    order = cycle.order
     queue = sorted(snapshot.pending, key=lambda j: order.sort_key(j, ctx))
     # 2. Owners first: jobs within their lab's guarantee (or in labs without one).
     borrowers = [(pos, job) for pos, job in enumerate(queue) if not cycle.consider(job, pos, borrowing=False)]
@@ -67,6 +70,9 @@ class _Cycle:
     ) -> None:
         self.snap, self.policy, self.predictor, self.cache = snapshot, policy, predictor, cache
         self.placement: PlacementPolicy = policy.make_placement()
+        self.order = policy.make_order()
+        #: the order's priority classes, when the policy preempts by class (Policy checks the order has them).
+        self.classes: ClassOrder | None = cast(ClassOrder, self.order) if policy.preempt else None
         if cache is not None:
             self.state, self.usage = cache.prepare(snapshot)
             self.total_gpus, self.owners = cache.total_gpus, cache.owners
@@ -89,8 +95,12 @@ class _Cycle:
         self._never_any: dict[tuple[object, ...], bool] = self.state.static.setdefault("never_fits", {})
         self._room: dict[tuple[object, ...], str] = {}
         self._no_reclaim: set[tuple[object, ...]] = set()
-        self._no_fit: set[tuple[object, ...]] = set()
+        self._fit: dict[tuple[object, ...], tuple[Placement, ...] | None] = {}
         self._reclaimable: tuple[list[Running], dict[int, int]] | None = None
+        self._levels: dict[JobId, int] = {}
+        self._by_lab: dict[str, list[Running]] | None = None
+        self._lower: dict[tuple[object, ...], tuple[list[Running], dict[int, int]]] = {}
+        self._no_preempt: set[tuple[object, ...]] = set()
 
     # -- the per-job steps -------------------------------------------------------------------------------------
 
@@ -122,6 +132,8 @@ class _Cycle:
             return True
         if not borrowing and self._entitled(job) and self._reclaim(job, keys):
             return True
+        if self.policy.preempt and self._preempt_lower(job, keys):
+            return True
         return self._blocked(job, keys, part, pos)
 
     def _try_place(self, job: Job, keys: Keys, part: _Partition) -> tuple[Placement, ...] | None:
@@ -140,15 +152,14 @@ class _Cycle:
         return self._place(job, keys, head.caps)
 
     def _place(self, job: Job, keys: Keys, caps: dict[int, int] | None = None) -> tuple[Placement, ...] | None:
-        """The placement policy's answer, remembering failures until the free capacity next changes.
+        """The placement policy's answer, remembered until the free capacity next changes.
 
-        Most of a long queue is jobs of a few shapes that do not fit: each shape is tried once per change."""
+        Most of a long queue is jobs of a few shapes that do not fit (or fit but wait for a reservation): each
+        shape is tried once per change."""
         shape = (id(keys), job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels, id(caps), self.state.version)
-        if shape in self._no_fit:
-            return None
-        found = self.placement.place(self.state, job, keys, caps)
-        if found is None:
-            self._no_fit.add(shape)
+        if shape in self._fit:
+            return self._fit[shape]
+        found = self._fit[shape] = self.placement.place(self.state, job, keys, caps)
         return found
 
     def _start(self, job: Job, placements: tuple[Placement, ...], borrowing: bool, part: _Partition) -> None:
@@ -266,14 +277,32 @@ class _Cycle:
         if shape in self._no_reclaim:
             return False
         borrowers, reach = self._reclaim_index()
+        chosen = self._victims_for(job, keys, (r for r in borrowers if r.job.lab != job.lab), reach)
+        if chosen is None:
+            self._no_reclaim.add(shape)
+            return False
+        fitting, victims = chosen
+        victims.sort(key=victim_key)
+        self._stop_for(job, fitting, victims, lambda run: (
+            f"lab {job.lab} reclaims its guaranteed GPUs for job {job.id}; job {run.job.id} was borrowing"))
+        ids = ", ".join(str(i) for i in sorted(r.job.id for r in victims))
+        self._wait(job, Reason(Code.RECLAIMING, f"reclaiming guaranteed GPUs from borrowing job(s) {ids}"))
+        return True
+
+    def _victims_for(
+        self, job: Job, keys: Keys, runs: Iterable[Running], reach: dict[int, int]
+    ) -> tuple[list[int], list[Running]] | None:
+        """Walk `runs` (cheapest victim first), counting what each frees on its nodes, until enough nodes would
+        fit `job`: the chosen node indices and the victims on them, or None when even all of them are not enough.
+        `reach` bounds, per node, free GPUs plus what all of `runs` there could free."""
         allowed = set(keys)
         fitting: list[int] = []
         if job.nodes > 1:  # a single-node job that fit somewhere would have been placed already
             fitting = [nf.index for nf in self.state.candidates(keys, job.gpus, True) if fits(nf, job, None)]
         freed: dict[int, list[int]] = {}  # node index -> [GPUs, CPUs, MiB] the victims so far would free
         taken: dict[int, list[Running]] = {}
-        for run in borrowers:
-            if run.job.lab == job.lab or run.job.id in self.victims:
+        for run in runs:
+            if run.job.id in self.victims:
                 continue
             for p in run.placements:
                 nf = self.state.by_name[p.node]
@@ -289,38 +318,89 @@ class _Cycle:
             if len(fitting) >= job.nodes:
                 break
         if len(fitting) < job.nodes:
-            self._no_reclaim.add(shape)
-            return False
-        victims = {r.job.id: r for idx in fitting for r in taken.get(idx, ())}
-        # The victims keep their GPUs until they have stopped; the job starts in a later cycle. The GPUs already
-        # free on the chosen nodes are held for it meanwhile: a borrower started on them later in this cycle
-        # would be the next victim, and the owner would wait behind borrowers for ever.
+            return None
+        return fitting, list({r.job.id: r for idx in fitting for r in taken.get(idx, ())}.values())
+
+    def _stop_for(self, job: Job, fitting: list[int], victims: list[Running], why: Callable[[Running], str]) -> None:
+        """Preempt `victims` (in this order) so that `job` can start on the `fitting` nodes once they stopped.
+
+        The victims keep their GPUs until they have stopped; the job starts in a later cycle. The GPUs already
+        free on the chosen nodes are held for it meanwhile: a job started on them later in this cycle would be
+        the next victim, and `job` would wait for ever."""
         for idx in fitting:
             nf = self.state.nodes[idx]
             hold = min(len(nf.free), job.gpus)
             if hold:
                 self.state.take(Placement(nf.node.name, nf.pick_gpus(hold)), job)
         self.usage.add(job)
-        for run in sorted(victims.values(), key=victim_key):
+        for run in victims:
             self.victims.add(run.job.id)  # still counted in its lab's usage until it has stopped
-            self.preemptions.append(Preempt(job_id=run.job.id, for_job=job.id, reason=(
-                f"lab {job.lab} reclaims its guaranteed GPUs for job {job.id}; job {run.job.id} was borrowing")))
-        ids = ", ".join(str(i) for i in sorted(victims))
-        self._wait(job, Reason(Code.RECLAIMING, f"reclaiming guaranteed GPUs from borrowing job(s) {ids}"))
+            self.preemptions.append(Preempt(job_id=run.job.id, for_job=job.id, reason=why(run)))
+
+    # -- preemption by priority class (see nanum.core.preempt) ------------------------------------------------
+
+    def _preempt_lower(self, job: Job, keys: Keys) -> bool:
+        """Preempt running jobs of a lower class than `job` so that it can start; False if that cannot help."""
+        if self._place(job, keys) is not None:
+            return False  # it fits now: only backfill holds it back, and preempting would not change that
+        assert self.classes is not None
+        mine = self.classes.level(job, job.attained_gpu_seconds)
+        shape = (mine, job.lab, id(keys), job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels)
+        if shape in self._no_preempt:
+            return False
+        runs, reach = self._lower_index(mine, job)
+        chosen = self._victims_for(job, keys, runs, reach)
+        if chosen is None:
+            self._no_preempt.add(shape)
+            return False
+        fitting, victims = chosen
+        victims.sort(key=lambda r: class_victim_key(self._level(r), r))
+        self._stop_for(job, fitting, victims, lambda run: (
+            f"job {job.id} (class {mine}) preempts job {run.job.id} (class {self._level(run)}, "
+            f"{attained(run, self.snap.now) / 3600:.1f} GPU-hours received)"))
+        ids = ", ".join(str(i) for i in sorted(r.job.id for r in victims))
+        self._wait(job, Reason(Code.PREEMPTING, f"class {mine}: preempting lower-class job(s) {ids}"))
         return True
+
+    def _level(self, run: Running) -> int:
+        hit = self._levels.get(run.job.id)
+        if hit is None:
+            assert self.classes is not None
+            hit = self._levels[run.job.id] = self.classes.level(run.job, attained(run, self.snap.now))
+        return hit
+
+    def _lower_index(self, level: int, job: Job) -> tuple[list[Running], dict[int, int]]:
+        """Running jobs `job` may preempt (class below `level`), cheapest first, and per node the GPUs that free
+        plus theirs reach (see `_reclaim_index`). Cached per (level, lab) for the cycle."""
+        key = (level, job.lab)
+        hit = self._lower.get(key)
+        if hit is None:
+            if self._by_lab is None:
+                self._by_lab = {}
+                for r in self.snap.running:
+                    self._by_lab.setdefault(r.job.lab, []).append(r)
+            mine = self._by_lab.get(job.lab, [])
+            others = (r for lab, runs in self._by_lab.items() if lab != job.lab for r in runs if r.borrowing)
+            runs = sorted((r for r in (*mine, *others) if may_preempt(job, r) and self._level(r) > level),
+                          key=lambda r: class_victim_key(self._level(r), r))
+            hit = self._lower[key] = (runs, self._reach(runs))
+        return hit
+
+    def _reach(self, runs: list[Running]) -> dict[int, int]:
+        reach: dict[int, int] = {}
+        for run in runs:
+            for p in run.placements:
+                nf = self.state.by_name.get(p.node)
+                if nf is not None:
+                    reach[nf.index] = reach.get(nf.index, len(nf.free)) + len(p.gpus)
+        return reach
 
     def _reclaim_index(self) -> tuple[list[Running], dict[int, int]]:
         """Preemptible borrowers, cheapest victim first, and per node the GPUs that free plus borrowed reach
         (an upper bound all cycle long: free GPUs only get fewer). Built on first need."""
         if self._reclaimable is None:
             runs = sorted((r for r in self.snap.running if r.borrowing and r.job.preemptible), key=victim_key)
-            reach: dict[int, int] = {}
-            for run in runs:
-                for p in run.placements:
-                    nf = self.state.by_name.get(p.node)
-                    if nf is not None:
-                        reach[nf.index] = reach.get(nf.index, len(nf.free)) + len(p.gpus)
-            self._reclaimable = (runs, reach)
+            self._reclaimable = (runs, self._reach(runs))
         return self._reclaimable
 
     # -- partitions and impossible requests ---------------------------------------------------------------------
