@@ -88,6 +88,14 @@ def test_missing_workdir_fails_to_start_naming_it(executor: Executor) -> None:
     assert status.reason == f"working directory /no/such/dir does not exist on node {NODE}"
 
 
+def test_a_home_relative_workdir_is_the_owners_home(executor: Executor) -> None:
+    import pwd
+
+    executor.start(allow_root=True, launch=make_launch(8, "sh", "-c", 'echo "$PWD"', workdir="~"))
+    executor.wait(8, 5)
+    assert log_text(executor, 8) == pwd.getpwuid(os.getuid()).pw_dir + "\n"
+
+
 def test_stop_terms_then_kills_the_whole_group(executor: Executor, tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
     stubborn = (

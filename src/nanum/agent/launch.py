@@ -83,6 +83,8 @@ def prepare(record: JobRecord, account: Account, *, node: str, switch_user: bool
     launch = record.launch
     if not launch.command:
         raise Refused("the job has no command to run")
+    if launch.workdir == "~" or launch.workdir.startswith("~/"):  # the owner's home, not the agent's
+        launch.workdir = account.home + launch.workdir[1:]
     if not os.path.isdir(launch.workdir):
         raise Refused(f"working directory {launch.workdir} does not exist on node {node}")
     for path in (record.log_path, record.exit_path):
