@@ -69,6 +69,13 @@ class Group(_OneLineUsageErrors, typer.core.TyperGroup):
         except click.UsageError as exc:
             _usage_error(ctx, exc)
 
+    def invoke(self, ctx: click.Context) -> Any:
+        """Also for subcommands declared without `cls=Command`: their parse errors surface here."""
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            _usage_error(exc.ctx or ctx, exc)
+
 
 class UsageProblem(Exception):
     """A bad value on the command line or in a script header: exit code 2."""
