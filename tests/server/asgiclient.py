@@ -22,6 +22,11 @@ class AsgiClient:
     def request(self, method: str, url: str, **kw: Any) -> httpx.Response:
         return self._portal.call(lambda: self._client.request(method, url, **kw))
 
+    @property
+    def cookies(self) -> httpx.Cookies:
+        """The cookie jar (responses' cookies are kept and sent back, as a browser would)."""
+        return self._client.cookies
+
     def get(self, url: str, **kw: Any) -> httpx.Response:
         return self.request("GET", url, **kw)
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, FastAPI
 
 from nanum import __version__
-from nanum.server import errors
+from nanum.server import errors, monitoring
 from nanum.server.api import accounts, agent, health, jobs, nodes, sharing
 from nanum.server.context import ServerContext
 from nanum.server.scheduler import Scheduler
@@ -49,4 +49,5 @@ def create_app(ctx: ServerContext, *, run_scheduler: bool = True) -> FastAPI:
     for module in (health, jobs, nodes, accounts, sharing, agent):
         api.include_router(module.router)
     app.include_router(api)
+    monitoring.install(app, ctx, run_upkeep=run_scheduler)
     return app

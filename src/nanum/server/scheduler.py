@@ -23,6 +23,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import bindparam, or_, select, text
@@ -103,6 +104,8 @@ class Scheduler:
         self._poked: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.last: TickResult | None = None
+        #: Called with each tick's result (the server's metrics observe cycle times).
+        self.on_tick: Callable[[TickResult], None] | None = None
 
     # -- the loop ----------------------------------------------------------------------------------------------
 
@@ -151,6 +154,8 @@ class Scheduler:
             self.ctx.signals.wake(woken)
             result.seconds = time.perf_counter() - began
             self.last = result
+            if self.on_tick is not None:
+                self.on_tick(result)
 
             return result
 

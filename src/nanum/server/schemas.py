@@ -93,6 +93,10 @@ class JobOut(BaseModel):
     hint: str | None = Field(default=None, description="what would help a waiting job start")
     budget_warning: str | None = Field(default=None, description="its lab or user used 80 % or more of a budget")
     segments: list[SegmentOut] | None = Field(default=None, description="its allocations so far (GET /jobs/{id})")
+    gpu_util: float | None = Field(default=None, description="running: its busiest GPU's utilisation, percent")
+    gpu_util_avg: float | None = Field(default=None, description="its GPUs' average utilisation over all readings")
+    idle: dict[str, Any] | None = Field(default=None, description="running and flagged idle: since when, how long")
+    efficiency: dict[str, Any] | None = Field(default=None, description="ended: GPU use summary and hints")
 
 
 class SegmentOut(BaseModel):

@@ -2,7 +2,8 @@
 
 Nodes come from the agents' inventories; a node is up only if it was heard from within the node timeout. Running
 jobs carry their allocations and an expected end (start + time limit or predicted run time). GPUs still held by a
-job that is no longer running (a stopped gang waiting for its last part) count as busy. Labs and users carry
+job that is no longer running (a stopped gang waiting for its last part) count as busy, and so do free GPUs on
+which the node's latest reading found a process that no nanum job owns (`node_live.rogue`). Labs and users carry
 their limits, this month's GPU-hours and decayed usage, both including the running jobs' uncharged time.
 
 `Plan` keeps, beside the snapshot, what applying decisions needs: node ids, and the reason and estimate each
@@ -25,7 +26,7 @@ from nanum.core import expected_runtime as planned_runtime
 from nanum.core.fairshare import DEFAULT_HALF_LIFE
 from nanum.server.services.lifecycle import month_of, month_start
 from nanum.server.views import core_job, core_lab, core_node
-from nanum.store import AllocationRow, JobRow, LabRow, NodeRow, UsageRow, UserRow
+from nanum.store import AllocationRow, JobRow, LabRow, NodeLiveRow, NodeRow, UsageRow, UserRow
 
 JOB_COLUMNS = (
     JobRow.id,
@@ -104,6 +105,7 @@ def build(
         if job_id not in live:
             for p in places:
                 busy[p.node].update(p.gpus)
+    _busy_outside(s, names, running, busy, now - timeout)
     nodes = tuple(
         core_node(r.name, r.inventory, _state(r, now, timeout), frozenset(busy.get(r.name, ()))) for r in node_rows
     )
@@ -119,6 +121,20 @@ def build(
     )
     shown = {r.id: (r.reason, r.reason_code, r.estimated_start) for r in pending_rows}
     return Plan(snapshot, {r.name: r.id for r in node_rows}, shown, jobs)
+
+
+def _busy_outside(
+    s: Session, names: dict[int, str], running: tuple[Running, ...], busy: dict[str, set[int]], since: float
+) -> None:
+    """Add the free GPUs on which a fresh reading found a process that no job owns (someone bypassing nanum)."""
+    rogue = s.execute(select(NodeLiveRow.node_id, NodeLiveRow.rogue).where(NodeLiveRow.time >= since)).all()
+    if not any(gpus for _, gpus in rogue):
+        return
+    held = {(p.node, g) for run in running for p in run.placements for g in p.gpus}
+    for node_id, gpus in rogue:
+        name = names.get(node_id)
+        if name is not None:
+            busy[name].update(g for g in gpus if (name, g) not in held)
 
 
 def free_gpus(snapshot: Snapshot, starts: tuple[Start, ...]) -> int:

@@ -2,8 +2,9 @@
 state, monitoring settings, and how to reach each user.
 
 `gpu_samples` holds readings at full rate (`res` 0) and rolled up into 1-minute (`res` 60) and 1-hour (`res`
-3600) buckets, each bucket's `t` its start, `n` the readings in it, `util`/`memory_mb` their averages and
-`util_max`/`memory_max` their peaks. `job_id` 0 means no job held the GPU. Old rows are pruned per resolution.
+3600) buckets: `at` is the reading's time or the bucket's start, `n` the readings in it, `util`/`memory_mb`
+their averages and `util_max`/`memory_max` their peaks. `job_id` 0 means no job held the GPU. Old rows are
+pruned per resolution.
 Created by migration 0003_monitoring.
 """
 
@@ -20,16 +21,16 @@ from nanum.store.models import Base
 class GpuSampleRow(Base):
     __tablename__ = "gpu_samples"
     __table_args__ = (
-        UniqueConstraint("node_id", "gpu_index", "res", "t", "job_id", name="uq_gpu_samples"),
-        Index("ix_gpu_samples_job", "job_id", "res", "t"),
-        Index("ix_gpu_samples_res_t", "res", "t"),
+        UniqueConstraint("node_id", "gpu_index", "res", "at", "job_id", name="uq_gpu_samples"),
+        Index("ix_gpu_samples_job", "job_id", "res", "at"),
+        Index("ix_gpu_samples_res_at", "res", "at"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
     gpu_index: Mapped[int] = mapped_column(Integer)
     res: Mapped[int] = mapped_column(Integer)
-    t: Mapped[float] = mapped_column(Float)
+    at: Mapped[float] = mapped_column(Float)
     job_id: Mapped[int] = mapped_column(Integer, default=0)
     util: Mapped[float] = mapped_column(Float)
     util_max: Mapped[float] = mapped_column(Float)
@@ -81,6 +82,8 @@ class JobStatsRow(Base):
     idle_last_memory: Mapped[int | None] = mapped_column(Integer)
     idle_last_activity: Mapped[float | None] = mapped_column(Float)
     flagged_at: Mapped[float | None] = mapped_column(Float)
+    #: node id (as a string) → time of the last reading counted from that node, so a resent one counts once.
+    marks: Mapped[dict[str, float]] = mapped_column(JSON, default=dict)
     summary: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     timeline: Mapped[list[list[float]] | None] = mapped_column(JSON(none_as_null=True))
 

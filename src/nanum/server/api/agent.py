@@ -1,4 +1,7 @@
-"""The agent endpoint: one heartbeat in, the node's desired jobs out, held open while nothing changes."""
+"""The agent endpoint: one heartbeat in, the node's desired jobs out, held open while nothing changes.
+
+Readings the heartbeat carries are recorded first (`nanum.server.monitoring`), so a job released for being idle
+is already off the node's list in this reply."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import asyncio
 import contextlib
 import time
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from nanum.protocol import Heartbeat, HeartbeatReply
@@ -21,12 +24,14 @@ SHARED_DB_CHECK_S = 1.0
 
 
 @router.post("/heartbeat")
-async def heartbeat(body: Heartbeat, ctx: Context, node: NodeDep) -> HeartbeatReply:
+async def heartbeat(body: Heartbeat, ctx: Context, node: NodeDep, request: Request) -> HeartbeatReply:
     """Record the node's report and reply with the jobs it should run. With `wait_s` > 0 and nothing to change,
     the reply is held until the node's jobs change or `wait_s` passes."""
     signals = ctx.signals
     signals.wake_now([node.name])  # an older heartbeat of this node still held returns now
     changed = signals.event(node.name)
+    if body.samples:
+        await run_in_threadpool(request.app.state.monitoring.record, node.id, body.samples)
     outcome = await run_in_threadpool(agent.heartbeat, ctx, node, body)
     if outcome.poke:
         signals.poke()

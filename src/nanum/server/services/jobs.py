@@ -16,7 +16,7 @@ from nanum.server.auth import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import BadRequest, Conflict, Forbidden, NotFound
 from nanum.server.schemas import ACTIVE_STATES, JOB_STATES, JobSubmit, iso
-from nanum.server.services import budgets, catalog, lifecycle
+from nanum.server.services import budgets, catalog, jobusage, lifecycle
 from nanum.server.views import core_job, job_out
 from nanum.store import JobRow, LabRow, SegmentRow, UserRow
 
@@ -124,7 +124,7 @@ def list_jobs(
         query = query.where(LabRow.name == lab)
     with ctx.db.read() as s:
         out = [job_out(row, row.user_name, row.lab_name) for row in s.connection().execute(query)]
-    return _with_budget_warnings(ctx, out)
+    return jobusage.attach(ctx, _with_budget_warnings(ctx, out))
 
 
 def get_job(ctx: ServerContext, job_id: int) -> dict[str, Any]:
@@ -141,7 +141,7 @@ def get_job(ctx: ServerContext, job_id: int) -> dict[str, Any]:
     if found.state == "running" and found.start_time is not None:
         since = found.charged_until or found.start_time
         out["segments"].append(_running_segment(found, since, time.time()))
-    return _with_budget_warnings(ctx, [out])[0]
+    return jobusage.attach(ctx, _with_budget_warnings(ctx, [out]))[0]
 
 
 def segment_out(seg: SegmentRow) -> dict[str, Any]:

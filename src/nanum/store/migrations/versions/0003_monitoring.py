@@ -28,7 +28,7 @@ def upgrade() -> None:
         sa.Column("node_id", sa.Integer(), sa.ForeignKey("nodes.id", ondelete="CASCADE"), nullable=False),
         sa.Column("gpu_index", sa.Integer(), nullable=False),
         sa.Column("res", sa.Integer(), nullable=False),
-        sa.Column("t", sa.Float(), nullable=False),
+        sa.Column("at", sa.Float(), nullable=False),
         sa.Column("job_id", sa.Integer(), nullable=False),
         sa.Column("util", sa.Float(), nullable=False),
         sa.Column("util_max", sa.Float(), nullable=False),
@@ -36,10 +36,10 @@ def upgrade() -> None:
         sa.Column("memory_max", sa.Integer(), nullable=False),
         *_floats("power_w", "temperature_c"),
         sa.Column("n", sa.Integer(), nullable=False),
-        sa.UniqueConstraint("node_id", "gpu_index", "res", "t", "job_id", name="uq_gpu_samples"),
+        sa.UniqueConstraint("node_id", "gpu_index", "res", "at", "job_id", name="uq_gpu_samples"),
     )
-    op.create_index("ix_gpu_samples_job", "gpu_samples", ["job_id", "res", "t"])
-    op.create_index("ix_gpu_samples_res_t", "gpu_samples", ["res", "t"])
+    op.create_index("ix_gpu_samples_job", "gpu_samples", ["job_id", "res", "at"])
+    op.create_index("ix_gpu_samples_res_at", "gpu_samples", ["res", "at"])
     op.create_table(
         "node_live",
         sa.Column("node_id", sa.Integer(), sa.ForeignKey("nodes.id", ondelete="CASCADE"), primary_key=True),
@@ -67,6 +67,7 @@ def upgrade() -> None:
         *_floats("idle_since", "idle_last_time"),
         sa.Column("idle_last_memory", sa.Integer()),
         *_floats("idle_last_activity", "flagged_at"),
+        sa.Column("marks", sa.JSON(), nullable=False),
         sa.Column("summary", sa.JSON()),
         sa.Column("timeline", sa.JSON()),
     )

@@ -1,0 +1,148 @@
+"""`/metrics` for Prometheus: GPUs, jobs, the queue and the scheduler.
+
+Cluster figures are read from the store at scrape time (so every server sharing a database reports the same);
+the scheduler's cycle time is observed by the scheduling server as it ticks. Metrics:
+
+- `nanum_gpu_utilization_percent`, `nanum_gpu_memory_used_bytes`, `nanum_gpu_memory_total_bytes`,
+  `nanum_gpu_power_watts`, `nanum_gpu_temperature_celsius` {node, gpu, model}: the latest reading;
+- `nanum_gpu_allocated` {node, gpu, lab, user}: 1 while a job holds the GPU (lab and user name the holder);
+- `nanum_gpu_state` {node, gpu, state}: 1 for the GPU's state (busy, idle, free, rogue, down);
+- `nanum_gpus` {state}: GPUs per state; `nanum_node_up` {node};
+- `nanum_jobs` {state}: jobs per state; `nanum_queue_length` {lab}: pending jobs per lab;
+- `nanum_job_wait_seconds` {lab}: histogram of the time jobs waited before they (last) started;
+- `nanum_scheduler_cycle_seconds`: histogram of scheduling cycle times;
+- `nanum_idle_jobs` {stage}: running jobs flagged idle or being released.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import case, func, select
+
+from nanum.server.context import ServerContext
+from nanum.server.services.cluster import cluster
+from nanum.store import JobRow, JobStatsRow, LabRow
+
+WAIT_BUCKETS = (10.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 86400.0, 3 * 86400.0, 7 * 86400.0)
+CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+MIB = 1024 * 1024
+
+
+class Metrics:
+    """One registry per app: the cluster collector and the scheduler's cycle histogram."""
+
+    def __init__(self, ctx: ServerContext) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.cycle = Histogram(
+            "nanum_scheduler_cycle_seconds",
+            "Time of one scheduling cycle",
+            buckets=CYCLE_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(ClusterCollector(ctx))
+
+    def observe_cycle(self, seconds: float) -> None:
+        self.cycle.observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class ClusterCollector(Collector):
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._gpus()
+        yield from self._jobs()
+
+    def _gpus(self) -> Iterator[Metric]:
+        view = cluster(self.ctx)
+        labels = ["node", "gpu", "model"]
+        util = GaugeMetricFamily("nanum_gpu_utilization_percent", "GPU utilisation, latest reading", labels=labels)
+        used = GaugeMetricFamily("nanum_gpu_memory_used_bytes", "GPU memory in use, latest reading", labels=labels)
+        total = GaugeMetricFamily("nanum_gpu_memory_total_bytes", "GPU memory", labels=labels)
+        power = GaugeMetricFamily("nanum_gpu_power_watts", "GPU power draw, latest reading", labels=labels)
+        temp = GaugeMetricFamily("nanum_gpu_temperature_celsius", "GPU temperature, latest reading", labels=labels)
+        alloc = GaugeMetricFamily(
+            "nanum_gpu_allocated", "1 while a job holds the GPU", labels=["node", "gpu", "lab", "user"]
+        )
+        state = GaugeMetricFamily("nanum_gpu_state", "1 for the GPU's current state", labels=["node", "gpu", "state"])
+        up = GaugeMetricFamily("nanum_node_up", "1 while the node is up", labels=["node"])
+        for node in view.nodes:
+            up.add_metric([node.name], 1.0 if node.state == "up" else 0.0)
+            for g in node.gpus:
+                key = [node.name, str(g.index), g.model]
+                total.add_metric(key, g.memory_mb * MIB)
+                _maybe(util, key, g.util)
+                _maybe(used, key, None if g.memory_used_mb is None else g.memory_used_mb * MIB)
+                _maybe(power, key, g.power_w)
+                _maybe(temp, key, g.temperature_c)
+                alloc.add_metric([node.name, str(g.index), g.lab or "", g.user or ""], 0.0 if g.job_id is None else 1.0)
+                state.add_metric([node.name, str(g.index), g.state], 1.0)
+        states = GaugeMetricFamily("nanum_gpus", "GPUs per state", labels=["state"])
+        for name in ("busy", "idle", "free", "rogue", "down"):
+            states.add_metric([name], getattr(view.totals, name))
+        yield from (util, used, total, power, temp, alloc, state, up, states)
+
+    def _jobs(self) -> Iterator[Metric]:
+        with self.ctx.db.read() as s:
+            by_state = s.execute(select(JobRow.state, func.count()).group_by(JobRow.state)).all()
+            queue = s.execute(
+                select(LabRow.name, func.count(JobRow.id))
+                .join(JobRow, (JobRow.lab_id == LabRow.id) & (JobRow.state == "pending"), isouter=True)
+                .group_by(LabRow.name)
+            ).all()
+            waits = s.execute(_wait_query()).all()
+            idle = s.execute(
+                select(JobStatsRow.idle_stage, func.count())
+                .join(JobRow, JobRow.id == JobStatsRow.job_id)
+                .where(JobRow.state == "running", JobStatsRow.idle_stage.in_(("flagged", "released")))
+                .group_by(JobStatsRow.idle_stage)
+            ).all()
+        jobs = GaugeMetricFamily("nanum_jobs", "Jobs per state", labels=["state"])
+        for name, count in by_state:
+            jobs.add_metric([name], count)
+        length = GaugeMetricFamily("nanum_queue_length", "Pending jobs per lab", labels=["lab"])
+        for lab, count in queue:
+            length.add_metric([lab], count)
+        flagged = GaugeMetricFamily("nanum_idle_jobs", "Running jobs flagged idle, by stage", labels=["stage"])
+        found = dict(idle)
+        for stage in ("flagged", "released"):
+            flagged.add_metric([stage], found.get(stage, 0))
+        yield from (jobs, length, _wait_histogram(waits), flagged)
+
+
+def _maybe(family: GaugeMetricFamily, labels: list[str], value: float | None) -> None:
+    if value is not None:
+        family.add_metric(labels, float(value))
+
+
+def _wait_query() -> Any:
+    wait = JobRow.start_time - JobRow.submit_time
+    buckets = [func.sum(case((wait <= b, 1), else_=0)) for b in WAIT_BUCKETS]
+    return (
+        select(LabRow.name, func.count(JobRow.id), func.coalesce(func.sum(wait), 0.0), *buckets)
+        .join(LabRow, LabRow.id == JobRow.lab_id)
+        .where(JobRow.start_time.is_not(None))
+        .group_by(LabRow.name)
+    )
+
+
+def _wait_histogram(rows: list[Any]) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(
+        "nanum_job_wait_seconds", "Time jobs waited in the queue before they started", labels=["lab"]
+    )
+    for lab, count, total, *cumulative in rows:
+        buckets = [(_le(b), float(c or 0)) for b, c in zip(WAIT_BUCKETS, cumulative, strict=True)]
+        family.add_metric([lab], [*buckets, ("+Inf", float(count))], float(total or 0.0))
+    return family
+
+
+def _le(bound: float) -> str:
+    return f"{bound:g}" if bound < 1e6 else repr(bound)

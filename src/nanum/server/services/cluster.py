@@ -1,0 +1,176 @@
+"""The cluster at a glance: every node and GPU with its latest reading, the job and user holding it, and totals.
+
+Read by the dashboard's Cluster and Nodes pages, their live JSON, and `/metrics`, in four queries whatever the
+cluster's size. A GPU is, in this order of precedence:
+
+- `down`: its node is down or draining and no job holds it (nothing new can start there);
+- `busy` / `idle`: a job holds it; `idle` while that job is in an idle streak (see `nanum.monitor.idle`);
+- `rogue`: a process that no nanum job owns runs on it: it is not handed out;
+- `free`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+
+from nanum.server.context import ServerContext
+from nanum.store import AllocationRow, JobRow, JobStatsRow, LabRow, NodeLiveRow, NodeRow, UserRow
+
+
+@dataclass(slots=True)
+class GpuView:
+    index: int
+    model: str
+    memory_mb: int
+    state: str = "free"
+    util: float | None = None
+    memory_used_mb: int | None = None
+    power_w: float | None = None
+    temperature_c: float | None = None
+    job_id: int | None = None
+    job_name: str | None = None
+    user: str | None = None
+    lab: str | None = None
+    kind: str | None = None
+    idle_stage: str | None = None
+    idle_since: float | None = None
+    processes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def strangers(self) -> list[dict[str, Any]]:
+        """Processes on this GPU that its holder (if any) does not own."""
+        return [p for p in self.processes if p.get("job_id") is None or p.get("job_id") != self.job_id]
+
+
+@dataclass(slots=True)
+class NodeView:
+    name: str
+    state: str
+    model: str
+    cpus: int
+    memory_mb: int
+    simulated: bool
+    last_seen: float | None
+    sampled_at: float | None
+    gpus: list[GpuView]
+
+
+@dataclass(slots=True)
+class Totals:
+    total: int = 0
+    busy: int = 0
+    idle: int = 0
+    free: int = 0
+    down: int = 0
+    rogue: int = 0
+
+
+@dataclass(slots=True)
+class ClusterView:
+    time: float
+    nodes: list[NodeView]
+    totals: Totals
+
+
+_HOLDERS = (
+    select(
+        AllocationRow.node_id,
+        AllocationRow.gpu_index,
+        JobRow.id,
+        JobRow.name,
+        JobRow.kind,
+        UserRow.name.label("user"),
+        LabRow.name.label("lab"),
+        JobStatsRow.idle_stage,
+        JobStatsRow.idle_since,
+    )
+    .join(JobRow, JobRow.id == AllocationRow.job_id)
+    .join(UserRow, UserRow.id == JobRow.user_id)
+    .join(LabRow, LabRow.id == JobRow.lab_id)
+    .outerjoin(JobStatsRow, JobStatsRow.job_id == JobRow.id)
+)
+
+
+def cluster(ctx: ServerContext, now: float | None = None) -> ClusterView:
+    now = time.time() if now is None else now
+    timeout = ctx.settings.node_timeout_s
+    with ctx.db.read() as s:
+        nodes = s.execute(
+            select(NodeRow.id, NodeRow.name, NodeRow.inventory, NodeRow.state, NodeRow.last_seen)
+            .where(NodeRow.inventory.is_not(None))
+            .order_by(NodeRow.name)
+        ).all()
+        live = {r.node_id: r for r in s.execute(select(NodeLiveRow.__table__))}
+        holders = {(r.node_id, r.gpu_index): r for r in s.execute(_HOLDERS)}
+    views = [_node(r, live.get(r.id), holders, now, timeout) for r in nodes]
+    totals = Totals()
+    for node in views:
+        for gpu in node.gpus:
+            totals.total += 1
+            setattr(totals, gpu.state, getattr(totals, gpu.state) + 1)
+    return ClusterView(now, views, totals)
+
+
+def node_state(state: str, last_seen: float | None, now: float, timeout: float) -> str:
+    if state == "draining":
+        return "draining"
+    fresh = last_seen is not None and now - last_seen <= timeout
+    return "up" if fresh and state == "up" else "down"
+
+
+def _node(row: Any, live: Any, holders: dict[tuple[int, int], Any], now: float, timeout: float) -> NodeView:
+    inv = row.inventory or {}
+    state = node_state(row.state, row.last_seen, now, timeout)
+    fresh = live is not None and state != "down" and now - live.time <= timeout
+    readings = {int(g["index"]): g for g in (live.gpus if fresh else ())}
+    rogue = set(live.rogue) if fresh else set()
+    gpus = []
+    for g in inv.get("gpus", ()):
+        index = int(g["index"])
+        view = GpuView(index, str(g.get("model", "")), int(g.get("memory_mb", 0)))
+        _reading(view, readings.get(index))
+        _holder(view, holders.get((row.id, index)))
+        view.state = _gpu_state(view, state, index in rogue)
+        gpus.append(view)
+    model = gpus[0].model if gpus else ""
+    return NodeView(
+        name=row.name,
+        state=state,
+        model=model,
+        cpus=int(inv.get("cpus", 0)),
+        memory_mb=int(inv.get("memory_mb", 0)),
+        simulated=bool(inv.get("simulated")),
+        last_seen=row.last_seen,
+        sampled_at=live.time if fresh else None,
+        gpus=gpus,
+    )
+
+
+def _reading(view: GpuView, reading: dict[str, Any] | None) -> None:
+    if reading is None:
+        return
+    view.util = float(reading.get("util", 0.0))
+    view.memory_used_mb = int(reading.get("memory_mb", 0))
+    view.power_w = reading.get("power_w")
+    view.temperature_c = reading.get("temperature_c")
+    view.processes = list(reading.get("processes", ()))
+
+
+def _holder(view: GpuView, holder: Any) -> None:
+    if holder is None:
+        return
+    view.job_id, view.job_name, view.kind = holder.id, holder.name, holder.kind
+    view.user, view.lab = holder.user, holder.lab
+    view.idle_stage, view.idle_since = holder.idle_stage, holder.idle_since
+
+
+def _gpu_state(view: GpuView, node_state: str, rogue: bool) -> str:
+    if view.job_id is not None:
+        return "idle" if view.idle_stage in ("idle", "flagged", "released") else "busy"
+    if node_state != "up":
+        return "down"
+    return "rogue" if rogue else "free"

@@ -1,0 +1,209 @@
+"""GPU history: rolling readings up into 1-minute and 1-hour buckets, pruning old rows, reading timelines back,
+and the efficiency summary (with a compact timeline) each job keeps once it ended.
+
+Retention (`Retention`): full-rate readings for an hour, 1-minute buckets for a week, 1-hour buckets for a year.
+A rollup turns every complete bucket since the last one rolled up (`rollup.<res>` in the settings) into one
+row per GPU and job: the readings' mean and peak, weighted by how many readings each source row stands for.
+Rolling up twice is harmless (existing buckets are kept), so servers sharing a database may all do it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from nanum.monitor.efficiency import summarize
+from nanum.server.context import ServerContext
+from nanum.server.services import monitor_settings
+from nanum.server.services.samples import insert_ignoring_duplicates, tally_of
+from nanum.store import GpuSampleRow, JobRow, JobStatsRow, NodeRow
+
+#: Wait this long after a bucket ends before rolling it up: readings arrive a few seconds late.
+LAG_S = 30.0
+TIMELINE_POINTS = 240
+FINISHED = ("completed", "failed", "cancelled", "timeout")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Retention:
+    raw_s: float = 3600.0
+    minute_s: float = 7 * 86400.0
+    hour_s: float = 365 * 86400.0
+
+    def keep(self, res: int) -> float:
+        return {0: self.raw_s, 60: self.minute_s}.get(res, self.hour_s)
+
+
+def maintain(ctx: ServerContext, now: float, retention: Retention = Retention()) -> dict[str, int]:
+    """One round of upkeep: roll up, prune, summarise finished jobs. Returns counts, for the log and tests."""
+    done = {"rolled_60": rollup(ctx, 60, 0, now), "rolled_3600": rollup(ctx, 3600, 60, now)}
+    done["pruned"] = prune(ctx, now, retention)
+    done["summarised"] = summarise_finished(ctx)
+    return done
+
+
+# -- rollups ---------------------------------------------------------------------------------------------------
+
+
+def rollup(ctx: ServerContext, res: int, source: int, now: float) -> int:
+    """Roll complete `res`-second buckets up from rows of resolution `source`. Returns rows written."""
+    key = f"rollup.{res}"
+    with ctx.db.write() as s:
+        start = monitor_settings.get(s, key)
+        if start is None:
+            first = s.scalar(select(func.min(GpuSampleRow.at)).where(GpuSampleRow.res == source))
+            if first is None:
+                return 0
+            start = math.floor(first / res) * res
+        end = math.floor((now - LAG_S) / res) * res
+        if end <= start:
+            return 0
+        rows = _buckets(s, res, source, float(start), float(end))
+        if rows:
+            s.connection().execute(insert_ignoring_duplicates(s), rows)
+        monitor_settings.put(s, key, end)
+        return len(rows)
+
+
+def _buckets(s: Session, res: int, source: int, start: float, end: float) -> list[dict[str, Any]]:
+    found = s.execute(
+        select(GpuSampleRow.__table__).where(
+            GpuSampleRow.res == source, GpuSampleRow.at >= start, GpuSampleRow.at < end
+        )
+    )
+    acc: dict[tuple[int, int, float, int], list[Any]] = {}
+    for r in found:
+        key = (r.node_id, r.gpu_index, math.floor(r.at / res) * res, r.job_id)
+        a = acc.get(key)
+        if a is None:
+            acc[key] = [r.util * r.n, r.util_max, r.memory_mb * r.n, r.memory_max, _w(r.power_w, r.n),
+                        _w(r.temperature_c, r.n), r.n, r.n if r.power_w is not None else 0]  # fmt: skip
+            continue
+        a[0] += r.util * r.n
+        a[1] = max(a[1], r.util_max)
+        a[2] += r.memory_mb * r.n
+        a[3] = max(a[3], r.memory_max)
+        a[4] += _w(r.power_w, r.n)
+        a[5] += _w(r.temperature_c, r.n)
+        a[6] += r.n
+        a[7] += r.n if r.power_w is not None else 0
+    return [
+        {
+            "node_id": node,
+            "gpu_index": gpu,
+            "res": res,
+            "at": float(t),
+            "job_id": job,
+            "util": a[0] / a[6],
+            "util_max": a[1],
+            "memory_mb": a[2] / a[6],
+            "memory_max": a[3],
+            "power_w": a[4] / a[7] if a[7] else None,
+            "temperature_c": a[5] / a[7] if a[7] else None,
+            "n": a[6],
+        }
+        for (node, gpu, t, job), a in acc.items()
+    ]
+
+
+def _w(value: float | None, n: int) -> float:
+    return 0.0 if value is None else value * n
+
+
+def prune(ctx: ServerContext, now: float, retention: Retention) -> int:
+    with ctx.db.write() as s:
+        total = 0
+        for res in (0, 60, 3600):
+            gone = s.execute(
+                delete(GpuSampleRow).where(GpuSampleRow.res == res, GpuSampleRow.at < now - retention.keep(res))
+            )
+            total += gone.rowcount or 0
+        return total
+
+
+# -- reading history back --------------------------------------------------------------------------------------
+
+
+def job_timeline(
+    s: Session, job_id: int, start: float | None, end: float, retention: Retention = Retention()
+) -> list[list[float]]:
+    """`[[t, util, memory_mb], ...]` of a job (all its runs) at the finest resolution still kept for its whole
+    latest run: utilisation averaged over its GPUs, memory per GPU."""
+    begin = start if start is not None else end
+    for res in (0, 60, 3600):
+        if res == 3600 or begin >= end - retention.keep(res):
+            points = _series(s, [GpuSampleRow.job_id == job_id], res, 0.0)
+            if points or res == 3600:
+                return points
+    return []
+
+
+def gpu_timeline(s: Session, node_id: int, gpu: int, since: float, res: int = 60) -> list[list[float]]:
+    """`[[t, util, memory_mb], ...]` of one GPU since `since` at resolution `res`."""
+    return _series(s, [GpuSampleRow.node_id == node_id, GpuSampleRow.gpu_index == gpu], res, since)
+
+
+def _series(s: Session, where: list[Any], res: int, since: float) -> list[list[float]]:
+    rows = s.execute(
+        select(GpuSampleRow.at, func.avg(GpuSampleRow.util), func.avg(GpuSampleRow.memory_mb))
+        .where(*where, GpuSampleRow.res == res, GpuSampleRow.at >= since - res)
+        .group_by(GpuSampleRow.at)
+        .order_by(GpuSampleRow.at)
+    )
+    return [[float(t), round(float(u), 1), round(float(m))] for t, u, m in rows]
+
+
+def thin(points: list[list[float]], limit: int = TIMELINE_POINTS) -> list[list[float]]:
+    """At most `limit` points: neighbours averaged in equal runs."""
+    if len(points) <= limit:
+        return points
+    step = len(points) / limit
+    out = []
+    for i in range(limit):
+        chunk = points[int(i * step) : int((i + 1) * step)] or [points[-1]]
+        out.append([chunk[0][0], *(round(sum(p[k] for p in chunk) / len(chunk), 1) for k in (1, 2))])
+    return out
+
+
+# -- summaries -------------------------------------------------------------------------------------------------
+
+
+def summarise_finished(ctx: ServerContext, limit: int = 200) -> int:
+    """Give every finished job that has readings but no summary yet its summary and timeline."""
+    with ctx.db.write() as s:
+        query = (
+            select(JobStatsRow, JobRow)
+            .join(JobRow, JobRow.id == JobStatsRow.job_id)
+            .where(JobStatsRow.summary.is_(None), JobStatsRow.readings > 0, JobRow.state.in_(FINISHED))
+            .limit(limit)
+        )
+        found = s.execute(query).all()
+        if not found:
+            return 0
+        models = cluster_models(s)
+        for stats, job in found:
+            stats.summary = summarize(
+                tally_of(stats),
+                gpus=job.gpus,
+                gpu_model=stats.gpu_model or "",
+                gpu_memory_mb=stats.gpu_memory_mb or 0,
+                cpus=job.cpus or 0,
+                models=models,
+            )
+            end = job.end_time or stats.last or 0.0
+            stats.timeline = thin(job_timeline(s, job.id, job.start_time, end))
+        return len(found)
+
+
+def cluster_models(s: Session) -> dict[str, int]:
+    """Memory (MiB) of each GPU model some node has."""
+    models: dict[str, int] = defaultdict(int)
+    for (inventory,) in s.execute(select(NodeRow.inventory).where(NodeRow.inventory.is_not(None))):
+        for g in inventory.get("gpus", ()):
+            models[str(g.get("model", ""))] = max(models[str(g.get("model", ""))], int(g.get("memory_mb", 0)))
+    return dict(models)

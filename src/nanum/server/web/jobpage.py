@@ -1,0 +1,83 @@
+"""The job page: state history, allocation, GPU utilisation chart, live log tail, and cancel for its owner or an
+admin; its JSON for live updates."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Form, Request
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from nanum.server.auth import Caller
+from nanum.server.errors import ApiError, NotFound
+from nanum.server.services import jobs
+from nanum.server.web import charts, data, session
+from nanum.server.web.render import clock, duration, page
+
+router = APIRouter(include_in_schema=False)
+WebCaller = Annotated[Caller, Depends(session.caller)]
+
+FINISHED = ("completed", "failed", "cancelled", "timeout")
+
+
+def chart(found: data.JobPage) -> charts.Timeline:
+    points, start, end = data.timeline_points(found, time.time())
+    return charts.timeline(points, start, end, found.usage.get("gpu_memory_mb"))
+
+
+def job_json(found: data.JobPage) -> dict[str, Any]:
+    job, now, usage = found.job, time.time(), found.usage
+    line = chart(found)
+    return {
+        "id": job["id"],
+        "state": job["state"],
+        "finished": job["state"] in FINISHED,
+        "reason": job["reason"] or "",
+        "runtime": duration((job["end_time"] or now) - job["start_time"]) if job["start_time"] else "",
+        "util": "–" if usage.get("gpu_util") is None else f"{usage['gpu_util']:.0f}%",
+        "util_avg": "–" if usage.get("gpu_util_avg") is None else f"{usage['gpu_util_avg']:.0f}%",
+        "idle": usage.get("idle"),
+        "events": [{"time": clock(e["time"]), "kind": e["kind"], "message": e["message"]} for e in found.events],
+        "chart": {"util": line.util, "memory": line.memory, "empty": line.empty},
+        "log": found.log,
+        "log_offset": found.log_offset,
+        "may_cancel": found.may_manage and job["state"] not in FINISHED,
+    }
+
+
+@router.get("/jobs/{job_id}")
+async def job_page(request: Request, job_id: int, who: WebCaller) -> Response:
+    return await _render(request, who, job_id)
+
+
+async def _render(request: Request, who: Caller, job_id: int, error: str | None = None, status: int = 200) -> Response:
+    try:
+        found = await run_in_threadpool(data.job_page, request.app.state.ctx, who, job_id)
+    except NotFound as exc:
+        return page(request, "error.html", who, status_code=404, title="No such job", message=exc.detail)
+    return page(
+        request, "job.html", who, status_code=status, title=f"Job {job_id}", p=found, j=job_json(found),
+        chart=chart(found), error=error,
+    )  # fmt: skip
+
+
+@router.get("/ui/jobs/{job_id}.json")
+async def job_live(request: Request, job_id: int, who: WebCaller, log: int = 0) -> Response:
+    try:
+        found = await run_in_threadpool(data.job_page, request.app.state.ctx, who, job_id, log)
+    except NotFound as exc:
+        return JSONResponse({"detail": exc.detail}, status_code=404)
+    return JSONResponse(job_json(found), headers={"Cache-Control": "no-store"})
+
+
+@router.post("/jobs/{job_id}/cancel")
+async def cancel(request: Request, job_id: int, who: WebCaller, csrf: Annotated[str, Form()] = "") -> Response:
+    """Owner or admin: stop the job. Anyone else gets the job page back with the refusal (403)."""
+    session.check_csrf(request, csrf)
+    try:
+        await run_in_threadpool(jobs.cancel, request.app.state.ctx, who, job_id)
+    except ApiError as exc:
+        return await _render(request, who, job_id, error=exc.detail, status=exc.status)
+    return RedirectResponse(f"/jobs/{job_id}", status_code=303)

@@ -1,0 +1,55 @@
+"""Logging in to the dashboard with an API token, and out again."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from nanum.server.web import session
+from nanum.server.web.render import page
+
+router = APIRouter(include_in_schema=False)
+
+UNKNOWN_TOKEN = "That token is not known here. Use the token `nanum user add` printed, or DIR/admin-token."
+
+
+@router.get("/login")
+async def login_form(request: Request, next: str = "/") -> Response:
+    return _form(request, next, None)
+
+
+def _form(request: Request, next: str, error: str | None) -> Response:
+    nonce = session.login_nonce(request)
+    response = page(
+        request, "login.html", None, status_code=401 if error else 200, next=session.safe_next(next), error=error,
+        nonce=nonce,
+    )  # fmt: skip
+    session.keep_login_nonce(request, response, nonce)
+    return response
+
+
+@router.post("/login")
+async def login(
+    request: Request,
+    token: Annotated[str, Form()] = "",
+    nonce: Annotated[str, Form()] = "",
+    next: Annotated[str, Form()] = "/",
+) -> Response:
+    session.check_login_nonce(request, nonce)
+    found = await run_in_threadpool(session.user_for_token, request.app.state.ctx, token) if token.strip() else None
+    if found is None:
+        return _form(request, next, UNKNOWN_TOKEN)
+    response = RedirectResponse(session.safe_next(next), status_code=303)
+    session.start(request, response, *found)
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request, csrf: Annotated[str, Form()] = "") -> Response:
+    session.check_csrf(request, csrf)
+    response = RedirectResponse("/login", status_code=303)
+    session.end(response)
+    return response

@@ -1,0 +1,258 @@
+"""Monitoring through the real API: readings stored and rolled up, GPUs used outside nanum kept out of
+scheduling, idle jobs flagged, notified and released with evidence, efficiency summaries, /metrics."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from nanum.server.context import ServerContext
+from nanum.server.services import accounts, history
+from nanum.store import EventRow, GpuSampleRow
+from tests.server.asgiclient import AsgiClient
+from tests.server.conftest import ADMIN, ALICE, auth, job, submit, tick
+from tests.server.monitoredagent import MonitoredAgent
+
+
+@pytest.fixture
+def node(client: AsgiClient, ctx: ServerContext) -> MonitoredAgent:
+    agent = MonitoredAgent(client, "gpu-01", accounts.add_node(ctx, "gpu-01"), gpus=4)
+    agent.beat()
+    return agent
+
+
+def run_job(client: AsgiClient, node: MonitoredAgent, **body: Any) -> int:
+    job_id = int(submit(client, **body)["id"])  # type: ignore[call-overload]
+    tick(client)
+    node.beat()
+    assert job_id in node.running
+    return job_id
+
+
+def events(ctx: ServerContext, job_id: int) -> list[tuple[str, str]]:
+    with ctx.db.read() as s:
+        return [
+            (e.kind, e.message)
+            for e in s.scalars(select(EventRow).where(EventRow.job_id == job_id).order_by(EventRow.id))
+        ]
+
+
+def patch(client: AsgiClient, path: str, body: dict[str, Any], token: str = ADMIN) -> Any:
+    r = client.patch(f"/api/v1{path}", json=body, headers=auth(token))
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+# -- readings --------------------------------------------------------------------------------------------------
+
+
+def test_readings_become_a_jobs_utilisation_and_timeline(client: AsgiClient, node: MonitoredAgent) -> None:
+    job_id = run_job(client, node, gpus=2)
+    now = time.time()
+    for i, u in enumerate((40.0, 60.0, 80.0)):
+        node.read(now - 20 + 10 * i, util=u)
+    sent = list(node.samples)
+    node.beat()
+    node.samples = sent  # a resent heartbeat (its reply was lost) counts once
+    node.beat()
+    shown = job(client, job_id)
+    assert shown["gpu_util"] == 80.0 and shown["gpu_util_avg"] == 60.0
+    usage = client.get(f"/api/v1/jobs/{job_id}/usage", headers=auth(ALICE)).json()
+    assert [p[1] for p in usage["timeline"]] == [40.0, 60.0, 80.0]
+    assert usage["gpu_memory_peak_mb"] == 30000 and usage["gpu_memory_mb"] == 81920
+
+
+def test_a_gpu_used_outside_nanum_is_not_handed_out(client: AsgiClient, node: MonitoredAgent) -> None:
+    node.strangers = {1: 4242}
+    node.read()
+    node.beat()
+    whole = submit(client, gpus=4)
+    singles = [submit(client, gpus=1) for _ in range(3)]
+    tick(client)
+    node.beat()
+    assert job(client, whole["id"])["state"] == "pending"
+    held = sorted(g for j in singles for g in job(client, j["id"])["allocation"][0]["gpus"])
+    assert held == [0, 2, 3]
+    nodes = client.get("/api/v1/nodes", headers=auth(ALICE)).json()
+    assert nodes[0]["name"] == "gpu-01"
+    node.strangers = {}  # the stranger's process ended
+    node.read()
+    node.beat()
+    last = submit(client, gpus=1)
+    tick(client)
+    assert job(client, last["id"])["allocation"][0]["gpus"] == [1]
+
+
+def test_history_is_rolled_up_and_pruned(client: AsgiClient, node: MonitoredAgent, ctx: ServerContext) -> None:
+    run_job(client, node, gpus=1)
+    start = (time.time() // 3600 - 2) * 3600  # two hours ago, on the hour
+    for k in range(12):  # readings every 10 s for two minutes
+        node.read(start + 10 * k, util=10.0 * (k % 2) + 50.0)
+    node.beat()
+    mon = client.app.state.monitoring
+    done = history.maintain(ctx, start + 3 * 3600, history.Retention(raw_s=60))
+    assert done["rolled_60"] == 2 * 4 and done["rolled_3600"] == 4  # per GPU (and job), per bucket
+    with ctx.db.read() as s:
+        rows = s.execute(
+            select(GpuSampleRow.res, func.count(), func.sum(GpuSampleRow.n)).group_by(GpuSampleRow.res)
+        ).all()
+        minute = (
+            s.execute(select(GpuSampleRow.util).where(GpuSampleRow.res == 60, GpuSampleRow.job_id != 0)).scalars().all()
+        )
+    assert {r[0]: r[1] for r in rows} == {60: 8, 3600: 4}  # raw readings older than a minute are gone
+    assert minute == [55.0, 55.0]
+    assert mon.maintain(start + 3 * 3600)["rolled_60"] == 0  # nothing new to roll up
+
+
+# -- idle jobs -------------------------------------------------------------------------------------------------
+
+
+class Inbox:
+    """A real webhook receiver on a local port."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+        inbox = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                inbox.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/hook"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def inbox() -> Iterator[Inbox]:
+    box = Inbox()
+    yield box
+    box.httpd.shutdown()
+    box.httpd.server_close()
+
+
+def readings(node: MonitoredAgent, start: float, end: float, step: float = 30.0, **kw: Any) -> None:
+    """Readings every `step` seconds from `start` to `end` (GPUs idle unless `util` says otherwise), sent."""
+    kw.setdefault("util", 0.0)
+    t = start
+    while t <= end:
+        node.read(t, cpu=0.5, **kw)
+        t += step
+    node.beat()
+
+
+def idle_for(node: MonitoredAgent, seconds: float) -> None:
+    now = time.time()
+    readings(node, now - seconds, now)
+
+
+def test_an_idle_job_is_flagged_with_evidence_and_its_owner_told(
+    client: AsgiClient, node: MonitoredAgent, ctx: ServerContext, inbox: Inbox
+) -> None:
+    patch(client, "/monitoring/idle", {"batch_flag_s": 600})
+    patch(client, "/monitoring/notify", {"webhook_url": inbox.url, "public_url": "http://dash.example"})
+    r = client.request(
+        "PUT", "/api/v1/users/alice/contact", json={"webhook": inbox.url + "/alice"}, headers=auth(ALICE)
+    )
+    assert r.status_code == 200, r.text
+    busy, lazy = run_job(client, node, gpus=1), run_job(client, node, gpus=1)
+    working = {g: 95.0 for g in node.running[busy].gpus}
+    now = time.time()
+    readings(node, now - 1000, now - 700, util=working)  # 5 minutes idle: not yet
+    assert "idle" not in job(client, lazy)
+    readings(node, now - 690, now, util=working)
+    shown = job(client, lazy)
+    assert shown["idle"]["stage"] == "flagged" and shown["idle"]["for_s"] >= 990
+    assert "idle" not in job(client, busy)
+    [(kind, evidence)] = [e for e in events(ctx, lazy) if e[0].startswith("idle")]
+    assert kind == "idle-flagged" and "GPU utilisation at most 5% (now 0%)" in evidence and "CPU 0%" in evidence
+    assert client.app.state.monitoring.notifier.flush()
+    assert sorted(m["url"] for m in inbox.received) == [f"http://dash.example/jobs/{lazy}"] * 2
+    assert inbox.received[0]["event"] == "idle-flagged" and "looks idle" in inbox.received[0]["text"]
+    node.read(util=80.0)
+    node.beat()
+    assert events(ctx, lazy)[-1][0] == "idle-cleared" and job(client, lazy).get("idle") is None
+
+
+def test_past_the_second_window_an_idle_job_is_released(
+    client: AsgiClient, node: MonitoredAgent, ctx: ServerContext
+) -> None:
+    patch(client, "/labs/vision/idle", {"batch_flag_s": 600, "batch_release_s": 1200})
+    assert client.get("/api/v1/monitoring/idle", headers=auth(ALICE)).json()["policy"]["batch_release_s"] is None
+    job_id = run_job(client, node, gpus=1)
+    idle_for(node, 1300)
+    assert [k for k, _ in events(ctx, job_id) if k.startswith("idle")] == ["idle-flagged", "idle-released"]
+    node.beat()  # the agent stops it (SIGTERM with the preempt file: a chance to checkpoint) ...
+    node.beat()  # ... and reports it gone
+    ended = job(client, job_id)
+    assert ended["state"] == "cancelled" and ended["reason"] == "released after being idle (idle for 20m)"
+
+
+def test_a_notebook_at_work_is_not_idle(client: AsgiClient, node: MonitoredAgent, ctx: ServerContext) -> None:
+    patch(client, "/monitoring/idle", {"notebook_flag_s": 600})
+    job_id = run_job(client, node, gpus=1, kind="notebook")
+    now = time.time()
+    for k in range(30):  # 15 minutes at 0 % GPU, but someone runs a cell every few minutes
+        node.read(now - 900 + 30 * k, util=0.0, cpu=0.0, activity=now - 900 + 30 * (k - k % 8))
+    node.beat()
+    assert not [k for k, _ in events(ctx, job_id) if k.startswith("idle")]
+
+
+def test_bad_idle_settings_are_refused_in_one_line(client: AsgiClient) -> None:
+    r = client.patch("/api/v1/monitoring/idle", json={"batch_flag_s": -5}, headers=auth(ADMIN))
+    assert r.status_code == 400 and r.json() == {"detail": "idle setting batch_flag_s must be a number ≥ 0 or null"}
+    assert client.patch("/api/v1/monitoring/idle", json={}, headers=auth(ALICE)).status_code == 403
+    r = client.patch("/api/v1/monitoring/notify", json={"smtp_password": "pw"}, headers=auth(ADMIN))
+    assert r.json()["smtp_password"] == "set"
+
+
+# -- efficiency ------------------------------------------------------------------------------------------------
+
+
+def test_a_finished_job_keeps_its_efficiency_summary(client: AsgiClient, node: MonitoredAgent) -> None:
+    job_id = run_job(client, node, gpus=1, cpus=2)
+    now = time.time()
+    for k in range(10):
+        node.read(now - 100 + 10 * k, util=20.0, memory_mb=8000, cpu=190.0)
+    node.beat()
+    node.exit(job_id, 0)
+    node.beat()
+    client.app.state.monitoring.maintain()
+    summary = job(client, job_id)["efficiency"]
+    assert summary["gpu_util_avg"] == 20.0 and summary["gpu_memory_peak_mb"] == 8000 and summary["readings"] == 10
+    assert [h.split(":")[0] for h in summary["hints"]] == ["input-bound"]
+    usage = client.get(f"/api/v1/jobs/{job_id}/usage", headers=auth(ALICE)).json()
+    assert len(usage["timeline"]) == 10
+
+
+# -- /metrics --------------------------------------------------------------------------------------------------
+
+
+def test_metrics_for_prometheus(client: AsgiClient, node: MonitoredAgent) -> None:
+    run_job(client, node, gpus=2)
+    submit(client, gpus=4)
+    node.read(util=77.0)
+    node.beat()
+    tick(client)
+    r = client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    text = r.text
+    assert 'nanum_gpu_utilization_percent{gpu="0",model="A100",node="gpu-01"} 77.0' in text
+    assert 'nanum_gpu_allocated{gpu="0",lab="vision",node="gpu-01",user="alice"} 1.0' in text
+    assert 'nanum_gpus{state="free"} 2.0' in text
+    assert 'nanum_jobs{state="running"} 1.0' in text and 'nanum_jobs{state="pending"} 1.0' in text
+    assert 'nanum_queue_length{lab="vision"} 1.0' in text
+    assert 'nanum_job_wait_seconds_bucket{lab="vision",le="+Inf"} 1.0' in text
+    assert "nanum_scheduler_cycle_seconds_count" in text and "nanum_scheduler_cycle_seconds_count 0.0" not in text

@@ -1,0 +1,168 @@
+"""The dashboard over real HTTP (in process): logging in with a token, the session cookie's flags, CSRF on every
+form, pages for everyone, cancel for owners and admins only, the admin page for admins only."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from nanum.server.context import ServerContext
+from nanum.server.services import accounts
+from tests.server.asgiclient import AsgiClient
+from tests.server.conftest import ADMIN, ALICE, BOB, job, submit, tick
+from tests.server.monitoredagent import MonitoredAgent
+
+
+def browse(
+    client: AsgiClient, method: str, path: str, cookies: dict[str, str] | None = None, **kw: object
+) -> httpx.Response:
+    """One request with exactly these cookies (as a browser holding them would send)."""
+    client.cookies.clear()
+    if cookies:
+        kw["headers"] = {"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())}
+    response = client.request(method, path, **kw)  # type: ignore[arg-type]
+    client.cookies.clear()
+    return response
+
+
+def get(client: AsgiClient, path: str, cookies: dict[str, str] | None = None) -> httpx.Response:
+    return browse(client, "GET", path, cookies)
+
+
+def post(client: AsgiClient, path: str, data: dict[str, str], cookies: dict[str, str] | None = None) -> httpx.Response:
+    return browse(client, "POST", path, cookies, data=data)
+
+
+def login_form(client: AsgiClient) -> tuple[str, dict[str, str]]:
+    form = get(client, "/login")
+    nonce = re.search(r'name="nonce" value="([^"]+)"', form.text)
+    assert nonce is not None
+    return nonce[1], {"nanum_login": form.cookies["nanum_login"]}
+
+
+def login(client: AsgiClient, token: str) -> dict[str, str]:
+    """Log in through the form; the cookies a browser would then send."""
+    nonce, cookies = login_form(client)
+    r = post(client, "/login", {"token": token, "nonce": nonce, "next": "/queue"}, cookies)
+    assert r.status_code == 303 and r.headers["location"] == "/queue", r.text
+    return {"nanum_session": r.cookies["nanum_session"]}
+
+
+def csrf(client: AsgiClient, cookies: dict[str, str], path: str = "/") -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', get(client, path, cookies).text)
+    assert found is not None
+    return found[1]
+
+
+@pytest.fixture
+def node(client: AsgiClient, ctx: ServerContext) -> MonitoredAgent:
+    agent = MonitoredAgent(client, "gpu-01", accounts.add_node(ctx, "gpu-01"), gpus=4)
+    agent.beat()
+    return agent
+
+
+def test_pages_need_a_session(client: AsgiClient) -> None:
+    r = get(client, "/queue")
+    assert r.status_code == 303 and r.headers["location"] == "/login?next=%2Fqueue"
+    assert get(client, "/").headers["location"] == "/login"
+    assert get(client, "/ui/cluster.json").status_code == 401
+    assert get(client, "/static/app.css").status_code == 200  # assets are public
+
+
+def test_login_sets_a_strict_httponly_cookie(client: AsgiClient) -> None:
+    nonce, cookies = login_form(client)
+    r = post(client, "/login", {"token": ALICE, "nonce": nonce}, cookies)
+    cookie = next(c for c in r.headers.get_list("set-cookie") if c.startswith("nanum_session="))
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    page = get(client, "/", {"nanum_session": r.cookies["nanum_session"]})
+    assert page.status_code == 200 and "alice" in page.text
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+
+
+def test_a_wrong_token_or_a_forged_login_is_refused(client: AsgiClient) -> None:
+    nonce, cookies = login_form(client)
+    r = post(client, "/login", {"token": "nope", "nonce": nonce}, cookies)
+    assert r.status_code == 401 and "That token is not known here" in r.text and "nanum_session" not in r.cookies
+    assert post(client, "/login", {"token": ALICE, "nonce": "guess"}, cookies).status_code == 403
+    assert post(client, "/login", {"token": ALICE, "nonce": nonce}).status_code == 403  # no cookie: cross-site
+
+
+def test_a_forged_or_stale_session_is_refused(client: AsgiClient, ctx: ServerContext) -> None:
+    cookies = login(client, ALICE)
+    _, expires, _ = cookies["nanum_session"].split(".")
+    assert get(client, "/", {"nanum_session": f"1.{expires}.{'0' * 40}"}).status_code == 303
+    assert get(client, "/", cookies).status_code == 200
+    accounts.set_token(ctx, "alice", "a-new-token")  # a new token ends old sessions
+    ctx.caches.callers.clear()
+    assert get(client, "/", cookies).status_code == 303
+
+
+def test_every_page_renders(client: AsgiClient, node: MonitoredAgent) -> None:
+    cookies = login(client, ADMIN)
+    j = submit(client, gpus=2)
+    submit(client, gpus=4)
+    tick(client)
+    node.beat()
+    node.read(util=64.0)
+    node.beat()
+    for path, expect in [("/", "64%"), ("/queue", "Why it waits"), (f"/jobs/{j['id']}", "GPU utilisation"),
+                         ("/labs", "GPU-hours per day"), ("/nodes", "gpu-01"), ("/admin", "Idle policy")]:  # fmt: skip
+        r = get(client, path, cookies)
+        assert r.status_code == 200 and expect in r.text, path
+    grid = get(client, "/ui/cluster.json", cookies).json()
+    assert grid["totals"] == {"total": 4, "busy": 2, "idle": 0, "free": 2, "rogue": 0, "down": 0}
+    tiles = {t["key"]: t for t in grid["nodes"][0]["tiles"]}
+    assert tiles["gpu-01:0"]["who"] == f"#{j['id']} alice" and tiles["gpu-01:0"]["cls"] == "gpu busy u6"
+    queue = get(client, "/ui/queue.json", cookies).json()
+    assert [p["position"] for p in queue["pending"]] == [1] and queue["running"][0]["util"] == "64%"
+    live = get(client, f"/ui/jobs/{j['id']}.json", cookies).json()
+    assert live["state"] == "running" and live["util"] == "64%" and live["may_cancel"]
+
+
+def test_only_the_owner_or_an_admin_may_cancel(client: AsgiClient, node: MonitoredAgent) -> None:
+    j = submit(client, ALICE, gpus=1)
+    bob = login(client, BOB)
+    token = csrf(client, bob, f"/jobs/{j['id']}")
+    page = get(client, f"/jobs/{j['id']}", bob).text
+    assert "Cancel job" not in page and "Only alice or an admin can cancel this job." in page
+    assert "can read this job's log" in page
+    r = post(client, f"/jobs/{j['id']}/cancel", {"csrf": token}, bob)
+    assert r.status_code == 403 and "Refused: job" in r.text and "belongs to another user" in r.text
+    assert job(client, j["id"])["state"] == "pending"
+    alice = login(client, ALICE)
+    assert post(client, f"/jobs/{j['id']}/cancel", {"csrf": token}, alice).status_code == 403  # bob's token
+    r = post(client, f"/jobs/{j['id']}/cancel", {"csrf": csrf(client, alice)}, alice)
+    assert r.status_code == 303 and job(client, j["id"])["state"] == "cancelled"
+
+
+def test_the_admin_page_is_for_admins(client: AsgiClient) -> None:
+    alice = login(client, ALICE)
+    assert get(client, "/admin", alice).status_code == 403
+    assert post(client, "/admin/labs", {"csrf": csrf(client, alice), "name": "robotics"}, alice).status_code == 403
+    admin = login(client, ADMIN)
+    token = csrf(client, admin, "/admin")
+    r = post(client, "/admin/labs", {"csrf": token, "name": "robotics", "guaranteed_gpus": "2"}, admin)
+    assert r.status_code == 303
+    r = post(client, "/admin/labs/robotics", {"csrf": token, "max_gpus": "x"}, admin)
+    assert r.status_code == 400 and "&#39;x&#39; is not a number" in r.text
+    r = post(client, "/admin/users", {"csrf": token, "name": "erin", "labs": "robotics", "email": "e@x.org"}, admin)
+    assert r.status_code == 200 and "Token for <b>erin</b>" in r.text
+    r = post(client, "/admin/idle", {"csrf": token, "batch_flag_s": "45", "batch_release_s": "never"}, admin)
+    assert r.status_code == 303
+    policy = client.get("/api/v1/monitoring/idle", headers={"Authorization": f"Bearer {ALICE}"}).json()["policy"]
+    assert policy["batch_flag_s"] == 2700 and policy["batch_release_s"] is None
+    labs = {lab["name"]: lab for lab in client.get("/api/v1/labs", headers={"Authorization": f"Bearer {ADMIN}"}).json()}
+    assert labs["robotics"]["guaranteed_gpus"] == 2
+
+
+def test_logout_needs_the_csrf_token(client: AsgiClient) -> None:
+    alice = login(client, ALICE)
+    assert post(client, "/logout", {"csrf": ""}, alice).status_code == 403
+    r = post(client, "/logout", {"csrf": csrf(client, alice)}, alice)
+    assert r.status_code == 303 and 'nanum_session=""' in r.headers["set-cookie"]
+
+
+def test_login_never_redirects_off_site(client: AsgiClient) -> None:
+    assert 'name="next" value="/"' in get(client, "/login?next=//evil.example/").text
