@@ -101,18 +101,24 @@ def victim_key(run: Running) -> tuple[float, ...]:
     return (run.job.priority, -saved, run.gpus, -run.job.id)
 
 
-def impossible(job: Job, nodes: tuple[Node, ...], labs: Mapping[str, Lab], lend: bool) -> Reason | None:
+def impossible(
+    job: Job,
+    nodes: tuple[Node, ...],
+    labs: Mapping[str, Lab],
+    lend: bool,
+    users: Mapping[str, User] | None = None,
+) -> Reason | None:
     """Why no cluster state could ever run `job` (so it should be refused at submit), or None.
 
     Counts every node that is not down; a job that only down nodes could run is not impossible (the node may
-    come back) and gets `NODE_DOWN` in the cycle instead."""
+    come back) and gets `NODE_DOWN` in the cycle instead. A job larger than its lab's or its user's max_gpus
+    could never start either."""
     if job.gpus < 0 or job.nodes < 1:
         return Reason(Code.IMPOSSIBLE, "needs at least one node and zero or more GPUs")
-    lab = labs.get(job.lab)
-    if lab is not None and lab.limits.max_gpus is not None and job.total_gpus > lab.limits.max_gpus:
-        return Reason(
-            Code.IMPOSSIBLE, f"needs {job.total_gpus} GPUs; lab {job.lab} has max_gpus {lab.limits.max_gpus}"
-        )
+    for kind, name, owner in (("lab", job.lab, labs.get(job.lab)), ("user", job.user, (users or {}).get(job.user))):
+        cap = owner.limits.max_gpus if owner is not None else None
+        if cap is not None and job.total_gpus > cap:
+            return Reason(Code.IMPOSSIBLE, f"needs {job.total_gpus} GPUs; {kind} {name} has max_gpus {cap}")
     usable = [n for n in nodes if lend or n.owner is None or n.owner == job.lab]
     models = sorted({n.gpu_model for n in usable if n.gpus})
     if job.gpu_model is not None and job.gpu_model not in models:
