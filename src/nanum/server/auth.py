@@ -36,6 +36,8 @@ class Caller:
     unix_user: str | None
     default_lab: str | None
     labs: frozenset[str]
+    #: The user's own cap on GPUs held at once (None: only the lab's), to refuse a job that could never start.
+    max_gpus: int | None = None
 
     def may_manage(self, owner_id: int) -> bool:
         return self.admin or self.id == owner_id

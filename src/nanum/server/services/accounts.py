@@ -40,7 +40,7 @@ def _caller(s: Session, user: UserRow) -> Caller:
     default = labs.get(user.default_lab_id) if user.default_lab_id is not None else None
     if default is None and user.default_lab_id is not None:
         default = s.scalar(select(LabRow.name).where(LabRow.id == user.default_lab_id))
-    return Caller(user.id, user.name, user.admin, user.unix_user, default, frozenset(labs.values()))
+    return Caller(user.id, user.name, user.admin, user.unix_user, default, frozenset(labs.values()), user.max_gpus)
 
 
 def node_by_token_hash(ctx: ServerContext, digest: str) -> NodeCaller | None:
@@ -109,6 +109,7 @@ def patch_user(ctx: ServerContext, actor: str, name: str, patch: UserPatch) -> U
             audit.record(s, now, actor, "user", name, "set", changed, f"{actor} set {audit.describe(changed)}")
         out = _user_with_limits(s, user)
     ctx.caches.budgets.clear()
+    ctx.caches.callers.clear()
     ctx.signals.poke()
     return out
 

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
-from nanum.core import impossible
+from nanum.core import Limits, User, impossible
 from nanum.server.auth import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import BadRequest, Conflict, Forbidden, NotFound
@@ -56,7 +56,7 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> dict[str, Any
         attained_gpu_seconds=0.0,
     )
     row = JobRow(**values)
-    _refuse_impossible(ctx, row, caller.name, lab.lab.name)
+    _refuse_impossible(ctx, row, caller, lab.lab.name)
     with ctx.db.write() as s:
         row.id = s.connection().execute(INSERT_JOB, values).scalar_one()
         lifecycle.event(s, row.id, now, "submitted", f"by {caller.name}")
@@ -80,12 +80,13 @@ def _lab_for(ctx: ServerContext, caller: Caller, name: str | None) -> catalog.La
     return entry
 
 
-def _refuse_impossible(ctx: ServerContext, row: JobRow, user: str, lab: str) -> None:
+def _refuse_impossible(ctx: ServerContext, row: JobRow, caller: Caller, lab: str) -> None:
     nodes = catalog.nodes(ctx)
     if not nodes:
         return  # no node has reported yet: accept, the job waits for one
     labs = {name: entry.lab for name, entry in catalog.labs(ctx).items()}
-    reason = impossible(core_job(row, user, lab), nodes, labs, ctx.policy.lend)
+    users = {caller.name: User(name=caller.name, limits=Limits(max_gpus=caller.max_gpus))}
+    reason = impossible(core_job(row, caller.name, lab), nodes, labs, ctx.policy.lend, users)
     if reason is not None:
         raise BadRequest(f"this job can never run: {reason.message}")
 
