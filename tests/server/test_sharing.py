@@ -241,3 +241,24 @@ def test_a_job_larger_than_the_users_own_cap_is_refused_at_once(client: AsgiClie
     r = client.post("/api/v1/jobs", json={"command": ["true"], "gpus": 2}, headers=auth(ALICE))
     assert r.status_code == 400 and r.json()["detail"].endswith("needs 2 GPUs; user alice has max_gpus 1")
     submit(client, gpus=1)
+
+
+def test_fair_share_usage_decays_with_the_servers_half_life(ctx: ServerContext) -> None:
+    from sqlalchemy import select
+
+    from nanum.store import JobRow, LabRow, UserRow
+
+    now = time.time()
+    with ctx.db.write() as s:
+        lab = s.scalars(select(LabRow).where(LabRow.name == "vision")).one()
+        lab.decayed_usage, lab.decayed_at = 100.0, now - 10.0
+        alice = s.scalars(select(UserRow).where(UserRow.name == "alice")).one()
+        job_row = JobRow(name="t", user_id=alice.id, lab_id=lab.id, command=["true"], workdir="/", env={}, gpus=2,
+                         nodes=1, cpus=0, priority=0, kind="batch", preemptible=True, state="running",
+                         borrowing=False, allocation=[], submit_time=now - 3, start_time=now - 1.5,
+                         charged_until=now - 1.5, runs=1, attained_gpu_seconds=0.0)
+        s.add(job_row)
+        s.flush()
+        lifecycle.charge(s, job_row, now, 10.0, outcome="completed")  # half-life 10 s: 100 then counts 50
+        assert lab.decayed_usage == pytest.approx(50.0 + 3.0)
+        assert lab.decayed_at == now
