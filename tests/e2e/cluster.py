@@ -62,6 +62,8 @@ class Cluster:
     admin_token: str = ""
     tokens: dict[str, str] = field(default_factory=dict)
     starts: int = 0
+    #: Environment of `nanum up` and its agent beyond the usual, e.g. NANUM_SAMPLE_INTERVAL.
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -74,6 +76,7 @@ class Cluster:
     def env(self, token: str | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("NANUM_")}
         env.update(XDG_CONFIG_HOME=str(self.root / "config"), NANUM_HOME=str(self.home), COLUMNS="100")
+        env.update(self.extra_env)
         if token is not None:
             env.update(NANUM_SERVER=self.url, NANUM_TOKEN=token)
         return env

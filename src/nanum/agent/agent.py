@@ -13,8 +13,9 @@ drops the held request and reports at once: exit latency is the time to notice t
 round trip. When the server is away the agent keeps its jobs running and retries with backoff. One agent
 at a time may use a state directory (an flock on STATE/agent.lock).
 
-Every `sample_interval_s` the monitor (`nanum.agent.monitor`) reads the GPUs and jobs; a new reading ends a
-held request too, so readings reach the server within a few seconds, and they are kept until a reply arrives.
+Every `sample_interval_s` the monitor (`nanum.agent.monitor`) reads the GPUs and jobs; readings ride on the
+next heartbeat and are kept until a reply arrives. While jobs run the server holds a heartbeat at most one
+sample interval, so their readings reach it within two.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ class Agent:
         self.executor = Executor(
             self.config.state_dir, self.config.name, on_change=lambda: loop.call_soon_threadsafe(wake.set)
         )
-        sampling = asyncio.create_task(self.monitor.run(self._job_views, lambda: wake.set()), name="nanum-monitor")
+        sampling = asyncio.create_task(self.monitor.run(self._job_views), name="nanum-monitor")
         try:
             async with httpx.AsyncClient(base_url=self.config.server.rstrip("/"), headers=self._headers()) as client:
                 await self._loop_rounds(client)
@@ -188,6 +189,8 @@ class Agent:
             return 0.0
         if unsent or chunks:
             return min(CHATTY_WAIT_S, self.config.long_poll_s)
+        if statuses and self.monitor.sampler is not None and self.config.sample_interval_s > 0:
+            return min(self.config.long_poll_s, self.config.sample_interval_s)  # jobs' readings arrive promptly
         return self.config.long_poll_s
 
     async def _exchange(self, client: httpx.AsyncClient, beat: Heartbeat) -> HeartbeatReply | None:

@@ -311,15 +311,16 @@ class Monitor:
         with self._lock:
             self._pending = [s for s in self._pending if id(s) not in carried]
 
-    async def run(self, jobs: Callable[[], Sequence[JobView]], on_sample: Callable[[], None]) -> None:
-        """Sample until cancelled; call `on_sample` after each one (the agent then sends a heartbeat)."""
+    async def run(self, jobs: Callable[[], Sequence[JobView]], on_sample: Callable[[], None] | None = None) -> None:
+        """Sample until cancelled; call `on_sample` (if given) after each one."""
         if self.sampler is None:
             return
         try:
             while True:
                 try:
                     await asyncio.to_thread(self.read, jobs())
-                    on_sample()
+                    if on_sample is not None:
+                        on_sample()
                 except Exception:
                     log.exception("reading the GPUs failed; trying again")
                 await asyncio.sleep(self.interval_s)

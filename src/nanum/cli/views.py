@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from nanum.cli.monitor_views import FIELDS, idle_text, usage_lines
+
 ACTIVE = ("pending", "held")
 BORROW_MARK = "*"
 
@@ -87,8 +89,8 @@ def why(job: dict[str, Any], now: datetime) -> str:
     if state in ACTIVE:
         parts = [starts_at(job.get("estimated_start"), now), job.get("reason") or ""]
         return "; ".join(p for p in parts if p)
-    if state == "running":
-        return str(job.get("reason") or "")  # "preempting: ..." while it is being stopped
+    if state == "running":  # "preempting: ..." while it is being stopped; an idle note while it does nothing
+        return str(job.get("reason") or "") or idle_text(job)
     if job.get("reason"):
         return str(job["reason"])
     return f"exit {job['exit_code']}" if job.get("exit_code") is not None else ""
@@ -129,8 +131,8 @@ SHOW_ORDER = (
 
 def show_lines(job: dict[str, Any]) -> list[tuple[str, str]]:
     """Every field of a job, known ones in a reading order, then anything newer servers add."""
-    keys = [k for k in SHOW_ORDER if k in job] + sorted(k for k in job if k not in SHOW_ORDER)
-    return [(key, _show_value(key, job[key])) for key in keys]
+    keys = [k for k in SHOW_ORDER if k in job] + sorted(k for k in job if k not in SHOW_ORDER and k not in FIELDS)
+    return [(key, _show_value(key, job[key])) for key in keys] + usage_lines(job)
 
 
 def _show_value(key: str, value: Any) -> str:

@@ -75,7 +75,7 @@ def _insert_raw(s: Session, node_id: int, samples: list[Sample], holders: dict[i
             "gpu_index": g.index,
             "res": 0,
             "at": sample.time,
-            "job_id": holders.get(g.index, 0),
+            "job_id": _holder(sample, holders, g.index),
             "util": g.util,
             "util_max": g.util,
             "memory_mb": float(g.memory_mb),
@@ -89,6 +89,13 @@ def _insert_raw(s: Session, node_id: int, samples: list[Sample], holders: dict[i
     ]
     if rows:
         s.connection().execute(insert_ignoring_duplicates(s), rows)
+
+
+def _holder(sample: Sample, holders: dict[int, int], gpu: int) -> int:
+    """The job a reading of `gpu` belongs to: its holder, if the agent ran that job when it took the reading
+    (a reading taken just before a job started, or after it ended, is nobody's)."""
+    job = holders.get(gpu, 0)
+    return job if job and any(j.job_id == job for j in sample.jobs) else 0
 
 
 def insert_ignoring_duplicates(s: Session) -> Any:
@@ -181,7 +188,7 @@ def _fold(
     tally, state, steps = tally_of(row), idle_state_of(row), []
     for sample in samples:
         reading = _reading(sample, row.job_id, gpus)
-        if reading is None or sample.time <= mark:
+        if reading is None or not reading.alive or sample.time <= mark:
             continue
         utils = [g.util for g in sample.gpus if g.index in gpus]
         mems = [g.memory_mb for g in sample.gpus if g.index in gpus]

@@ -25,6 +25,15 @@ WebCaller = Annotated[Caller, Depends(session.caller)]
 LAB_FIELDS = ("guaranteed_gpus", "max_gpus", "max_running_jobs", "monthly_gpu_hours", "weight")
 IDLE_WINDOWS = ("batch_flag_s", "batch_release_s", "notebook_flag_s", "notebook_release_s")
 IDLE_THRESHOLDS = ("util_percent", "cpu_percent", "memory_delta_mb")
+LABELS = {
+    "batch_flag_s": "Batch: flag after (min)",
+    "batch_release_s": "Batch: release after (min)",
+    "notebook_flag_s": "Notebook: flag after (min)",
+    "notebook_release_s": "Notebook: release after (min)",
+    "util_percent": "Idle at GPU use up to (%)",
+    "cpu_percent": "Idle at CPU use up to (% of a core)",
+    "memory_delta_mb": "Active when memory moves by (MiB)",
+}
 NOTIFY_FIELDS = ("webhook_url", "public_url", "smtp_host", "smtp_port", "smtp_from", "smtp_user", "smtp_password")
 
 
@@ -49,7 +58,7 @@ async def _page(request: Request, who: Caller, message: str | None = None, error
                     message="Only an admin may see this page.")  # fmt: skip
     found = await run_in_threadpool(_admin_data, request.app.state.ctx)
     return page(request, "admin.html", who, status_code=status, title="Admin", message=message, error=error,
-                new_token=token, windows=IDLE_WINDOWS, thresholds=IDLE_THRESHOLDS, **found)  # fmt: skip
+                new_token=token, windows=IDLE_WINDOWS, thresholds=IDLE_THRESHOLDS, labels=LABELS, **found)  # fmt: skip
 
 
 @router.get("/admin")

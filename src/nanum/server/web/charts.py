@@ -44,6 +44,8 @@ def timeline(points: list[list[float]], t0: float, t1: float, memory_total_mb: i
     def y(value: float) -> float:
         return PAD_TOP + plot_h * (1 - min(max(value, 0.0), 100.0) / 100.0)
 
+    if len(points) == 1:  # one reading: a short stroke, so it shows
+        points = [points[0], [points[0][0] + (t1 - t0) / 200, *points[0][1:]]]
     util = " ".join(f"{x(p[0]):.1f},{y(p[1]):.1f}" for p in points)
     share = (lambda mb: 100.0 * mb / memory_total_mb) if memory_total_mb else (lambda mb: 0.0)
     memory = " ".join(f"{x(p[0]):.1f},{y(share(p[2])):.1f}" for p in points) if memory_total_mb else ""
@@ -53,8 +55,9 @@ def timeline(points: list[list[float]], t0: float, t1: float, memory_total_mb: i
 
 def _ticks(t0: float, t1: float, x: object) -> tuple[Tick, ...]:
     span = t1 - t0
-    step = next((s for s in (60, 300, 900, 1800, 3600, 6 * 3600, 86400, 7 * 86400) if span / s <= 6), 30 * 86400)
-    fmt = "%H:%M" if span < 2 * 86400 else "%m-%d"
+    steps = (10, 30, 60, 300, 900, 1800, 3600, 6 * 3600, 86400, 7 * 86400)
+    step = next((s for s in steps if span / s <= 6), 30 * 86400)
+    fmt = "%H:%M:%S" if step < 60 else "%H:%M" if span < 2 * 86400 else "%m-%d"
     first = (int(t0) // step + 1) * step
     assert callable(x)
     return tuple(Tick(x(t), datetime.fromtimestamp(t, UTC).strftime(fmt)) for t in range(first, int(t1), step))
@@ -83,7 +86,7 @@ class Bars:
 def columns(items: list[tuple[str, float]], unit: str, width: int = WIDTH, height: int = 160) -> Bars:
     """Vertical bars (e.g. GPU-hours per day), labelled below every few bars."""
     top = max((v for _, v in items), default=0.0) or 1.0
-    slot = (width - PAD_LEFT) / max(len(items), 1)
+    slot = (width - PAD_LEFT - 20) / max(len(items), 1)
     plot_h = height - PAD_TOP - PAD_BOTTOM
     bars = []
     for i, (label, value) in enumerate(items):

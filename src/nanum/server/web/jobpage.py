@@ -36,6 +36,7 @@ def job_json(found: data.JobPage) -> dict[str, Any]:
         "finished": job["state"] in FINISHED,
         "reason": job["reason"] or "",
         "runtime": duration((job["end_time"] or now) - job["start_time"]) if job["start_time"] else "",
+        "ended": clock(job["end_time"]) or "–",
         "util": "–" if usage.get("gpu_util") is None else f"{usage['gpu_util']:.0f}%",
         "util_avg": "–" if usage.get("gpu_util_avg") is None else f"{usage['gpu_util_avg']:.0f}%",
         "idle": usage.get("idle"),

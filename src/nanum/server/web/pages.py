@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from nanum.server.auth import Caller
 from nanum.server.services.cluster import ClusterView, GpuView, NodeView, cluster
 from nanum.server.web import charts, data
-from nanum.server.web.render import ago, duration, gib, page
+from nanum.server.web.render import ago, duration, page
 from nanum.server.web.session import caller
 
 router = APIRouter(include_in_schema=False)
@@ -30,10 +30,10 @@ def tile(node: NodeView, g: GpuView, now: float) -> dict[str, Any]:
     elif g.state == "rogue":
         first = g.strangers[0] if g.strangers else {}
         who = f"pid {first.get('pid', '?')}" + (f" {first['user']}" if first.get("user") else "")
-    label = STATE_WORDS[g.state]
+    label = "outside" if g.state == "rogue" else STATE_WORDS[g.state]
     if g.state == "idle" and g.idle_since is not None:
         label = f"idle {duration(now - g.idle_since)}" + (" ⚑" if g.idle_stage == "flagged" else "")
-    memory = "" if g.memory_used_mb is None else f"{gib(g.memory_used_mb)} / {gib(g.memory_mb)}"
+    memory = "" if g.memory_used_mb is None else f"{g.memory_used_mb / 1024:.0f}/{g.memory_mb / 1024:.0f} GiB"
     return {
         "key": f"{node.name}:{g.index}",
         "index": g.index,

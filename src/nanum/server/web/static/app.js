@@ -26,6 +26,12 @@
     tr.appendChild(td);
     return td;
   }
+  function since(seconds) {
+    var s = Math.max(0, Math.floor(seconds)), h = Math.floor(s / 3600), m = Math.floor(s % 3600 / 60);
+    if (s < 60) return s + "s";
+    if (s < 3600) return m + "m " + (s % 60) + "s";
+    return h + "h " + m + "m";
+  }
   function link(href, label) { var a = document.createElement("a"); a.href = href; a.textContent = label; return a; }
 
   function stamp(ok) {
@@ -89,10 +95,11 @@
     if (badge) { badge.className = "badge " + data.state; text(badge, data.state); }
     text($('[data-field="reason"]'), data.reason);
     text($('[data-field="runtime"]'), data.runtime || "–");
+    text($('[data-field="ended"]'), data.ended);
     text($('[data-field="util"]'), data.util);
     text($('[data-field="util_avg"]'), data.util_avg);
     var idle = $('[data-field="idle"]');
-    if (idle) { idle.hidden = !data.idle; if (data.idle) text(idle, "idle " + Math.round(data.idle.for_s / 60) + "m"); }
+    if (idle) { idle.hidden = !data.idle; if (data.idle) text(idle, "idle " + since(data.idle.for_s)); }
     var cancel = $("[data-cancel]");
     if (cancel && data.finished) cancel.hidden = true;
     var events = $("[data-events]");
