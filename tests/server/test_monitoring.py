@@ -4,10 +4,12 @@ scheduling, idle jobs flagged, notified and released with evidence, efficiency s
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -256,3 +258,14 @@ def test_metrics_for_prometheus(client: AsgiClient, node: MonitoredAgent) -> Non
     assert 'nanum_queue_length{lab="vision"} 1.0' in text
     assert 'nanum_job_wait_seconds_bucket{lab="vision",le="+Inf"} 1.0' in text
     assert "nanum_scheduler_cycle_seconds_count" in text and "nanum_scheduler_cycle_seconds_count 0.0" not in text
+
+
+def test_the_grafana_dashboard_asks_only_for_metrics_nanum_exports(client: AsgiClient, node: MonitoredAgent) -> None:
+    run_job(client, node, gpus=1)
+    node.read()
+    node.beat()
+    tick(client)
+    exported = set(re.findall(r"(?m)^(nanum_[a-z_]+)", client.get("/metrics").text))
+    dashboard = json.loads((Path(__file__).parents[2] / "deploy" / "grafana-dashboard.json").read_text())
+    wanted = {m for p in dashboard["panels"] for t in p["targets"] for m in re.findall(r"nanum_[a-z_]+", t["expr"])}
+    assert wanted and wanted <= exported, wanted - exported
