@@ -118,6 +118,6 @@ def test_nodes_rows_give_every_gpu_its_job_and_user() -> None:
                   {**gpu, "index": 1, "job_id": None, "user": None},
               ]}]
     assert node_rows(nodes) == [
-        ("local", "up (simulated)", "0", "A100", "80 GiB", "7", "alice"),
-        ("", "", "1", "A100", "80 GiB", "", ""),
+        ("local", "up (simulated)", "0", "A100", "80 GiB", "", "7", "alice"),
+        ("", "", "1", "A100", "80 GiB", "", "", ""),
     ]

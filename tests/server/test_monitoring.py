@@ -82,8 +82,11 @@ def test_a_gpu_used_outside_nanum_is_not_handed_out(client: AsgiClient, node: Mo
     assert job(client, whole["id"])["state"] == "pending"
     held = sorted(g for j in singles for g in job(client, j["id"])["allocation"][0]["gpus"])
     assert held == [0, 2, 3]
-    nodes = client.get("/api/v1/nodes", headers=auth(ALICE)).json()
-    assert nodes[0]["name"] == "gpu-01"
+    [shown] = client.get("/api/v1/nodes", headers=auth(ALICE)).json()
+    assert shown["gpus"][1]["outside"] == [
+        {"pid": 4242, "user": "mallory", "command": "python hog.py", "memory_mb": 2048}
+    ]
+    assert shown["gpus"][0]["outside"] == [] and shown["gpus"][0]["util"] == 0.0
     node.strangers = {}  # the stranger's process ended
     node.read()
     node.beat()

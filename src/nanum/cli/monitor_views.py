@@ -50,3 +50,15 @@ def _summary(s: dict[str, Any]) -> str:
         f"GPU {s['gpu_util_avg']:.0f}% average, {s['gpu_util_peak']:.0f}% peak; {memory}; "
         f"idle in {s['idle_share']:.0%} of {s['readings']} readings; CPU {s['cpu_avg_percent'] / 100:.1f} cores"
     )
+
+
+def util_text(gpu: dict[str, Any]) -> str:
+    """`87%` from a GPU's latest reading; '' when there is none."""
+    return "" if gpu.get("util") is None else f"{gpu['util']:.0f}%"
+
+
+def holder_text(gpu: dict[str, Any]) -> str:
+    """The USER column of `nanum nodes`: the holder, and anyone using the GPU outside nanum."""
+    outside = [f"pid {p.get('pid')}" + (f" {p['user']}" if p.get("user") else "") for p in gpu.get("outside") or ()]
+    parts = [gpu.get("user") or ""] + ([f"outside nanum: {', '.join(outside)}"] if outside else [])
+    return "; ".join(p for p in parts if p)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from nanum.cli.monitor_views import FIELDS, idle_text, usage_lines
+from nanum.cli.monitor_views import FIELDS, holder_text, idle_text, usage_lines, util_text
 
 ACTIVE = ("pending", "held")
 BORROW_MARK = "*"
@@ -171,7 +171,7 @@ def budget_captions(jobs: Sequence[dict[str, Any]]) -> list[str]:
     return [f"! {w}" for w in dict.fromkeys(j["budget_warning"] for j in jobs if j.get("budget_warning"))]
 
 
-NODE_COLUMNS = ("NODE", "STATE", "GPU", "MODEL", "MEMORY", "JOB", "USER")
+NODE_COLUMNS = ("NODE", "STATE", "GPU", "MODEL", "MEMORY", "UTIL", "JOB", "USER")
 
 
 def node_rows(nodes: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
@@ -181,16 +181,16 @@ def node_rows(nodes: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
         state = node["state"] + (" (simulated)" if node.get("simulated") else "")
         gpus = node.get("gpus") or []
         if not gpus:
-            rows.append((node["name"], state, "-", "", "", "", ""))
+            rows.append((node["name"], state, "-", "", "", "", "", ""))
         for i, gpu in enumerate(gpus):
             job = "" if gpu.get("job_id") is None else str(gpu["job_id"])
             rows.append((node["name"] if i == 0 else "", state if i == 0 else "", str(gpu["index"]),
-                         gpu.get("model") or "", f"{round(gpu.get('memory_mb', 0) / 1024)} GiB", job,
-                         gpu.get("user") or ""))
+                         gpu.get("model") or "", f"{round(gpu.get('memory_mb', 0) / 1024)} GiB", util_text(gpu),
+                         job, holder_text(gpu)))
     return rows
 
 
-RIGHT_ALIGNED = frozenset({"ID", "GPUS", "GPU", "JOB", "TIME", "MEMORY"})
+RIGHT_ALIGNED = frozenset({"ID", "GPUS", "GPU", "JOB", "TIME", "MEMORY", "UTIL"})
 
 
 def format_table(columns: Sequence[str], rows: Sequence[tuple[str, ...]], width: int | None = None,

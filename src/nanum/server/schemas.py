@@ -118,6 +118,11 @@ class GpuOut(BaseModel):
     memory_mb: int
     job_id: int | None = None
     user: str | None = None
+    util: float | None = Field(default=None, description="utilisation in the latest reading, percent")
+    memory_used_mb: int | None = Field(default=None, description="memory in use in the latest reading")
+    outside: list[dict[str, Any]] = Field(
+        default_factory=list, description="processes on it that no job holding it owns (pid, user, command)"
+    )
 
 
 class NodeOut(BaseModel):

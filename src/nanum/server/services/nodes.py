@@ -1,14 +1,16 @@
-"""Nodes as people see them: state, hardware, and which job and user hold each GPU."""
+"""Nodes as people see them: state, hardware, which job and user hold each GPU, its latest reading, and any
+process on it that no nanum job owns."""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from sqlalchemy import select
 
 from nanum.server.context import ServerContext
 from nanum.server.schemas import GpuOut, NodeOut, iso
-from nanum.store import AllocationRow, JobRow, NodeRow, UserRow
+from nanum.store import AllocationRow, JobRow, NodeLiveRow, NodeRow, UserRow
 
 
 def list_nodes(ctx: ServerContext) -> list[NodeOut]:
@@ -23,7 +25,25 @@ def list_nodes(ctx: ServerContext) -> list[NodeOut]:
                 .join(UserRow, UserRow.id == JobRow.user_id)
             )
         }
-    return [_node_out(n, holders, now, timeout) for n in nodes]
+        live = {r.node_id: r for r in s.scalars(select(NodeLiveRow).where(NodeLiveRow.time >= now - timeout))}
+    out = [_node_out(n, holders, now, timeout) for n in nodes]
+    for node, row in zip(nodes, out, strict=True):
+        if node.id in live and row.state != "down":
+            _readings(row, live[node.id].gpus)
+    return out
+
+
+def _readings(node: NodeOut, readings: list[dict[str, Any]]) -> None:
+    by_index = {int(r["index"]): r for r in readings}
+    for gpu in node.gpus:
+        found = by_index.get(gpu.index)
+        if found is not None:
+            gpu.util, gpu.memory_used_mb = found.get("util"), found.get("memory_mb")
+            gpu.outside = [
+                {k: p.get(k) for k in ("pid", "user", "command", "memory_mb")}
+                for p in found.get("processes", ())
+                if p.get("job_id") is None or p.get("job_id") != gpu.job_id
+            ]
 
 
 def _node_out(node: NodeRow, holders: dict[tuple[int, int], tuple[int, str]], now: float, timeout: float) -> NodeOut:
