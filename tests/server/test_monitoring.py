@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import socketserver
 import threading
 import time
 from collections.abc import Iterator
@@ -272,3 +273,61 @@ def test_the_grafana_dashboard_asks_only_for_metrics_nanum_exports(client: AsgiC
     dashboard = json.loads((Path(__file__).parents[2] / "deploy" / "grafana-dashboard.json").read_text())
     wanted = {m for p in dashboard["panels"] for t in p["targets"] for m in re.findall(r"nanum_[a-z_]+", t["expr"])}
     assert wanted and wanted <= exported, wanted - exported
+
+
+class Mailbox(socketserver.ThreadingTCPServer):
+    """A minimal real SMTP server on a local port: it keeps every message it is given."""
+
+    allow_reuse_address = True
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[list[str], str]] = []
+        box = self
+
+        class Session(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                rcpt: list[str] = []
+                self.wfile.write(b"220 test ESMTP\r\n")
+                while line := self.rfile.readline().decode():
+                    verb = line[:4].upper()
+                    if verb == "DATA":
+                        self.wfile.write(b"354 go on\r\n")
+                        body = []
+                        while (chunk := self.rfile.readline().decode()) != ".\r\n":
+                            body.append(chunk)
+                        box.messages.append((rcpt, "".join(body)))
+                        reply = b"250 queued\r\n"
+                    elif verb == "RCPT":
+                        rcpt.append(line.split(":", 1)[1].strip(" <>\r\n"))
+                        reply = b"250 ok\r\n"
+                    elif verb == "QUIT":
+                        self.wfile.write(b"221 bye\r\n")
+                        return
+                    else:
+                        reply = b"250 ok\r\n"
+                    self.wfile.write(reply)
+
+        super().__init__(("127.0.0.1", 0), Session)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+def test_the_owner_of_an_idle_job_gets_an_email(client: AsgiClient, node: MonitoredAgent) -> None:
+    mailbox = Mailbox()
+    try:
+        port = mailbox.server_address[1]
+        patch(client, "/monitoring/notify", {"smtp_host": "127.0.0.1", "smtp_port": port, "smtp_from": "gpus@lab"})
+        patch(client, "/monitoring/idle", {"batch_flag_s": 600})
+        r = client.request(
+            "PUT", "/api/v1/users/alice/contact", json={"email": "alice@lab.example"}, headers=auth(ADMIN)
+        )
+        assert r.status_code == 200, r.text
+        job_id = run_job(client, node, gpus=1)
+        idle_for(node, 700)
+        assert client.app.state.monitoring.notifier.flush()
+        [(to, message)] = mailbox.messages
+        assert to == ["alice@lab.example"]
+        assert f"Subject: nanum: job {job_id} (python) is idle" in message and "looks idle and is flagged" in message
+    finally:
+        mailbox.shutdown()
+        mailbox.server_close()
