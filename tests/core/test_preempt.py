@@ -33,9 +33,9 @@ def test_a_new_job_preempts_only_a_lower_class(victim_attained: float, expected:
 
 
 def test_service_received_in_this_run_counts() -> None:
-    # Started at t=0 with nothing received; at t=1000 it has 4,000 GPU-seconds: class 1 (over one GPU-hour).
+    # Started at t=0 with nothing received; at t=2000 it has 8,000 GPU-seconds: class 1 (over two GPU-hours).
     long = running(job(10, 4), {"n0": (0, 1, 2, 3)}, start=0.0)
-    d = schedule(snap(nodes(1), (job(1, 1),), (long,), now=1000.0), LAS)
+    d = schedule(snap(nodes(1), (job(1, 1),), (long,), now=2000.0), LAS)
     assert preempted(d) == [(10, 1)]
 
 
