@@ -9,7 +9,7 @@ counts them, so what `nanum ps` warns about is what the next cycle decides on.
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -99,16 +99,16 @@ def _load(ctx: ServerContext, now: float) -> dict[Key, Budget]:
         budgets: dict[Key, float] = {}
         for kind, row in (("lab", LabRow), ("user", UserRow)):
             query = select(row.name, row.monthly_gpu_hours).where(row.monthly_gpu_hours.is_not(None))
-            budgets.update({(kind, name): hours for name, hours in s.execute(query)})
+            budgets.update({(kind, name): float(hours or 0.0) for name, hours in s.execute(query)})
         if not budgets:
             return {}
         used = month_seconds(s, now)
     return {key: Budget(key[0], key[1], used[key] / 3600.0, budget) for key, budget in budgets.items()}
 
 
-def month_seconds(s: Session, now: float) -> Counter[Key]:
+def month_seconds(s: Session, now: float) -> defaultdict[Key, float]:
     """GPU-seconds of this month per (kind, name): charged runs plus the running jobs' time not charged yet."""
-    used: Counter[Key] = Counter()
+    used: defaultdict[Key, float] = defaultdict(float)
     for kind, name, seconds in s.execute(
         select(UsageRow.kind, UsageRow.name, UsageRow.gpu_seconds).where(UsageRow.month == month_of(now))
     ):

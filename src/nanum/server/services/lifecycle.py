@@ -138,7 +138,7 @@ def finalize(s: Session, job: JobRow, now: float, half_life: float = DEFAULT_HAL
     its last checkpoint is counted as lost."""
     outcome = OUTCOME[job.stop]
     lost = lost_work(job, now) if job.stop == "preempt" else 0.0
-    charge(s, job, now, half_life, outcome=SEGMENT_OUTCOME.get(job.stop, outcome), lost=lost)
+    charge(s, job, now, half_life, outcome=SEGMENT_OUTCOME.get(job.stop or "", outcome), lost=lost)
     if outcome == "pending":
         what = "lost its node"
         if job.stop == "preempt":

@@ -29,6 +29,7 @@ from nanum.server.services.lifecycle import month_end, month_start
 from nanum.store import JobRow, LabRow, SegmentRow, UserRow
 
 DAY = 86400.0
+Query = Select[*tuple[Any, ...]]
 GROUPS = ("day", "user", "lab")
 
 
@@ -165,7 +166,7 @@ def _split(piece: Piece, win: Window, by: str) -> list[tuple[str, float, float]]
         start = cut
 
 
-def _segments(win: Window) -> Select[Any]:
+def _segments(win: Window) -> Query:
     return (
         select(
             SegmentRow.job_id,
@@ -183,7 +184,7 @@ def _segments(win: Window) -> Select[Any]:
     )
 
 
-def _running_query() -> Select[Any]:
+def _running_query() -> Query:
     return (
         select(
             JobRow.id,
@@ -202,7 +203,7 @@ def _running_query() -> Select[Any]:
     )
 
 
-def _filter(query: Select[Any], lab: str | None, user: str | None) -> Select[Any]:
+def _filter(query: Query, lab: str | None, user: str | None) -> Query:
     if lab:
         query = query.where(LabRow.name == lab)
     if user:
