@@ -262,3 +262,15 @@ def test_fair_share_usage_decays_with_the_servers_half_life(ctx: ServerContext) 
         lifecycle.charge(s, job_row, now, 10.0, outcome="completed")  # half-life 10 s: 100 then counts 50
         assert lab.decayed_usage == pytest.approx(50.0 + 3.0)
         assert lab.decayed_at == now
+
+
+def test_a_job_that_must_not_be_preempted_never_borrows_and_says_what_would_help(
+        client: AsgiClient, agent: FakeAgent) -> None:
+    reclaim_setup(client)
+    firm = submit(client, BOB, lab="nlp", gpus=1, preemptible=False)
+    loose = submit(client, BOB, lab="nlp", gpus=1)
+    tick(client)
+    waiting = job(client, firm["id"])
+    assert waiting["state"] == "pending" and waiting["reason_code"] == "lab_limit"
+    assert "never borrows" in str(waiting["reason"]) and "without it" in str(waiting["hint"])
+    assert job(client, loose["id"])["borrowing"] is True
