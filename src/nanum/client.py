@@ -398,6 +398,33 @@ class Client:
         """Tell the server a running job has just saved its state (a preemption then loses only later work)."""
         return self._call("POST", f"/jobs/{job_id}/checkpoint").json()  # type: ignore[no-any-return]
 
+    # -- monitoring -----------------------------------------------------------------------------------------
+
+    def job_usage(self, job_id: int) -> dict[str, Any]:
+        """A job's GPU use: utilisation now and on average, idle state, timeline, efficiency summary once ended."""
+        return self._call("GET", f"/jobs/{job_id}/usage").json()  # type: ignore[no-any-return]
+
+    def idle_policy(self, lab: str | None = None) -> dict[str, Any]:
+        """The idle policy in force (the server's, or a lab's) and the fields that layer sets itself."""
+        return self._call("GET", f"/labs/{lab}/idle" if lab else "/monitoring/idle").json()  # type: ignore[no-any-return]
+
+    def set_idle_policy(self, changes: dict[str, Any], lab: str | None = None) -> dict[str, Any]:
+        """Change idle thresholds or windows (seconds; None: never; "inherit": the layer below) (admin)."""
+        path = f"/labs/{lab}/idle" if lab else "/monitoring/idle"
+        return self._call("PATCH", path, json=changes).json()  # type: ignore[no-any-return]
+
+    def notify_settings(self) -> dict[str, Any]:
+        return self._call("GET", "/monitoring/notify").json()  # type: ignore[no-any-return]
+
+    def set_notify(self, **settings: Any) -> dict[str, Any]:
+        """Webhook URL, dashboard URL and SMTP settings for notices about idle jobs (admin)."""
+        return self._call("PATCH", "/monitoring/notify", json=settings).json()  # type: ignore[no-any-return]
+
+    def set_contact(self, user: str, email: str | None = None, webhook: str | None = None) -> dict[str, Any]:
+        """Where `user` hears about their jobs (themselves, or anyone as an admin)."""
+        body = {"email": email, "webhook": webhook}
+        return self._call("PUT", f"/users/{user}/contact", json=body).json()  # type: ignore[no-any-return]
+
     # -- plumbing -------------------------------------------------------------------------------------------
 
     def _call(

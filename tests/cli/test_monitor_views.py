@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
+from nanum.cli.common import UsageProblem
 from nanum.cli.monitor_views import holder_text, idle_text, usage_lines, util_text
+from nanum.cli.monitoring import policy_lines, window
 from nanum.cli.views import ps_rows, show_lines
 from tests.cli.fakeapi import job
 
@@ -46,3 +50,21 @@ def test_nodes_columns_show_use_and_strangers() -> None:
     assert util_text(stranger) == "61%" and util_text({}) == ""
     assert holder_text(stranger) == "outside nanum: pid 4242 mallory"
     assert holder_text({"user": "alice", "outside": []}) == "alice"
+
+
+def test_idle_windows_on_the_command_line() -> None:
+    assert window("30m", "--batch-flag") == 1800.0 and window("2h", "--x") == 7200.0
+    assert window("never", "--x") is None and window("inherit", "--x") == "inherit"
+    with pytest.raises(UsageProblem, match="--batch-flag: cannot read 'soon'"):
+        window("soon", "--batch-flag")
+
+
+def test_idle_show_marks_what_a_layer_sets_itself() -> None:
+    found = {"lab": "vision", "policy": {"util_percent": 5.0, "batch_flag_s": 600.0, "batch_release_s": None},
+             "overrides": {"batch_flag_s": 600}}  # fmt: skip
+    assert policy_lines(found) == [
+        "Idle policy of lab vision (* set here; the rest follows the defaults or the server):",
+        "util_percent         5",
+        "batch_flag           10m *",
+        "batch_release        never",
+    ]

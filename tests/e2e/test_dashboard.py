@@ -194,7 +194,7 @@ def test_a_gpu_used_outside_nanum_is_shown_and_not_handed_out(
 
 
 def test_an_idle_job_is_flagged_on_the_dashboard(browser: Browser, cluster: Cluster, workdir: Path) -> None:
-    cluster.api("PATCH", "/monitoring/idle", {"batch_flag_s": 2})
+    assert cluster.nanum("idle", "set", "--batch-flag", "2s").returncode == 0  # the admin's command line
     try:
         lazy = cluster.submit("alice", "-J", "waits-for-data", "-e", "NANUM_SIM_UTIL=0", "--", "sleep", "300",
                               cwd=workdir)  # fmt: skip
@@ -214,7 +214,7 @@ def test_an_idle_job_is_flagged_on_the_dashboard(browser: Browser, cluster: Clus
         shot(page, "job-idle")
         page.close()
     finally:
-        cluster.api("PATCH", "/monitoring/idle", {"batch_flag_s": "inherit"})
+        cluster.nanum("idle", "set", "--batch-flag", "inherit")
 
 
 def test_every_other_page(browser: Browser, cluster: Cluster, workdir: Path) -> None:
