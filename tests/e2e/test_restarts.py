@@ -43,7 +43,10 @@ def kill_agents(cluster: Cluster) -> None:
 def test_kill_9_of_the_server_mid_job_loses_nothing(own_cluster: Cluster, workdir: Path) -> None:
     job_id = running_job(own_cluster, workdir)
     own_cluster.kill(signal.SIGKILL)
-    time.sleep(1)  # the job keeps running while no server is there
+    deadline = time.monotonic() + 10
+    while own_cluster.agent_pids() and time.monotonic() < deadline:
+        time.sleep(0.2)  # the job keeps running while no server is there
+    assert not own_cluster.agent_pids(), "the agent of a killed `nanum up` should stop by itself"
     own_cluster.start()
     finishes_with_its_exit_code(own_cluster, job_id, workdir)
 

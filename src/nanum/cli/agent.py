@@ -103,9 +103,27 @@ def agent(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, runner.stop)
-        await runner.run()
+        watch = asyncio.create_task(_stop_with_parent(runner))
+        try:
+            await runner.run()
+        finally:
+            watch.cancel()
 
     try:
         asyncio.run(main())
     except AgentError as exc:
         fail(str(exc))
+
+
+async def _stop_with_parent(runner: object) -> None:
+    """The agent that `nanum up` starts stops when `nanum up` dies, even by SIGKILL: the next `nanum up` starts its
+    own. Its jobs keep running and are re-adopted. `NANUM_AGENT_PARENT` names the pid to outlive no longer."""
+    import asyncio
+    import os
+
+    parent = os.environ.get("NANUM_AGENT_PARENT")
+    if not parent or not parent.isdigit():
+        return
+    while os.getppid() == int(parent):
+        await asyncio.sleep(0.5)
+    runner.stop()  # type: ignore[attr-defined]

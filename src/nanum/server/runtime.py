@@ -242,7 +242,8 @@ class AgentSupervisor:
         ]
         if simulate:
             self.argv += ["--simulate-gpus", simulate]
-        self.env = {**os.environ, "NANUM_NODE_TOKEN": token}  # not on the command line, where anyone could read it
+        # The token is not on the command line, where anyone could read it; the agent stops if we die.
+        self.env = {**os.environ, "NANUM_NODE_TOKEN": token, "NANUM_AGENT_PARENT": str(os.getpid())}
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopping = False
 
