@@ -42,7 +42,7 @@ class ClassOrder(Protocol):
 
 def attained(run: Running, now: float) -> float:
     """GPU-seconds a running job has received: its earlier runs plus this one so far."""
-    return run.job.attained_gpu_seconds + max(now - run.start_time, 0.0) * run.gpus
+    return run.job.attained_gpu_seconds + max(now - run.start_time, 0.0) * run.job.total_gpus
 
 
 def may_preempt(job: Job, victim: Running) -> bool:
@@ -53,4 +53,4 @@ def may_preempt(job: Job, victim: Running) -> bool:
 def class_victim_key(level: int, run: Running) -> tuple[float, ...]:
     """Cheapest victims first; see the module docstring."""
     saved = max(run.start_time, run.last_checkpoint or run.start_time)
-    return (-level, -saved, run.gpus, -run.job.id)
+    return (-level, -saved, run.job.total_gpus, -run.job.id)

@@ -15,6 +15,7 @@ A partition is the whole cluster when owners lend their idle GPUs, else each lab
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import cast
@@ -99,6 +100,7 @@ class _Cycle:
         self._reclaimable: tuple[list[Running], dict[int, int]] | None = None
         self._levels: dict[JobId, int] = {}
         self._by_lab: dict[str, list[Running]] | None = None
+        self._ranked: dict[str, list[tuple[int, Running]]] = {}
         self._lower: dict[tuple[object, ...], tuple[list[Running], dict[int, int]]] = {}
         self._no_preempt: set[tuple[object, ...]] = set()
 
@@ -375,14 +377,18 @@ class _Cycle:
         key = (level, job.lab)
         hit = self._lower.get(key)
         if hit is None:
-            if self._by_lab is None:
-                self._by_lab = {}
-                for r in self.snap.running:
-                    self._by_lab.setdefault(r.job.lab, []).append(r)
-            mine = self._by_lab.get(job.lab, [])
-            others = (r for lab, runs in self._by_lab.items() if lab != job.lab for r in runs if r.borrowing)
-            runs = sorted((r for r in (*mine, *others) if may_preempt(job, r) and self._level(r) > level),
-                          key=lambda r: class_victim_key(self._level(r), r))
+            ranked = self._ranked.get(job.lab)
+            if ranked is None:  # every job this lab may preempt, lowest class first (a prefix per class)
+                if self._by_lab is None:
+                    self._by_lab = {}
+                    for r in self.snap.running:
+                        self._by_lab.setdefault(r.job.lab, []).append(r)
+                mine = self._by_lab.get(job.lab, [])
+                others = (r for lab, runs in self._by_lab.items() if lab != job.lab for r in runs if r.borrowing)
+                ranked = self._ranked[job.lab] = sorted(
+                    ((self._level(r), r) for r in (*mine, *others) if may_preempt(job, r)),
+                    key=lambda lr: class_victim_key(*lr))
+            runs = [r for lv, r in itertools.takewhile(lambda lr: lr[0] > level, ranked)]
             hit = self._lower[key] = (runs, self._reach(runs))
         return hit
 
