@@ -80,7 +80,15 @@ def priority_factors(job: Job, ctx: OrderContext) -> dict[str, float]:
 
 
 def priority_score(job: Job, ctx: OrderContext) -> float:
-    return sum(PRIORITY_WEIGHTS[k] * v for k, v in priority_factors(job, ctx).items())
+    """The weighted sum of `priority_factors`, written out: it is computed for every pending job every cycle."""
+    w = PRIORITY_WEIGHTS
+    size = min(job.gpus * job.nodes / ctx.total_gpus, 1.0) if ctx.total_gpus else 0.0
+    return (
+        w["age"] * min(max(ctx.now - job.submit_time, 0.0) / MAX_AGE, 1.0)
+        + w["fairshare"] * ctx.lab_factor(job.lab)
+        + w["priority"] * min(max(job.priority, 0), 100) / 100.0
+        + w["size"] * size
+    )
 
 
 class Priority:

@@ -95,6 +95,8 @@ class _Cycle:
         self._never: dict[tuple[object, ...], int] = self.state.static.setdefault("could_fit", {})
         self._never_any: dict[tuple[object, ...], bool] = self.state.static.setdefault("never_fits", {})
         self._room: dict[tuple[object, ...], str] = {}
+        self._shapes: dict[tuple[object, ...], tuple[Keys, bool]] = {}
+        self._runtimes: dict[JobId, float | None] = {}
         self._no_reclaim: set[tuple[object, ...]] = set()
         self._fit: dict[tuple[object, ...], tuple[Placement, ...] | None] = {}
         self._reclaimable: tuple[list[Running], dict[int, int]] | None = None
@@ -107,8 +109,10 @@ class _Cycle:
     # -- the per-job steps -------------------------------------------------------------------------------------
 
     def consider(self, job: Job, pos: int, *, borrowing: bool) -> bool:
-        """Start, reclaim for, or explain `job`. Returns False only when pass one defers it as a borrower."""
-        borrows = would_borrow(job, self.usage, self.snap.labs)
+        """Start, reclaim for, or explain `job`. Returns False only when pass one defers it as a borrower.
+
+        In pass two (`borrowing`) the job is known to borrow: its lab's usage has only grown since pass one."""
+        borrows = borrowing or would_borrow(job, self.usage, self.snap.labs)
         if borrows and not borrowing:
             return False
         if (job.lab in self.limited or job.user in self.limited) and (
@@ -120,15 +124,15 @@ class _Cycle:
             return self._wait(job, Reason(Code.LAB_LIMIT, (
                 f"lab {job.lab} is at its guarantee of {lab.guaranteed_gpus} GPUs "
                 f"({self.usage.lab_gpus[job.lab]} in use); a job that must not be preempted never borrows")))
-        keys = self._keys(job)
-        if self._never_fits(job, keys):
+        keys, never = self._shape(job)
+        if never:
             never = impossible(job, self.snap.nodes, self.snap.labs, self.policy.lend)
             return self._wait(job, never or Reason(Code.NODE_DOWN, "every node that could run it is down or draining"))
         part_key = self._partition(job)
         part = self.partitions.get(part_key)
         if part is None:
             part = self.partitions[part_key] = _Partition()
-        placement = self._try_place(job, keys, part)
+        placement, fits_now = self._try_place(job, keys, part)
         if placement is not None:
             self._start(job, placement, borrows, part)
             return True
@@ -136,22 +140,29 @@ class _Cycle:
             return True
         if self.policy.preempt and self._preempt_lower(job, keys):
             return True
-        return self._blocked(job, keys, part, pos)
+        return self._blocked(job, keys, part, pos, fits_now)
 
-    def _try_place(self, job: Job, keys: Keys, part: _Partition) -> tuple[Placement, ...] | None:
+    def _try_place(self, job: Job, keys: Keys, part: _Partition) -> tuple[tuple[Placement, ...] | None, bool]:
+        """Where `job` starts now (or None), and whether it would fit were it not for a reservation."""
         if part.head is None:
-            return self._place(job, keys)
+            found = self._place(job, keys)
+            return found, found is not None
         if not self.policy.backfill:
-            return None
+            return None, False
+        found = self._place(job, keys)
         head = part.reservations[0] if part.reservations else None
-        if head is None or (found := self._place(job, keys)) is None:
-            return None if head is not None else self._place(job, keys)
-        if not head.caps:
-            return found
-        runtime = expected_runtime(job, self.predictor)
+        if found is None or head is None or not head.caps:
+            return found, found is not None
+        runtime = self._runtime(job)
         if runtime is not None and self.snap.now + runtime <= head.start:
-            return found  # ends before the reservation: may use any free GPU
-        return self._place(job, keys, head.caps)
+            return found, True  # ends before the reservation: may use any free GPU
+        return self._place(job, keys, head.caps), True
+
+    def _runtime(self, job: Job) -> float | None:
+        """The planned run time of `job`, asked of the predictor once per cycle."""
+        if job.id not in self._runtimes:
+            self._runtimes[job.id] = expected_runtime(job, self.predictor)
+        return self._runtimes[job.id]
 
     def _place(self, job: Job, keys: Keys, caps: dict[int, int] | None = None) -> tuple[Placement, ...] | None:
         """The placement policy's answer, remembered until the free capacity next changes.
@@ -168,7 +179,7 @@ class _Cycle:
         for p in placements:
             self.state.take(p, job)
         self.usage.add(job)
-        runtime = expected_runtime(job, self.predictor)
+        runtime = self._runtime(job)
         end = None if runtime is None else self.snap.now + runtime
         head = part.reservations[0] if part.reservations else None
         if head is not None and (end is None or end > head.start):
@@ -187,7 +198,7 @@ class _Cycle:
 
     # -- blocked jobs: reservation, estimate, reason ----------------------------------------------------------
 
-    def _blocked(self, job: Job, keys: Keys, part: _Partition, pos: int) -> bool:
+    def _blocked(self, job: Job, keys: Keys, part: _Partition, pos: int, fits_now: bool) -> bool:
         now = self.snap.now
         ahead = "next in line" if pos == 0 else "1 job ahead" if pos == 1 else f"{pos} jobs ahead"
         first = part.head is None
@@ -203,7 +214,7 @@ class _Cycle:
             when = f"{'reserved to start' if first else 'expected to start'} in {_human(res.start - now)}"
             code = Code.RESERVED if first else Code.QUEUED
             return self._wait(job, Reason(code, f"{ahead}; {when} when {res.cause}"), res.start)
-        if not first and self.policy.backfill and self._place(job, keys) is not None:
+        if not first and self.policy.backfill and fits_now:
             head = part.reservations[0] if part.reservations else None
             when = f", reserved to start in {_human(head.start - now)}" if head else ""
             return self._wait(job, Reason(Code.BACKFILL, f"{ahead}; starting now would delay job {part.head}{when}"))
@@ -413,6 +424,15 @@ class _Cycle:
 
     def _partition(self, job: Job) -> str | None:
         return None if self.policy.lend or job.lab not in self.owners else job.lab
+
+    def _shape(self, job: Job) -> tuple[Keys, bool]:
+        """The buckets `job` may use and whether it can never fit there; one lookup per job, computed per shape."""
+        shape = (job.gpu_model, job.lab, job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels)
+        hit = self._shapes.get(shape)
+        if hit is None:
+            keys = self._keys(job)
+            hit = self._shapes[shape] = (keys, self._never_fits(job, keys))
+        return hit
 
     def _keys(self, job: Job) -> Keys:
         pools = None if self.policy.lend else (None, job.lab)
