@@ -126,8 +126,8 @@ class _Cycle:
                 f"({self.usage.lab_gpus[job.lab]} in use); a job that must not be preempted never borrows")))
         keys, never = self._shape(job)
         if never:
-            never = impossible(job, self.snap.nodes, self.snap.labs, self.policy.lend)
-            return self._wait(job, never or Reason(Code.NODE_DOWN, "every node that could run it is down or draining"))
+            why = impossible(job, self.snap.nodes, self.snap.labs, self.policy.lend)
+            return self._wait(job, why or Reason(Code.NODE_DOWN, "every node that could run it is down or draining"))
         part_key = self._partition(job)
         part = self.partitions.get(part_key)
         if part is None:
