@@ -16,6 +16,8 @@ run: $(STAMP)
 	$(BIN)/nanum up
 
 test: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy src/nanum/core
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
