@@ -73,9 +73,12 @@ def test_a_simulated_process_outside_nanum_is_reported_while_it_lives(
     assert proc.pid == stray.pid and proc.job_id is None and proc.memory_mb == 5000
     assert proc.command == "sleep 60" and proc.user
     assert gpus[3].util > 0 and gpus[1].processes == []  # pid 999999999 is not alive
+    assert monitor.strangers_changed  # news: the agent reports it at once
+    monitor.read([])
+    assert not monitor.strangers_changed
     stray.kill()
     stray.wait()
-    assert by_index(monitor.read([]))[3].processes == []
+    assert by_index(monitor.read([]))[3].processes == [] and monitor.strangers_changed
 
 
 def test_cpu_use_of_a_job_is_measured(executor: Executor, state_dir: Path) -> None:

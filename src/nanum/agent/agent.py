@@ -15,7 +15,8 @@ at a time may use a state directory (an flock on STATE/agent.lock).
 
 Every `sample_interval_s` the monitor (`nanum.agent.monitor`) reads the GPUs and jobs; readings ride on the
 next heartbeat and are kept until a reply arrives. While jobs run the server holds a heartbeat at most one
-sample interval, so their readings reach it within two.
+sample interval, so their readings reach it within two; a process outside nanum appearing on a GPU, or leaving
+it, is reported at once.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ class Agent:
         self.executor = Executor(
             self.config.state_dir, self.config.name, on_change=lambda: loop.call_soon_threadsafe(wake.set)
         )
-        sampling = asyncio.create_task(self.monitor.run(self._job_views), name="nanum-monitor")
+        sampling = asyncio.create_task(self.monitor.run(self._job_views, wake.set), name="nanum-monitor")
         try:
             async with httpx.AsyncClient(base_url=self.config.server.rstrip("/"), headers=self._headers()) as client:
                 await self._loop_rounds(client)

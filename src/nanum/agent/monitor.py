@@ -290,6 +290,9 @@ class Monitor:
         self.jobs = JobReader()
         self._pending: list[Sample] = []
         self._lock = threading.Lock()
+        self._strangers: set[tuple[int, int]] = set()
+        #: Whether the last reading found processes outside nanum come or go (news for the scheduler).
+        self.strangers_changed = False
 
     def read(self, jobs: Sequence[JobView], now: float | None = None) -> Sample:
         """One sample, kept for the next heartbeat."""
@@ -297,6 +300,8 @@ class Monitor:
         job_samples, owners = self.jobs.read(jobs, now)
         gpus = self.sampler.read(jobs, owners, now) if self.sampler is not None else []
         sample = Sample(time=now, gpus=gpus, jobs=job_samples)
+        strangers = {(g.index, p.pid) for g in gpus for p in g.processes if p.job_id is None}
+        self.strangers_changed, self._strangers = strangers != self._strangers, strangers
         with self._lock:
             self._pending = [*self._pending, sample][-self.max_pending :]
         return sample
@@ -311,16 +316,17 @@ class Monitor:
         with self._lock:
             self._pending = [s for s in self._pending if id(s) not in carried]
 
-    async def run(self, jobs: Callable[[], Sequence[JobView]], on_sample: Callable[[], None] | None = None) -> None:
-        """Sample until cancelled; call `on_sample` (if given) after each one."""
+    async def run(self, jobs: Callable[[], Sequence[JobView]], on_news: Callable[[], None] | None = None) -> None:
+        """Sample until cancelled; call `on_news` (if given) when processes outside nanum came or went, so the
+        agent reports them at once (the GPUs they use must not be handed out, or may be again)."""
         if self.sampler is None:
             return
         try:
             while True:
                 try:
                     await asyncio.to_thread(self.read, jobs())
-                    if on_sample is not None:
-                        on_sample()
+                    if self.strangers_changed and on_news is not None:
+                        on_news()
                 except Exception:
                     log.exception("reading the GPUs failed; trying again")
                 await asyncio.sleep(self.interval_s)
