@@ -29,7 +29,7 @@ def hints(t: Tally, *, gpus: int = 1, cpus: int = 4, model: str = "A100", memory
     [
         pytest.param(tally(10, util=95, memory=60000, cpu=350), {}, [], id="healthy"),
         pytest.param(tally(10, util=20, memory=60000, cpu=350), {}, ["input-bound"], id="input-bound"),
-        pytest.param(tally(10, util=20, memory=60000, cpu=100), {}, [], id="low-util-idle-cpus-not-input-bound"),
+        pytest.param(tally(10, util=20, memory=60000, cpu=100), {}, ["underused"], id="low-util-quiet-cpus"),
         pytest.param(tally(10, util=20, memory=60000, cpu=80), {"cpus": 0}, ["input-bound"], id="no-cpus-reserved"),
         pytest.param(tally(10, util=95, memory=9000, cpu=10), {}, ["smaller GPU would do"], id="smaller-gpu"),
         pytest.param(

@@ -9,7 +9,8 @@ which the job was idle, and hints:
   workers, more CPUs or faster storage should help;
 - *smaller GPU*: peak memory on any one GPU used less than half of it, and a smaller model in this cluster
   holds that peak with 25 % to spare;
-- *mostly idle*: idle in at least half of the readings.
+- *mostly idle*: idle in at least half of the readings;
+- *underused*: otherwise, the GPUs averaged under 30 % (a larger batch, or fewer GPUs, would use them better).
 
 Example: 8 readings on an 80 GiB A100 at 20 % utilisation, 9 GiB peak, 3.5 cores busy of 4 reserved, in a
 cluster that also has 24 GiB L4s → input-bound, and "an L4 (24 GiB) would hold its peak".
@@ -28,6 +29,7 @@ BUSY_CPU_SHARE = 0.75
 SMALLER_GPU_SHARE = 0.5
 HEADROOM = 1.25
 MOSTLY_IDLE = 0.5
+UNDERUSED_UTIL = 30.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,6 +98,8 @@ def summarize(
         )
         if h
     ]
+    if not any(h.startswith(("input-bound", "mostly idle")) for h in hints) and (low := _underused(tally, gpus)):
+        hints.append(low)
     return {
         "readings": tally.readings,
         "gpu_util_avg": round(tally.util_avg, 1),
@@ -138,6 +142,16 @@ def _mostly_idle(tally: Tally) -> str | None:
     if tally.idle_share < MOSTLY_IDLE:
         return None
     return f"mostly idle: the GPUs did nothing in {tally.idle_share:.0%} of the readings"
+
+
+def _underused(tally: Tally, gpus: int) -> str | None:
+    if tally.util_avg >= UNDERUSED_UTIL:
+        return None
+    fewer = " or fewer GPUs" if gpus > 1 else ""
+    return (
+        f"underused: the GPUs averaged {tally.util_avg:.0f}% (peak {tally.util_peak:.0f}%); a larger batch{fewer} "
+        "would use them better"
+    )
 
 
 def _gib(mb: float) -> str:
