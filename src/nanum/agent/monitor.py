@@ -87,7 +87,9 @@ class NvmlSampler:
 
     def __init__(self, nvml: Any = None) -> None:
         if nvml is None:
-            import pynvml as nvml
+            import pynvml
+
+            nvml = pynvml
         self.nvml = nvml
         nvml.nvmlInit()
         self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]

@@ -16,7 +16,7 @@ the scheduler's cycle time is observed by the scheduling server as it ticks. Met
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
@@ -134,7 +134,7 @@ def _wait_query() -> Any:
     )
 
 
-def _wait_histogram(rows: list[Any]) -> HistogramMetricFamily:
+def _wait_histogram(rows: Sequence[Any]) -> HistogramMetricFamily:
     family = HistogramMetricFamily(
         "nanum_job_wait_seconds", "Time jobs waited in the queue before they started", labels=["lab"]
     )

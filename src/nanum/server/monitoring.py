@@ -113,4 +113,4 @@ def _wrap_lifespan(app: FastAPI, found: Monitoring, run_upkeep: bool) -> None:
                         await task
                 await asyncio.to_thread(found.close)
 
-    app.router.lifespan_context = lifespan
+    app.router.lifespan_context = lifespan  # type: ignore[assignment]

@@ -119,10 +119,8 @@ def prune(ctx: ServerContext, now: float, retention: Retention) -> int:
     with ctx.db.write() as s:
         total = 0
         for res in (0, 60, 3600):
-            gone = s.execute(
-                delete(GpuSampleRow).where(GpuSampleRow.res == res, GpuSampleRow.at < now - retention.keep(res))
-            )
-            total += gone.rowcount or 0
+            stale = delete(GpuSampleRow).where(GpuSampleRow.res == res, GpuSampleRow.at < now - retention.keep(res))
+            total += s.connection().execute(stale).rowcount or 0
         return total
 
 

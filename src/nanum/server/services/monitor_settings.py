@@ -68,7 +68,7 @@ def lab_key(lab_id: int) -> str:
 def policies(s: Session) -> tuple[IdlePolicy, dict[int, IdlePolicy]]:
     """The server's idle policy and each lab's that differs from it."""
     rows = s.execute(select(MonitorSettingRow.key, MonitorSettingRow.value).where(MonitorSettingRow.key.like("idle%")))
-    layers = dict(rows.all())
+    layers: dict[str, Any] = {key: value for key, value in rows}
     server = _merge(IdlePolicy(), layers.get(IDLE))
     labs = {int(k.rsplit(".", 1)[1]): _merge(server, v) for k, v in layers.items() if k.startswith("idle.lab.")}
     return server, labs

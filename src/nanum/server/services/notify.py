@@ -13,6 +13,7 @@ import queue
 import smtplib
 import threading
 import urllib.request
+from collections.abc import Mapping
 from email.message import EmailMessage
 
 from nanum.server.context import ServerContext
@@ -86,7 +87,7 @@ class Notifier:
             self.sent += 1
 
 
-def _post(url: str, payload: dict[str, object]) -> None:
+def _post(url: str, payload: Mapping[str, object]) -> None:
     request = urllib.request.Request(
         url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
     )
