@@ -31,7 +31,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from datetime import UTC, datetime
 
 __all__ = ["IdlePolicy", "IdleState", "PolicyError", "Reading", "Stage", "Step", "StepKind", "observe"]
 
@@ -170,7 +169,7 @@ def _activity(state: IdleState, reading: Reading, policy: IdlePolicy) -> str | N
     if reading.cpu_percent > policy.cpu_percent:
         return f"CPU busy ({reading.cpu_percent:.0f}% of a core)"
     if reading.last_activity is not None and state.last_time is not None and reading.last_activity > state.last_time:
-        return f"notebook active at {_clock(reading.last_activity)}"
+        return f"notebook active {_before(reading.time - reading.last_activity)}"
     return None
 
 
@@ -183,7 +182,9 @@ def evidence(reading: Reading, state: IdleState, policy: IdlePolicy, idle_for: f
         f"GPU memory {_mib(reading.gpu_memory_mb)} in use, steady",
         f"CPU {reading.cpu_percent:.0f}% of a core",
         "process alive",
-        f"last notebook activity {_clock(activity)}" if activity is not None else "no notebook activity seen",
+        f"last notebook activity {_before(reading.time - activity)}"
+        if activity is not None
+        else "no notebook activity seen",
     ]
     return "; ".join(parts)
 
@@ -200,8 +201,8 @@ def _mib(mb: int) -> str:
     return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{mb} MiB"
 
 
-def _clock(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
+def _before(seconds: float) -> str:
+    return "at this reading" if seconds < 1 else f"{duration(seconds)} before this reading"
 
 
 def _latest(a: float | None, b: float | None) -> float | None:
