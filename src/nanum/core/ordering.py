@@ -79,15 +79,18 @@ def priority_factors(job: Job, ctx: OrderContext) -> dict[str, float]:
     }
 
 
+_W_AGE, _W_FS, _W_PRIO, _W_SIZE = (PRIORITY_WEIGHTS[k] for k in ("age", "fairshare", "priority", "size"))
+
+
 def priority_score(job: Job, ctx: OrderContext) -> float:
     """The weighted sum of `priority_factors`, written out: it is computed for every pending job every cycle."""
-    w = PRIORITY_WEIGHTS
     size = min(job.gpus * job.nodes / ctx.total_gpus, 1.0) if ctx.total_gpus else 0.0
+    age = ctx.now - job.submit_time
     return (
-        w["age"] * min(max(ctx.now - job.submit_time, 0.0) / MAX_AGE, 1.0)
-        + w["fairshare"] * ctx.lab_factor(job.lab)
-        + w["priority"] * min(max(job.priority, 0), 100) / 100.0
-        + w["size"] * size
+        _W_AGE * (0.0 if age <= 0 else 1.0 if age >= MAX_AGE else age / MAX_AGE)
+        + _W_FS * ctx.lab_factor(job.lab)
+        + _W_PRIO * min(max(job.priority, 0), 100) / 100.0
+        + _W_SIZE * size
     )
 
 

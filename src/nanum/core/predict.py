@@ -29,6 +29,7 @@ class HistoryPredictor:
         self._window = window
         self._runs: dict[Hashable, deque[float]] = {}
         self._sums: dict[Hashable, float] = {}
+        self._memo: dict[tuple[str, str, str, int], float | None] = {}  # forgotten at every observation
 
     @staticmethod
     def _keys(job: Job) -> tuple[Hashable, ...]:
@@ -41,6 +42,7 @@ class HistoryPredictor:
 
     def observe(self, job: Job, run_time: float) -> None:
         """Learn that `job` ran for `run_time` seconds (to completion, not cut short by preemption)."""
+        self._memo.clear()
         for key in set(self._keys(job)):
             runs = self._runs.setdefault(key, deque())
             runs.append(run_time)
@@ -49,11 +51,17 @@ class HistoryPredictor:
                 self._sums[key] -= runs.popleft()
 
     def predict(self, job: Job) -> float | None:
+        memo_key = (job.user, job.name, job.lab, job.gpus)
+        if memo_key in self._memo:
+            return self._memo[memo_key]
+        found = None
         for key in self._keys(job):
             runs = self._runs.get(key)
             if runs:
-                return self._sums[key] / len(runs)
-        return None
+                found = self._sums[key] / len(runs)
+                break
+        self._memo[memo_key] = found
+        return found
 
 
 def expected_runtime(job: Job, predictor: Predictor | None) -> float | None:
