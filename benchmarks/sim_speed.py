@@ -23,9 +23,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "traces"
 PHILLY = SHARED / "philly-pollux" / "philly.csv.gz"
-POLICIES = ("fifo+nobackfill", "fifo+backfill", "las+backfill+preempt", "fairshare+backfill", "shortest+backfill")
+POLICIES = ("fifo+nobackfill", "fifo+backfill", "fairshare+backfill", "shortest+backfill", "las+backfill+preempt")
 CLUSTERS = {"pooled": "philly-pooled.toml", "partitioned": "philly-partitioned.toml"}
-PEER_SECONDS = {"fifo+nobackfill": 172.0}
+PEER_SECONDS = {"fifo+nobackfill": 172.0, "las+backfill+preempt": 172.0}  # peer: FIFO 172 s (oracle SRTF 694 s)
 
 
 def replay(trace: list[Any], cluster: str, policy: str) -> dict[str, Any]:
@@ -41,7 +41,6 @@ def replay(trace: list[Any], cluster: str, policy: str) -> dict[str, Any]:
 
 
 def main() -> int:
-    from nanum.core.policy import DEFAULT_ORDER  # noqa: F401  (the lead's default lives in the core)
     from nanum.sim import Filter, ImportOptions, import_trace
     from nanum.sim.importers import parse_time
 

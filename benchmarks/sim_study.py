@@ -29,6 +29,7 @@ ORACLE = ("shortest+nobackfill", "shortest+backfill")  # true run times: the pee
 SETUPS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "philly-partitioned": ("philly-helios", "philly-partitioned.toml", ORACLE),
     "philly-pooled": ("philly-helios", "philly-pooled.toml", ()),
+    "philly-pooled-half": ("philly-helios", "philly-pooled-half.toml", ()),
     "itp-cluster02": ("itp02", "itp-cluster02.toml", ()),
     "itp-cluster06": ("itp06", "itp-cluster06.toml", ()),
     "itp-cluster04": ("itp04", "itp-cluster04.toml", ()),
@@ -61,12 +62,13 @@ def _helios_vcs() -> list[str]:
 def run_setup(setup: str, jobs: list[Any], out: Path) -> list[dict[str, Any]]:
     from nanum.core import Policy
     from nanum.sim import SimOptions, parse_cluster, simulate
-    from nanum.sim.metrics import jct, summarize
+    from nanum.sim.metrics import jct, queue_delay, summarize
+    from nanum.sim.plots import binned, plot_cdfs, plot_series
     from nanum.sim.report import write_run
 
     _, cluster_file, oracle = SETUPS[setup]
     spec = parse_cluster(str(ROOT / "examples" / cluster_file))
-    summaries, cdfs = [], {}
+    summaries, cdfs, delays, queues = [], {}, {}, {}
     runs = [(p, "history") for p in POLICIES] + [(p, "oracle") for p in oracle]
     for text, predictor in runs:
         label = text if predictor == "history" else f"{text} (oracle)"
@@ -77,11 +79,15 @@ def run_setup(setup: str, jobs: list[Any], out: Path) -> list[dict[str, Any]]:
         summaries.append(summary)
         if predictor == "history":
             cdfs[label] = [jct(j) for j in result.jobs if j.end is not None]
+            delays[label] = [queue_delay(j) for j in result.jobs if j.end is not None]
+        if label in ("fifo+nobackfill", "fifo+backfill", DEFAULT):
+            queues[label] = binned(result.series, 2)
         print(f"{setup:20} {label:34} avg JCT {summary['jct']['avg']:>9,.0f}  avg queue "
               f"{summary['queue_delay']['avg']:>8,.0f}  {summary['simulator']['wall_seconds']:>6.1f} s", flush=True)
-    from nanum.sim.plots import plot_cdfs
-
     plot_cdfs(cdfs, IMG / f"{setup}-jct-cdf.png", f"JCT CDF: {setup} ({len(jobs):,} jobs)")
+    plot_cdfs(delays, IMG / f"{setup}-queue-cdf.png", f"Queueing delay CDF: {setup} (0 s drawn at 1 s)",
+              "queueing delay (s)")
+    plot_series(queues, IMG / f"{setup}-queue-length.png", f"Pending jobs over time: {setup}", "pending jobs (mean)")
     return summaries
 
 

@@ -62,15 +62,15 @@ def plot_run(result: SimResult, summary: Mapping[str, Any], out: Path) -> list[P
     return paths
 
 
-def plot_cdfs(named: Mapping[str, Sequence[float]], path: Path, title: str) -> Path:
-    """CDFs of several JCT samples on a log time axis, one line each."""
+def plot_cdfs(named: Mapping[str, Sequence[float]], path: Path, title: str, xlabel: str = "JCT (s)") -> Path:
+    """CDFs of several samples of seconds on a log axis (values below 1 s drawn at 1 s), one line each."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, values in named.items():
         data = sorted(max(v, 1.0) for v in values)
         if data:
             ax.plot(data, [(i + 1) / len(data) for i in range(len(data))], lw=1.2, label=name)
-    ax.set(xscale="log", xlabel="JCT (s)", ylabel="fraction of jobs", ylim=(0, 1), title=title)
+    ax.set(xscale="log", xlabel=xlabel, ylabel="fraction of jobs", ylim=(0, 1), title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return _save(plt, fig, path)
@@ -80,7 +80,7 @@ def plot_bars(labels: Sequence[str], groups: Mapping[str, Sequence[float]], path
               ylabel: str, log: bool = False) -> Path:
     """Grouped bars: one group per label, one bar per series."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(labels) * len(groups)), 4))
+    fig, ax = plt.subplots(figsize=(min(14, max(7, 0.3 * len(labels) * len(groups))), 4.5))
     width = 0.8 / max(len(groups), 1)
     for k, (name, values) in enumerate(groups.items()):
         ax.bar([i + k * width for i in range(len(labels))], values, width, label=name)
@@ -90,6 +90,19 @@ def plot_bars(labels: Sequence[str], groups: Mapping[str, Sequence[float]], path
         ax.set_yscale("log")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
+    return _save(plt, fig, path)
+
+
+def plot_series(named: Mapping[str, tuple[Sequence[float], Sequence[float]]], path: Path, title: str,
+                ylabel: str) -> Path:
+    """Several (days, values) lines on one time axis."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    for name, (days, values) in named.items():
+        ax.plot(days, values, lw=0.8, label=name)
+    ax.set(xlabel="days since first submission", ylabel=ylabel, title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     return _save(plt, fig, path)
 
 
