@@ -98,3 +98,12 @@ def test_partitioned_labs_never_borrow(tmp_path: Path) -> None:
     times = {j.trace.job_id: (j.first_start, j.end) for j in result.jobs}
     assert times == {"J1": (0, 100), "J2": (100, 200), "J3": (40, 90)}
     assert summarize(result)["preemptions"] == 0
+
+
+def test_las_preempts_the_moment_a_new_job_arrives(tmp_path: Path) -> None:
+    # One 4-GPU node. L (4 GPUs) has received 4 × 3,600 GPU-seconds by t=3600: class 1 (over 2 GPU-hours).
+    # S (class 0) arrives then and preempts it at once; L, checkpointed at 3600, restarts when S ends (3700),
+    # pays 10 s and finishes its remaining 6,400 s at 10,110.
+    result, times = run("las.csv", "1x4", "las+backfill+preempt", tmp_path)
+    assert times == {"L": (0, 10110), "S": (3600, 3700)}
+    assert [(j.preemptions, j.lost) for j in result.jobs] == [(1, 10.0), (0, 0.0)]

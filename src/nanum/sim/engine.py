@@ -8,8 +8,9 @@ schedules the job's completion from its TRUE remaining run time (which only the 
 a job, keeps the work up to its last checkpoint, and puts it back in the queue with its original submit time.
 
 A cycle is skipped when it provably cannot start or preempt anything: nothing changed since the last cycle, or no
-pending job fits in the free GPUs its lab may use and no lab under its guarantee waits while others borrow. Orders
-that change with time alone (fair-share decay, priority age) are re-evaluated at every event.
+pending job fits in the free GPUs its lab may use, no lab under its guarantee waits while others borrow, and the
+policy does not preempt by class. Orders that change with time alone (fair-share decay, priority age) are
+re-evaluated at every event.
 """
 
 from __future__ import annotations
@@ -208,6 +209,8 @@ class Simulation:
     def _worth(self, t: float) -> bool:
         if not self.changed or not self.pending:
             return False
+        if self.policy.preempt and self.running:
+            return True  # a waiting job may preempt a lower class even when nothing is free
         total_free = sum(self.pool_free.values())
         for lab, sizes in self.sizes.items():
             if not sizes:
