@@ -107,3 +107,17 @@ def test_las_preempts_the_moment_a_new_job_arrives(tmp_path: Path) -> None:
     result, times = run("las.csv", "1x4", "las+backfill+preempt", tmp_path)
     assert times == {"L": (0, 10110), "S": (3600, 3700)}
     assert [(j.preemptions, j.lost) for j in result.jobs] == [(1, 10.0), (0, 0.0)]
+
+
+def test_victims_lose_least_work_by_their_real_checkpoints() -> None:
+    # Two 1-GPU nodes. V1 runs from 0, V2 from 100; both checkpoint every 1,800 s and are in class 1 by t=9000,
+    # when S arrives. V1 checkpointed at 9000 (loses nothing), V2 at 7300 (would lose 1,700 s): V1 is the victim.
+    from nanum.sim import TraceJob
+
+    trace = [TraceJob(job_id="V1", submit_time=0, duration=20000, num_gpus=1),
+             TraceJob(job_id="V2", submit_time=100, duration=20000, num_gpus=1),
+             TraceJob(job_id="S", submit_time=9000, duration=100, num_gpus=1)]
+    options = SimOptions(predictor="none", restart_cost=10.0, checkpoint_interval=1800.0)
+    result = simulate(trace, parse_cluster("2x1"), Policy.parse("las+backfill+preempt"), options)
+    got = {j.trace.job_id: (j.preemptions, j.lost, j.end) for j in result.jobs}
+    assert got == {"V1": (1, 10.0, 9100 + 10 + 11000), "V2": (0, 0.0, 20100), "S": (0, 0.0, 9100)}

@@ -129,7 +129,8 @@ class Simulation:
         self.sizes: dict[str, Counter[int]] = {}
         self.lab_used: Counter[str] = Counter()
         self.borrowers = 0
-        self.heap: list[tuple[float, int, int]] = []
+        self.heap: list[tuple[float, int, int]] = []  # (end, job, token): completions
+        self.checkpoints: list[tuple[float, int, int]] = []  # (time, job, token): next checkpoint of each run
         self.lab_meters = Meters(self.options.half_life)
         self.user_meters = Meters(self.options.half_life)
         self.calendar = Calendar()
@@ -191,6 +192,7 @@ class Simulation:
             if not self._worth(t):
                 return
             self.changed = False
+            self._checkpoint(t)
             decisions = self.decide(self._snapshot(t))
             self.result.cycles += 1
             self._apply(decisions, t)
@@ -218,30 +220,26 @@ class Simulation:
             free = total_free if self.policy.lend else self.pool_free[lab] + self.pool_free[None]
             if min(sizes) <= free:
                 return True
-        return self._may_reclaim(t)
+        return self._may_reclaim()
 
-    def _may_reclaim(self, t: float) -> bool:
+    def _may_reclaim(self) -> bool:
         if not (self.policy.lend and self.policy.reclaim and self.borrowers):
             return False
         for lab, sizes in self.sizes.items():
             guarantee = self.labs[lab].guaranteed_gpus
             if sizes and guarantee is not None and self.lab_used[lab] + min(sizes) <= guarantee:
-                self._refresh_checkpoints(t)
                 return True
         return False
 
-    def _refresh_checkpoints(self, t: float) -> None:
-        """Give borrowing runs their latest checkpoint, so reclaim picks the victims that lose least."""
-        every = self.options.checkpoint_interval
-        if every <= 0:
-            return
-        for idx, run in self.running.items():
-            if run.borrowing:
-                sj = self.jobs[idx]
-                begin = sj.run_start + sj.run_overhead
-                saved = (t - begin) // every * every
-                if saved > 0:
-                    self.running[idx] = replace(run, last_checkpoint=begin + saved)
+    def _checkpoint(self, t: float) -> None:
+        """Give running jobs the checkpoints they have taken by `t`, so victims are chosen by the work they lose."""
+        heap, every = self.checkpoints, self.options.checkpoint_interval
+        while heap and heap[0][0] <= t:
+            when, idx, token = heapq.heappop(heap)
+            run = self.running.get(idx)
+            if run is not None and self.jobs[idx].token == token:
+                self.running[idx] = replace(run, last_checkpoint=when)
+                heapq.heappush(heap, (when + every, idx, token))
 
     # -- snapshot ----------------------------------------------------------------------------------------------
 
@@ -301,6 +299,8 @@ class Simulation:
         sj.run_start, sj.run_overhead, sj.placements = t, overhead, s.placements
         sj.token += 1
         heapq.heappush(self.heap, (t + overhead + sj.work - sj.done, sj.index, sj.token))
+        if self.options.checkpoint_interval > 0:
+            heapq.heappush(self.checkpoints, (t + overhead + self.options.checkpoint_interval, sj.index, sj.token))
         self._account(sj, t, +1, s.borrowing)
 
     def _stop(self, sj: SimJob, t: float) -> Running:
