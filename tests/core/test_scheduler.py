@@ -228,3 +228,9 @@ def test_estimates_for_jobs_behind_the_head() -> None:
 def test_notebooks_are_jobs_too() -> None:
     d = schedule(snap(nodes(1), (job(1, kind=JobKind.NOTEBOOK),)), Policy())
     assert started(d) == [1]
+
+
+def test_the_default_policy_is_the_one_the_trace_study_chose() -> None:
+    default = Policy.default()
+    assert (default.order, default.placement, default.backfill, default.preempt) == ("las", "binpack", True, True)
+    assert Policy.parse(default.label) == default

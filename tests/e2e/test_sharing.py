@@ -140,7 +140,10 @@ def test_a_lab_at_its_budget_starts_nothing_new_until_an_admin_raises_it(labs: C
         assert job["state"] == "pending"
         assert job["reason"].startswith("lab vision has used its 0.003 GPU-hours for ")
         assert "nanum lab set vision --monthly-gpu-hours" in job["hint"]
-        assert job["budget_warning"].startswith("lab vision has used its 0.003 GPU-hours")
+        spent = "lab vision has used its 0.003 GPU-hours"
+        wait_until(  # the warning is refreshed with the usage figures, which may trail the reason under load
+            lambda: (cluster.job(refused)["budget_warning"] or "").startswith(spent),
+            timeout=10, what="the 100 % budget warning")
         ps = cluster.nanum("ps", user="carol").stdout
         assert "! lab vision has used its 0.003 GPU-hours" in ps
         shown = cluster.nanum("lab", "show", "vision", user="carol").stdout

@@ -10,7 +10,7 @@ from nanum.core.policy import Policy
 from nanum.store.db import sqlite_url
 
 #: The core's default policy, so the server schedules as the simulator does unless told otherwise.
-DEFAULT_POLICY = Policy().label
+DEFAULT_POLICY = Policy.default().label
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
