@@ -30,6 +30,10 @@ def _drive(policy: Policy, seed: int, steps: int = 120, swap_nodes_at: int | Non
             next_id += 1
         for jid in [j for j in live if rng.random() < 0.2]:
             del live[jid]
+        for jid in [j for j in live if rng.random() < 0.2]:  # a new object for the same run: a checkpoint
+            run = live[jid]
+            live[jid] = Running(job=run.job, placements=run.placements, start_time=run.start_time,
+                                expected_end=run.expected_end, borrowing=run.borrowing, last_checkpoint=now)
         if swap_nodes_at == step:
             nodes = tuple(node(n.name, 4, owner=n.owner) for n in nodes)  # same cluster, new objects
         snap = Snapshot(now=now, nodes=nodes, pending=tuple(pending.values()), running=tuple(live.values()),

@@ -102,10 +102,19 @@ class CycleCache:
             (state.release if took else state.take)(placement, job)
         current = dict(zip(map(id, running), running, strict=True))
         applied = self._applied
-        for key in applied.keys() - current.keys():  # the order does not matter: buckets are re-sorted below
-            if not self._release(state, applied[key]):
-                return False
+        gone = {applied[key].job.id: key for key in applied.keys() - current.keys()}
+        came = []
         for key in current.keys() - applied.keys():
+            old = gone.get(current[key].job.id)
+            if old is not None and _same_allocation(applied[old], current[key]):
+                del gone[current[key].job.id]  # a new object for the same run (a later checkpoint): nothing moves
+                self._ends[key] = self._ends.pop(old)
+            else:
+                came.append(key)
+        for old in gone.values():  # the order does not matter: buckets are re-sorted below
+            if not self._release(state, applied[old]):
+                return False
+        for key in came:
             if not self._take(state, current[key]):
                 return False
         self._applied = current
@@ -136,3 +145,9 @@ class CycleCache:
         for e in ends:
             bisect.insort(self._events, e)
         return True
+
+
+def _same_allocation(old: Running, new: Running) -> bool:
+    """Whether `new` holds exactly what `old` held, with the same expected end (only, say, its checkpoint moved)."""
+    return (old.placements == new.placements and old.expected_end == new.expected_end
+            and old.start_time == new.start_time and old.job == new.job)
