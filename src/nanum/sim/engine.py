@@ -19,7 +19,7 @@ import heapq
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from nanum.core import (
     CycleCache,
@@ -238,7 +238,9 @@ class Simulation:
             when, idx, token = heapq.heappop(heap)
             run = self.running.get(idx)
             if run is not None and self.jobs[idx].token == token:
-                self.running[idx] = replace(run, last_checkpoint=when)
+                self.running[idx] = Running(job=run.job, placements=run.placements, start_time=run.start_time,
+                                            expected_end=run.expected_end, borrowing=run.borrowing,
+                                            last_checkpoint=when)
                 heapq.heappush(heap, (when + every, idx, token))
 
     # -- snapshot ----------------------------------------------------------------------------------------------
