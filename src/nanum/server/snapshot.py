@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,6 +183,17 @@ def _uncharged(running: tuple[Running, ...], rows: Any, now: float) -> list[tupl
     return out
 
 
+def _uncharged_by(
+    running: tuple[Running, ...], rows: Any, now: float, owner: Callable[[Running], str]
+) -> tuple[Counter[str], Counter[str]]:
+    """Uncharged GPU-seconds of running jobs summed per `owner` (lab or user): in all, and this month."""
+    extra, month = Counter[str](), Counter[str]()
+    for run, total, this_month in _uncharged(running, rows, now):
+        extra[owner(run)] += total
+        month[owner(run)] += this_month
+    return extra, month
+
+
 def _labs(
     rows: Any,
     usage: Counter[tuple[str, str]],
@@ -190,10 +202,7 @@ def _labs(
     now: float,
     half_life: float,
 ) -> dict[str, Lab]:
-    extra, month = Counter[str](), Counter[str]()
-    for run, total, this_month in _uncharged(running, run_rows, now):
-        extra[run.job.lab] += total
-        month[run.job.lab] += this_month
+    extra, month = _uncharged_by(running, run_rows, now, lambda run: run.job.lab)
     return {
         lab.name: core_lab(
             lab,
@@ -212,10 +221,7 @@ def _users(
     now: float,
     half_life: float,
 ) -> dict[str, User]:
-    extra, month = Counter[str](), Counter[str]()
-    for run, total, this_month in _uncharged(running, run_rows, now):
-        extra[run.job.user] += total
-        month[run.job.user] += this_month
+    extra, month = _uncharged_by(running, run_rows, now, lambda run: run.job.user)
     return {
         u.name: User(
             name=u.name,
