@@ -8,9 +8,13 @@ schedules the job's completion from its TRUE remaining run time (which only the 
 a job, keeps the work up to its last checkpoint, and puts it back in the queue with its original submit time.
 
 A cycle is skipped when it provably cannot start or preempt anything: nothing changed since the last cycle, or no
-pending job fits in the free GPUs its lab may use, no lab under its guarantee waits while others borrow, and the
-policy does not preempt by class. Orders that change with time alone (fair-share decay, priority age) are
-re-evaluated at every event.
+pending job fits in the free GPUs its lab may use, no lab under its guarantee waits while others borrow, and (with
+`+preempt`) no pending job is of a higher class than a running job it may preempt. Orders that change with time
+alone (fair-share decay, priority age) are re-evaluated at every event.
+
+When labs keep to their own nodes (`lend = false`), the partitions of a cycle do not interact: the core is shown
+only the pending jobs of the partitions where one of those three things could happen. The others would only get
+their reasons, which the simulator does not read; the decisions are the same (`skip`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 from nanum.core import (
     CycleCache,
@@ -39,6 +44,7 @@ from nanum.core import (
     schedule,
 )
 from nanum.core.fairshare import DEFAULT_HALF_LIFE
+from nanum.core.preempt import ClassOrder, attained
 from nanum.sim.cluster import ClusterSpec
 from nanum.sim.jobs import SimJob, make_jobs
 from nanum.sim.traces import TraceJob
@@ -130,6 +136,7 @@ class Simulation:
         self.lab_used: Counter[str] = Counter()
         self.borrowers = 0
         self.heap: list[tuple[float, int, int]] = []  # (end, job, token): completions
+        self.ends: dict[int, float] = {}  # job -> when its current run completes
         self.checkpoints: list[tuple[float, int, int]] = []  # (time, job, token): next checkpoint of each run
         self.lab_meters = Meters(self.options.half_life)
         self.user_meters = Meters(self.options.half_life)
@@ -140,6 +147,21 @@ class Simulation:
         self._budgets = any(lab.limits.monthly_gpu_hours is not None for lab in self.labs.values())
         self.result = SimResult(policy, cluster, self.options, self.jobs, [], [], self.total_gpus)
         self.cache = CycleCache()
+        self.owners = {n.owner for n in self.nodes if n.owner is not None}
+        #: skip cycles, and partitions of a cycle, that provably decide nothing (off: a cycle at every change, with
+        #: every pending job; the decisions are the same).
+        self.skip = True
+        #: partitions may be left out: they share no GPUs, or no one plans on the shared ones (estimate depth 1).
+        self.prune = not policy.lend and (policy.estimate_depth == 1 or not self.pool_free[None])
+        self._show: set[str | None] | None = None
+        #: with `+preempt`: the classes of pending jobs per lab, and of preemptible running jobs per lab and of
+        #: those that borrow, kept current as running jobs rise a class (`_rise`).
+        self.classes = cast(ClassOrder, policy.make_order()) if policy.preempt else None
+        self.level: dict[int, int] = {}
+        self.pending_levels: dict[str, Counter[int]] = {}
+        self.run_levels: dict[str, Counter[int]] = {}
+        self.borrow_levels: Counter[int] = Counter()
+        self.rises: list[tuple[float, int, int]] = []  # (time, job, token): check the class of a run again
         #: the seam to the core: one cycle for one snapshot (tests wrap it to compare with a cache-less cycle).
         self.decide: Callable[[Snapshot], Decisions] = lambda snap: schedule(snap, policy, self.predictor, self.cache)
 
@@ -209,10 +231,28 @@ class Simulation:
     # -- when a cycle is worth running -------------------------------------------------------------------------
 
     def _worth(self, t: float) -> bool:
+        """Whether a cycle at `t` could start or preempt anything; also picks the partitions the core is shown."""
+        self._show = None
         if not self.changed or not self.pending:
             return False
-        if self.policy.preempt and self.running:
-            return True  # a waiting job may preempt a lower class even when nothing is free
+        if not self.skip:
+            return True
+        if self.classes is not None:
+            live = self._live(t)
+            if not live:
+                # With jobs running, such a cycle always ran (and found nothing): clear `changed` as it did, so
+                # that the next cycle comes at the same instant as before.
+                self.changed = self.changed and not self.running
+                return False
+        elif not self._fits_somewhere() and not self._may_reclaim():
+            return False
+        else:
+            live = self._live(t) if self.prune else set()
+        if self.prune:
+            self._show = live
+        return True
+
+    def _fits_somewhere(self) -> bool:
         total_free = sum(self.pool_free.values())
         for lab, sizes in self.sizes.items():
             if not sizes:
@@ -220,7 +260,38 @@ class Simulation:
             free = total_free if self.policy.lend else self.pool_free[lab] + self.pool_free[None]
             if min(sizes) <= free:
                 return True
-        return self._may_reclaim()
+        return False
+
+    def _live(self, t: float) -> set[str | None]:
+        """The partitions (as the core keys them: a lab that owns nodes, or None) where a pending job could start,
+        reclaim or preempt: its smallest job fits in the free GPUs its lab may use, or its lab is under its
+        guarantee while others borrow, or one of its jobs is of a higher class than a running job it may preempt
+        (one of its own lab's or a borrower)."""
+        if self.classes is not None:
+            self._rise(t)
+        total_free = sum(self.pool_free.values())
+        live: set[str | None] = set()
+        for lab, sizes in self.sizes.items():
+            part = None if self.policy.lend or lab not in self.owners else lab
+            if not sizes or part in live:
+                continue
+            smallest = min(sizes)
+            free = total_free if self.policy.lend else self.pool_free[lab] + self.pool_free[None]
+            if smallest <= free or self._reclaims(lab, smallest) or self._outranks(lab):
+                live.add(part)
+        return live
+
+    def _reclaims(self, lab: str, smallest: int) -> bool:
+        guarantee = self.labs[lab].guaranteed_gpus
+        return (self.policy.reclaim and self.borrowers > 0 and guarantee is not None
+                and self.lab_used[lab] + smallest <= guarantee)
+
+    def _outranks(self, lab: str) -> bool:
+        levels = self.pending_levels.get(lab)
+        if self.classes is None or not levels:
+            return False
+        lowest_class = max((*self.run_levels.get(lab, ()), *self.borrow_levels), default=-1)
+        return lowest_class > min(levels)
 
     def _may_reclaim(self) -> bool:
         if not (self.policy.lend and self.policy.reclaim and self.borrowers):
@@ -230,6 +301,48 @@ class Simulation:
             if sizes and guarantee is not None and self.lab_used[lab] + min(sizes) <= guarantee:
                 return True
         return False
+
+    def _rise(self, t: float) -> None:
+        """Bring the class of every running job that may have risen one by `t` up to date."""
+        rises = self.rises
+        due = []
+        while rises and rises[0][0] <= t:
+            due.append(heapq.heappop(rises))
+        for _, idx, token in due:
+            run = self.running.get(idx)
+            sj = self.jobs[idx]
+            if run is None or sj.token != token:
+                continue
+            assert self.classes is not None
+            now = self.classes.level(run.job, attained(run, t))
+            if now != self.level[idx]:
+                self._count_run(run, -1)
+                self.level[idx] = now
+                self._count_run(run, +1)
+            self._watch(run, t, sj)
+
+    def _watch(self, run: Running, since: float, sj: SimJob) -> None:
+        """Check the class of `run` again at the latest when it could rise above its class at `since`; not at all
+        if it stays there until it ends. Classes never fall as service grows, so a bisection finds the time."""
+        assert self.classes is not None
+        level, classes = self.level[sj.index], self.classes
+        lo, hi = since, self.ends[sj.index]  # it has ended by then
+        if classes.level(run.job, attained(run, hi)) <= level:
+            return
+        while hi - lo > 1.0:
+            mid = (lo + hi) / 2
+            if classes.level(run.job, attained(run, mid)) > level:
+                hi = mid
+            else:
+                lo = mid
+        heapq.heappush(self.rises, (lo, sj.index, sj.token))
+
+    def _count_run(self, run: Running, sign: int) -> None:
+        if run.job.preemptible:
+            level = self.level[run.job.id]
+            _count(self.run_levels.setdefault(run.job.lab, Counter()), level, sign)
+            if run.borrowing:
+                _count(self.borrow_levels, level, sign)
 
     def _checkpoint(self, t: float) -> None:
         """Give running jobs the checkpoints they have taken by `t`, so victims are chosen by the work they lose."""
@@ -256,7 +369,11 @@ class Simulation:
                 used_gpu_hours=hours, decayed_usage=decayed)
         users = {name: User(name=name, decayed_usage=d, used_gpu_hours=h)
                  for name, (d, h) in self.user_meters.read(t, period).items()}
-        return Snapshot(now=t, nodes=self.nodes, pending=tuple(self.pending.values()),
+        pending = tuple(self.pending.values())
+        if self._show is not None:
+            show, owners = self._show, self.owners
+            pending = tuple(j for j in pending if (j.lab if j.lab in owners else None) in show)
+        return Snapshot(now=t, nodes=self.nodes, pending=pending,
                         running=tuple(self.running.values()), labs=labs, users=users, month=period.label)
 
     # -- applying events and decisions -------------------------------------------------------------------------
@@ -279,6 +396,9 @@ class Simulation:
     def _enqueue(self, sj: SimJob, job: Job) -> None:
         self.pending[sj.index] = job
         self.sizes.setdefault(sj.lab, Counter())[sj.total_gpus] += 1
+        if self.classes is not None:
+            level = self.level[sj.index] = self.classes.level(job, job.attained_gpu_seconds)
+            _count(self.pending_levels.setdefault(sj.lab, Counter()), level, +1)
         self.changed = True
 
     def _start(self, s: Start, t: float) -> None:
@@ -300,13 +420,21 @@ class Simulation:
                                          borrowing=s.borrowing)
         sj.run_start, sj.run_overhead, sj.placements = t, overhead, s.placements
         sj.token += 1
-        heapq.heappush(self.heap, (t + overhead + sj.work - sj.done, sj.index, sj.token))
+        self.ends[sj.index] = t + overhead + sj.work - sj.done
+        heapq.heappush(self.heap, (self.ends[sj.index], sj.index, sj.token))
         if self.options.checkpoint_interval > 0:
             heapq.heappush(self.checkpoints, (t + overhead + self.options.checkpoint_interval, sj.index, sj.token))
         self._account(sj, t, +1, s.borrowing)
+        if self.classes is not None:  # its class is that of the pending job: it has received nothing more yet
+            run = self.running[sj.index]
+            _count(self.pending_levels[sj.lab], self.level[sj.index], -1)
+            self._count_run(run, +1)
+            self._watch(run, t, sj)
 
     def _stop(self, sj: SimJob, t: float) -> Running:
         run = self.running.pop(sj.index)
+        if self.classes is not None:
+            self._count_run(run, -1)
         for p in run.placements:
             self.free[p.node].update(p.gpus)
             self.pool_free[self.owner[p.node]] += len(p.gpus)
@@ -350,6 +478,12 @@ class Simulation:
         sizes[sj.total_gpus] -= 1
         if sizes[sj.total_gpus] <= 0:
             del sizes[sj.total_gpus]
+
+
+def _count(levels: Counter[int], level: int, sign: int) -> None:
+    levels[level] += sign
+    if levels[level] <= 0:
+        del levels[level]
 
 
 def simulate(trace: list[TraceJob], cluster: ClusterSpec, policy: Policy, options: SimOptions | None = None,
