@@ -232,5 +232,5 @@ def test_notebooks_are_jobs_too() -> None:
 
 def test_the_default_policy_is_the_one_the_trace_study_chose() -> None:
     default = Policy.default()
-    assert (default.order, default.placement, default.backfill, default.preempt) == ("las", "binpack", True, True)
+    assert (default.order, default.placement, default.backfill, default.preempt) == ("gittins", "binpack", True, True)
     assert Policy.parse(default.label) == default

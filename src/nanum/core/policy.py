@@ -12,10 +12,11 @@ from dataclasses import dataclass, replace
 from nanum.core.ordering import ORDERS, QueueOrder
 from nanum.core.placement import PLACEMENTS, PlacementPolicy
 
-#: What nanum runs unless told otherwise, chosen by the trace study in docs/simulation.md: discretised LAS with
-#: preemption of lower classes needs no run-time predictions, gave the lowest queueing of every policy that knows no
-#: future on every trace studied, and evens out the labs' slowdowns. `Policy()` itself stays plain FIFO.
-DEFAULT_POLICY = "las+binpack+backfill+preempt"
+#: What nanum runs unless told otherwise, chosen by the trace study in docs/simulation.md: discretised LAS classes
+#: with preemption of lower classes, and inside a class the Gittins index learned from finished jobs. It needs no
+#: run-time estimates from users, gave the lowest queueing of every policy that knows no future on every trace
+#: studied, and evens out the labs' slowdowns. `Policy()` itself stays plain FIFO.
+DEFAULT_POLICY = "gittins+binpack+backfill+preempt"
 DEFAULT_ORDER = "fifo"
 DEFAULT_PLACEMENT = "binpack"
 BACKFILL_WORDS = {"backfill": True, "easy": True, "nobackfill": False, "none": False}
@@ -34,7 +35,7 @@ class Policy:
     shared nodes (partitioned, like Slurm partitions). `reclaim`: a lab under its guarantee preempts borrowers.
     `estimate_depth`: how many blocked jobs per partition get a start estimate (the first is EASY's reservation).
     `preempt`: a blocked job preempts running jobs the order ranks in a lower priority class (Tiresias; see
-    `nanum.core.preempt`); the order must define classes (`las` does).
+    `nanum.core.preempt`); the order must define classes (`las` and `gittins` do).
     """
 
     order: str = DEFAULT_ORDER

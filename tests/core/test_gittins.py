@@ -1,0 +1,81 @@
+"""The Gittins index learned from finished jobs, and the `gittins` order that uses it inside LAS classes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nanum.core import HistoryPredictor, Policy, schedule
+from tests.core.builders import job, nodes, snap
+
+HOUR = 3600.0
+
+
+def learned(*hours: float, gpus: int = 1, user: str = "u") -> HistoryPredictor:
+    predictor = HistoryPredictor()
+    for i, h in enumerate(hours):
+        predictor.observe(job(1000 + i, gpus=gpus, user=user), h * HOUR / gpus)
+    return predictor
+
+
+def test_index_of_the_worked_example() -> None:
+    # Similar jobs needed 1, 1, 1, 1, 1, 1, 10, 10, 10 and 10 GPU-hours (1-GPU jobs).
+    p = learned(1, 1, 1, 1, 1, 1, 10, 10, 10, 10)
+    new = job(1)
+    # New: within 1 GPU-hour 6 of 10 finish, spending 1 GPU-hour each on average: 0.6 per GPU-hour.
+    assert p.gittins_index(new, 0.0) == pytest.approx(0.6 / HOUR)
+    # After 2 GPU-hours only the 10 GPU-hour kind is left: 8 more for certain.
+    assert p.gittins_index(new, 2 * HOUR) == pytest.approx(1 / (8 * HOUR))
+    # Outlived every sample: expected to need as much again as it received.
+    assert p.gittins_index(new, 20 * HOUR) == pytest.approx(1 / (20 * HOUR))
+
+
+def test_no_index_before_enough_similar_jobs_finished() -> None:
+    assert learned(1, 1, 1, 1).gittins_index(job(1), 0.0) is None
+    assert learned(1, 1, 1, 1, 1).gittins_index(job(1), 0.0) is not None
+
+
+def test_index_uses_the_most_specific_history() -> None:
+    p = learned(1, 1, 1, 1, 1, user="alice")
+    for i in range(5):
+        p.observe(job(2000 + i, user="bob"), 9 * HOUR)
+    assert p.gittins_index(job(1, user="alice"), 0.0) == pytest.approx(1 / HOUR)
+    assert p.gittins_index(job(2, user="bob"), 0.0) == pytest.approx(1 / (9 * HOUR))
+
+
+@given(st.lists(st.floats(1.0, 1e6), min_size=5, max_size=60), st.floats(0.0, 2e6))
+def test_index_is_positive_and_at_most_one_over_the_shortest_remaining(runs: list[float], attained: float) -> None:
+    p = HistoryPredictor()
+    for i, r in enumerate(runs):
+        p.observe(job(100 + i), r)
+    index = p.gittins_index(job(1), attained)
+    assert index is not None and index > 0
+    remaining = [r - attained for r in runs if r > attained]
+    if remaining:
+        assert index <= 1 / max(min(remaining), 1.0) + 1e-12
+
+
+def test_gittins_order_runs_the_job_likely_to_end_soon_first_within_a_class() -> None:
+    # alice's jobs end in an hour, bob's take ten; bob submitted first. One GPU is free.
+    p = learned(1, 1, 1, 1, 1, user="alice")
+    for i in range(5):
+        p.observe(job(2000 + i, user="bob"), 10 * HOUR)
+    pending = (job(1, user="bob"), job(2, user="alice"))
+    cluster = nodes(1, gpus=1)
+    assert [s.job_id for s in schedule(snap(cluster, pending), Policy(order="gittins"), p).starts] == [2]
+    assert [s.job_id for s in schedule(snap(cluster, pending), Policy(order="las"), p).starts] == [1]
+
+
+def test_gittins_keeps_las_classes_first_and_is_las_without_history() -> None:
+    p = learned(1, 1, 1, 1, 1, user="alice")
+    # alice's job has received 3 GPU-hours (class 1): a new job of bob (class 0, no history) goes first.
+    pending = (job(1, user="alice", attained_gpu_seconds=3 * HOUR), job(2, user="bob"))
+    cluster = nodes(1, gpus=1)
+    assert [s.job_id for s in schedule(snap(cluster, pending), Policy(order="gittins"), p).starts] == [2]
+    fresh = (job(1, user="carol"), job(2, user="dave"))
+    assert [s.job_id for s in schedule(snap(cluster, fresh), Policy(order="gittins"), HistoryPredictor()).starts] == [1]
+
+
+def test_gittins_preempts_by_class() -> None:
+    assert Policy.parse("gittins+preempt").preempt
