@@ -23,8 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "traces"
 IMG = ROOT / "docs" / "img"
 
-DEFAULT = "las+binpack+backfill+preempt"
-POLICIES = ("fifo+nobackfill", "fifo+backfill", "las+backfill", "fairshare+backfill", "shortest+backfill", DEFAULT)
+DEFAULT = "gittins+binpack+backfill+preempt"
+LAS_PREEMPT = "las+binpack+backfill+preempt"
+POLICIES = ("fifo+nobackfill", "fifo+backfill", "las+backfill", "fairshare+backfill", "shortest+backfill", LAS_PREEMPT,
+            DEFAULT)
 ORACLE = ("shortest+nobackfill", "shortest+backfill")  # true run times: the peer's oracle, for reference only
 SETUPS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "philly-partitioned": ("philly-helios", "philly-partitioned.toml", ORACLE),
@@ -80,7 +82,7 @@ def run_setup(setup: str, jobs: list[Any], out: Path) -> list[dict[str, Any]]:
         if predictor == "history":
             cdfs[label] = [jct(j) for j in result.jobs if j.end is not None]
             delays[label] = [queue_delay(j) for j in result.jobs if j.end is not None]
-        if label in ("fifo+nobackfill", "fifo+backfill", DEFAULT):
+        if label in ("fifo+nobackfill", "fifo+backfill", LAS_PREEMPT, DEFAULT):
             queues[label] = binned(result.series, 2)
         print(f"{setup:20} {label:34} avg JCT {summary['jct']['avg']:>9,.0f}  avg queue "
               f"{summary['queue_delay']['avg']:>8,.0f}  {summary['simulator']['wall_seconds']:>6.1f} s", flush=True)
