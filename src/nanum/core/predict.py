@@ -123,15 +123,17 @@ class HistoryPredictor:
         ordered, prefix = table
         first = bisect.bisect_right(ordered, attained)  # samples this job has not outlived: ordered[first:]
         left = len(ordered) - first
-        best = 1.0 / max(attained, 1.0)  # outlived them all: expect as much again
-        if left:
-            base = prefix[first]
-            # quantum = the k-th smallest remaining service: k of `left` jobs finish within it; each job spends
-            # its remaining service up to the quantum.
-            best = max(
-                k / max(prefix[first + k] - base - k * attained + (left - k) * (ordered[first + k - 1] - attained), 1.0)
-                for k in range(1, left + 1)
-            )
+        if not left:
+            best = 1.0 / max(attained, 1.0)  # outlived them all: expect as much again
+        else:
+            # quantum = the k-th smallest remaining service: k of `left` jobs finish within it, and each job
+            # spends its remaining service up to the quantum.
+            best, start = 0.0, prefix[first]
+            for k in range(1, left + 1):
+                spent = prefix[first + k] - start - k * attained + (left - k) * (ordered[first + k - 1] - attained)
+                value = k / (spent if spent > 1.0 else 1.0)
+                if value > best:
+                    best = value
         memo[attained] = best
         return best
 
