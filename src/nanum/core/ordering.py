@@ -127,7 +127,7 @@ class Gittins(Las):
 
     The classes keep preemption rare: a job only preempts jobs of a lower class (past 2 or 20 GPU-hours). Inside a
     class LAS's FIFO ignores what finished jobs teach; the index puts first the jobs that, judging by similar jobs,
-    are likely to end soon. On Philly's partitioned labs this cut queueing by about 8 % with no more preemptions
+    are likely to end soon. On Philly's partitioned labs this cut queueing by about 5 % with no more preemptions
     (docs/simulation.md)."""
 
     name: ClassVar[str] = "gittins"

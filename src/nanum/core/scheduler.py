@@ -423,7 +423,7 @@ class _Cycle:
     # -- partitions and impossible requests ---------------------------------------------------------------------
 
     def _partition(self, job: Job) -> str | None:
-        return None if self.policy.lend or job.lab not in self.owners else job.lab
+        return partition_of(job.lab, self.policy.lend, self.owners)
 
     def _shape(self, job: Job) -> tuple[Keys, bool]:
         """The buckets `job` may use and whether it can never fit there; one lookup per job, computed per shape."""
@@ -462,6 +462,12 @@ class _Cycle:
                 and job.labels <= nf.node.labels
             )
         return hit
+
+
+def partition_of(lab: str, lend: bool, owners: set[str] | frozenset[str]) -> str | None:
+    """The partition a lab's jobs compete in: the whole cluster (None) when owners lend, else the lab's own nodes
+    (and the shared ones) if it owns any."""
+    return None if lend or lab not in owners else lab
 
 
 def _fits_with(nf: NodeFree, job: Job, extra: list[int]) -> bool:

@@ -45,6 +45,7 @@ from nanum.core import (
 )
 from nanum.core.fairshare import DEFAULT_HALF_LIFE
 from nanum.core.preempt import ClassOrder, attained
+from nanum.core.scheduler import partition_of
 from nanum.sim.cluster import ClusterSpec
 from nanum.sim.jobs import SimJob, make_jobs
 from nanum.sim.traces import TraceJob
@@ -254,13 +255,11 @@ class Simulation:
 
     def _fits_somewhere(self) -> bool:
         total_free = sum(self.pool_free.values())
-        for lab, sizes in self.sizes.items():
-            if not sizes:
-                continue
-            free = total_free if self.policy.lend else self.pool_free[lab] + self.pool_free[None]
-            if min(sizes) <= free:
-                return True
-        return False
+        return any(sizes and min(sizes) <= self._free_for(lab, total_free) for lab, sizes in self.sizes.items())
+
+    def _free_for(self, lab: str, total_free: int) -> int:
+        """Free GPUs `lab`'s jobs may use: all of them when owners lend, else its own and the shared ones."""
+        return total_free if self.policy.lend else self.pool_free[lab] + self.pool_free[None]
 
     def _live(self, t: float) -> set[str | None]:
         """The partitions (as the core keys them: a lab that owns nodes, or None) where a pending job could start,
@@ -272,12 +271,11 @@ class Simulation:
         total_free = sum(self.pool_free.values())
         live: set[str | None] = set()
         for lab, sizes in self.sizes.items():
-            part = None if self.policy.lend or lab not in self.owners else lab
+            part = partition_of(lab, self.policy.lend, self.owners)
             if not sizes or part in live:
                 continue
             smallest = min(sizes)
-            free = total_free if self.policy.lend else self.pool_free[lab] + self.pool_free[None]
-            if smallest <= free or self._reclaims(lab, smallest) or self._outranks(lab):
+            if smallest <= self._free_for(lab, total_free) or self._reclaims(lab, smallest) or self._outranks(lab):
                 live.add(part)
         return live
 
@@ -372,7 +370,7 @@ class Simulation:
         pending = tuple(self.pending.values())
         if self._show is not None:
             show, owners = self._show, self.owners
-            pending = tuple(j for j in pending if (j.lab if j.lab in owners else None) in show)
+            pending = tuple(j for j in pending if partition_of(j.lab, self.policy.lend, owners) in show)
         return Snapshot(now=t, nodes=self.nodes, pending=pending,
                         running=tuple(self.running.values()), labs=labs, users=users, month=period.label)
 
