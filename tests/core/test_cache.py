@@ -60,6 +60,8 @@ def _drive(policy: Policy, seed: int, steps: int = 120, swap_nodes_at: int | Non
         pytest.param("fifo+nobackfill", False, id="partitioned-fifo"),
         pytest.param("shortest+spread+backfill", True, id="pooled-shortest-spread"),
         pytest.param("las+topology+backfill", False, id="partitioned-las-topology"),
+        pytest.param("las+binpack+backfill+preempt", False, id="partitioned-las-preempt"),
+        pytest.param("gittins+binpack+backfill+preempt", True, id="pooled-gittins-preempt"),
     ],
 )
 def test_cached_cycles_decide_like_fresh_ones(text: str, lend: bool, seed: int) -> None:

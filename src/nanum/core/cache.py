@@ -10,6 +10,8 @@ predictor, cache)` instead
    passed as the same `Running` object — releasing the ones that left and taking the ones that came,
 3. puts every bucket it touched back in node order, so placement scans exactly as after a fresh build.
 
+With `+preempt` it also carries the running jobs' priority classes and victim ranking (`RunClasses`).
+
 The decisions are exactly those `schedule` returns without a cache (the tests compare both on every cycle of a
 simulation). The cache holds while the driver passes the very same `nodes` tuple; a new tuple (a node added, down,
 or relabelled), or a running set that disagrees with the free GPUs (a GPU taken twice), rebuilds from scratch.
@@ -21,7 +23,9 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 
+from nanum.core.classes import RunClasses
 from nanum.core.model import Node, Running, Snapshot
+from nanum.core.preempt import ClassOrder
 from nanum.core.quota import Usage
 from nanum.core.state import ClusterState
 
@@ -58,6 +62,7 @@ class CycleCache:
         self.owners: set[str] = set()
         self.rebuilds = 0
         self.reuses = 0
+        self._classes: dict[type, RunClasses] = {}
 
     def prepare(self, snapshot: Snapshot) -> tuple[ClusterState, Usage]:
         """The cycle state and usage for `snapshot`, as `ClusterState.build` and `Usage.of` would give them."""
@@ -70,6 +75,13 @@ class CycleCache:
         usage = self._usage
         return state, Usage(Counter(usage.lab_gpus), Counter(usage.lab_jobs), Counter(usage.user_gpus),
                             Counter(usage.user_jobs))
+
+    def run_classes(self, classes: ClassOrder) -> RunClasses:
+        """The running jobs' classes under `classes` as the last cycle left them; `RunClasses.update` them."""
+        held = self._classes.get(type(classes))
+        if held is None:
+            held = self._classes[type(classes)] = RunClasses(classes)
+        return held
 
     def running_ends(self, now: float) -> list[Event]:
         """Expected ends of the running jobs, each at `now` at the earliest, sorted (a fresh list)."""

@@ -15,20 +15,20 @@ A partition is the whole cluster when owners lend their idle GPUs, else each lab
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import cast
 
 from nanum.core.backfill import Reservation, Timeline, reserve
 from nanum.core.cache import CycleCache, run_ends
+from nanum.core.classes import RunClasses
 from nanum.core.decision import Code, Decisions, Pending, Preempt, Reason, Start
 from nanum.core.model import Job, JobId, Limits, NodeState, Placement, Running, Snapshot
 from nanum.core.ordering import OrderContext
 from nanum.core.placement import PlacementPolicy, fits
 from nanum.core.policy import Policy
 from nanum.core.predict import Predictor, expected_runtime
-from nanum.core.preempt import ClassOrder, attained, class_victim_key, may_preempt
+from nanum.core.preempt import ClassOrder, attained, class_victim_key
 from nanum.core.quota import Usage, admit, impossible, victim_key, would_borrow
 from nanum.core.state import ClusterState, NodeFree
 
@@ -100,9 +100,7 @@ class _Cycle:
         self._no_reclaim: set[tuple[object, ...]] = set()
         self._fit: dict[tuple[object, ...], tuple[Placement, ...] | None] = {}
         self._reclaimable: tuple[list[Running], dict[int, int]] | None = None
-        self._levels: dict[JobId, int] = {}
-        self._by_lab: dict[str, list[Running]] | None = None
-        self._ranked: dict[str, list[tuple[int, Running]]] = {}
+        self._classes: RunClasses | None = None
         self._lower: dict[tuple[object, ...], tuple[list[Running], dict[int, int]]] = {}
         self._no_preempt: set[tuple[object, ...]] = set()
 
@@ -376,11 +374,16 @@ class _Cycle:
         return True
 
     def _level(self, run: Running) -> int:
-        hit = self._levels.get(run.job.id)
-        if hit is None:
+        return self._run_classes().level(run)
+
+    def _run_classes(self) -> RunClasses:
+        """The running jobs' classes and victim ranking at `now`: carried by the cache, else built; on first need."""
+        if self._classes is None:
             assert self.classes is not None
-            hit = self._levels[run.job.id] = self.classes.level(run.job, attained(run, self.snap.now))
-        return hit
+            held = RunClasses(self.classes) if self.cache is None else self.cache.run_classes(self.classes)
+            held.update(self.snap.running, self.snap.now)
+            self._classes = held
+        return self._classes
 
     def _lower_index(self, level: int, job: Job) -> tuple[list[Running], dict[int, int]]:
         """Running jobs `job` may preempt (class below `level`), cheapest first, and per node the GPUs that free
@@ -388,18 +391,7 @@ class _Cycle:
         key = (level, job.lab)
         hit = self._lower.get(key)
         if hit is None:
-            ranked = self._ranked.get(job.lab)
-            if ranked is None:  # every job this lab may preempt, lowest class first (a prefix per class)
-                if self._by_lab is None:
-                    self._by_lab = {}
-                    for r in self.snap.running:
-                        self._by_lab.setdefault(r.job.lab, []).append(r)
-                mine = self._by_lab.get(job.lab, [])
-                others = (r for lab, runs in self._by_lab.items() if lab != job.lab for r in runs if r.borrowing)
-                ranked = self._ranked[job.lab] = sorted(
-                    ((self._level(r), r) for r in (*mine, *others) if may_preempt(job, r)),
-                    key=lambda lr: class_victim_key(*lr))
-            runs = [r for lv, r in itertools.takewhile(lambda lr: lr[0] > level, ranked)]
+            runs = list(self._run_classes().victims(job.lab, level))
             hit = self._lower[key] = (runs, self._reach(runs))
         return hit
 

@@ -43,6 +43,7 @@ from nanum.core import (
     impossible,
     schedule,
 )
+from nanum.core.classes import rise_time
 from nanum.core.fairshare import DEFAULT_HALF_LIFE
 from nanum.core.preempt import ClassOrder, attained
 from nanum.core.scheduler import partition_of
@@ -323,17 +324,9 @@ class Simulation:
         """Check the class of `run` again at the latest when it could rise above its class at `since`; not at all
         if it stays there until it ends. Classes never fall as service grows, so a bisection finds the time."""
         assert self.classes is not None
-        level, classes = self.level[sj.index], self.classes
-        lo, hi = since, self.ends[sj.index]  # it has ended by then
-        if classes.level(run.job, attained(run, hi)) <= level:
-            return
-        while hi - lo > 1.0:
-            mid = (lo + hi) / 2
-            if classes.level(run.job, attained(run, mid)) > level:
-                hi = mid
-            else:
-                lo = mid
-        heapq.heappush(self.rises, (lo, sj.index, sj.token))
+        when = rise_time(self.classes, run, self.level[sj.index], since, self.ends[sj.index])  # ended by then
+        if when is not None:
+            heapq.heappush(self.rises, (when, sj.index, sj.token))
 
     def _count_run(self, run: Running, sign: int) -> None:
         if run.job.preemptible:

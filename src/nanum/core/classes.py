@@ -1,0 +1,134 @@
+"""The priority classes of running jobs, and each lab's victims in order, kept current from cycle to cycle (`+preempt`).
+
+A blocked job of class c may preempt the running jobs of a class below c that it may stop at all (its own lab's,
+and other labs' borrowers), cheapest first (`nanum.core.preempt`). Ranking every running job at every cycle costs
+a class computation and a sort over all of them; `RunClasses` keeps the ranking instead and updates it by what
+changed since the last cycle:
+
+- runs that came or left, by object identity (a run still running is passed as the same `Running` object; a new
+  object, say after a checkpoint, is a new run: its victim key changed);
+- runs whose class rose. A run's class only rises as it receives service, so `rise_time` finds by bisection a time
+  up to which it surely stays in its class; the run is looked at again only then (at the latest after `HORIZON`).
+
+The classes and the ranking are exactly those of a fresh computation at every `now`. A `CycleCache` carries one
+`RunClasses` from cycle to cycle; without a cache a cycle builds one for itself.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from nanum.core.model import Running
+from nanum.core.preempt import ClassOrder, attained, class_victim_key
+
+#: the longest a run goes unlooked-at: a run in its last class is looked at once per HORIZON of service.
+HORIZON = 86400.0
+Entry = tuple[tuple[float, ...], int]  # (victim key, id of the run): victim keys are unique (they end in the job id)
+
+
+def rise_time(classes: ClassOrder, run: Running, level: int, lo: float, hi: float) -> float | None:
+    """A time in [lo, hi) up to which `run` surely stays in class `level` (its class at `lo`), less than a second
+    before it leaves it; None when it is still in `level` at `hi`."""
+    if classes.level(run.job, attained(run, hi)) <= level:
+        return None
+    while hi - lo > 1.0:
+        mid = (lo + hi) / 2
+        if classes.level(run.job, attained(run, mid)) > level:
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
+@dataclass(slots=True)
+class _Run:
+    run: Running
+    level: int
+    entry: Entry
+    check_at: float
+
+
+class RunClasses:
+    """Preemptible running jobs by lab, in victim order, with their classes at the `now` of the last `update`."""
+
+    def __init__(self, classes: ClassOrder) -> None:
+        self.classes = classes
+        self._clear()
+
+    def _clear(self) -> None:
+        self._runs: dict[int, _Run] = {}  # id(run) -> what is known of it
+        self._by_lab: dict[str, list[Entry]] = {}  # each lab's preemptible runs, cheapest victim first
+        self._borrowed: list[Entry] = []  # preemptible runs that borrow, of every lab, cheapest victim first
+        self._checks: list[tuple[float, int]] = []  # (time, id(run)): when to look at a run's class again
+        self._now = float("-inf")
+
+    def update(self, running: Iterable[Running], now: float) -> None:
+        """Bring classes and ranking to `running` at `now` (an earlier `now` than the last starts afresh)."""
+        if now < self._now:
+            self._clear()
+        self._now = now
+        current = {id(r): r for r in running}
+        for key in self._runs.keys() - current.keys():
+            self._unlist(self._runs.pop(key))
+        for key in current.keys() - self._runs.keys():
+            self._add(current[key], now)
+        checks = self._checks
+        while checks and checks[0][0] <= now:
+            when, key = heapq.heappop(checks)
+            known = self._runs.get(key)
+            if known is not None and known.check_at == when:
+                self._check(known, now)
+
+    def level(self, run: Running) -> int:
+        """The class of `run` (one of the running jobs of the last update) at that update's `now`."""
+        return self._runs[id(run)].level
+
+    def victims(self, lab: str, below: int) -> Iterator[Running]:
+        """The running jobs a job of `lab` in class `below` may preempt, cheapest first: its lab's own and other
+        labs' borrowers, of a class lower than `below` (a higher number)."""
+        runs = self._runs
+        own = self._by_lab.get(lab, [])
+        others = (e for e in self._borrowed if runs[e[1]].run.job.lab != lab)
+        for _, key in heapq.merge(own, others):
+            known = runs[key]
+            if known.level <= below:
+                return
+            yield known.run
+
+    # -- keeping the ranking current ----------------------------------------------------------------------------
+
+    def _add(self, run: Running, now: float) -> None:
+        level = self.classes.level(run.job, attained(run, now))
+        known = self._runs[id(run)] = _Run(run, level, (class_victim_key(level, run), id(run)), now)
+        self._insert(known)
+        heapq.heappush(self._checks, (now, id(run)))  # watched from the next update on: most runs are short-lived
+
+    def _check(self, known: _Run, now: float) -> None:
+        run = known.run
+        level = self.classes.level(run.job, attained(run, now))
+        if level != known.level:
+            self._unlist(known)
+            known.level = level
+            known.entry = (class_victim_key(level, run), known.entry[1])
+            self._insert(known)
+        rise = rise_time(self.classes, run, level, now, now + HORIZON)
+        known.check_at = now + HORIZON if rise is None else rise
+        heapq.heappush(self._checks, (known.check_at, id(run)))
+
+    def _lists(self, run: Running) -> Iterator[list[Entry]]:
+        if run.job.preemptible:
+            yield self._by_lab.setdefault(run.job.lab, [])
+            if run.borrowing:
+                yield self._borrowed
+
+    def _insert(self, known: _Run) -> None:
+        for entries in self._lists(known.run):
+            bisect.insort(entries, known.entry)
+
+    def _unlist(self, known: _Run) -> None:
+        for entries in self._lists(known.run):
+            del entries[bisect.bisect_left(entries, known.entry)]
+
