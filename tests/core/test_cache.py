@@ -69,6 +69,18 @@ def test_cached_cycles_decide_like_fresh_ones(text: str, lend: bool, seed: int) 
     assert sum(len(d.starts) for d in decisions) > 20  # the loop really scheduled something
 
 
+def test_going_back_in_time_rebuilds() -> None:
+    nodes = (node("n0", 4),)
+    big = Job(id=JobId(1), user="u", lab="l", gpus=4)
+    small = Job(id=JobId(2), user="u", lab="l", gpus=1, submit_time=1.0)
+    runs = (running(big, {"n0": (0, 1, 2, 3)}),)
+    policy, cache = Policy.parse("las+backfill+preempt", lend=False), CycleCache()
+    for now in (36000.0, 3600.0):  # 40, then 4 GPU-hours received: class 2, then 1
+        snap = Snapshot(now=now, nodes=nodes, pending=(small,), running=runs)
+        assert schedule(snap, policy, cache=cache) == schedule(snap, policy)
+    assert cache.rebuilds == 2
+
+
 def test_new_node_tuple_rebuilds_and_still_agrees() -> None:
     _drive(Policy.parse("fifo+backfill", lend=True), seed=7, swap_nodes_at=40)
 

@@ -31,30 +31,34 @@ def test_carried_ranking_matches_a_fresh_one_at_every_step(seed: int) -> None:
     now, next_id = 0.0, 1
     for _ in range(150):
         now += rng.choice([0.0, 1.0, 60.0, 900.0, 3 * HORIZON])
-        for jid in [j for j in live if rng.random() < 0.1]:
-            del live[jid]
+        gone = [live.pop(j) for j in [j for j in live if rng.random() < 0.1]]
+        moved = []
         for jid in [j for j in live if rng.random() < 0.1]:  # a checkpoint: a new object for the same run
             r = live[jid]
             live[jid] = running(r.job, {p.node: p.gpus for p in r.placements}, r.start_time, r.expected_end,
                                 r.borrowing, checkpoint=now)
+            moved.append((r, live[jid]))
+        came = []
         for _ in range(rng.randint(0, 3)):
             j = job(next_id, gpus=rng.choice([1, 2, 4, 8]), lab=rng.choice(LABS), preemptible=rng.random() < 0.9,
                     attained_gpu_seconds=rng.choice([0.0, 5000.0, 70000.0]))
             live[next_id] = running(j, {"n0": (0,)}, now, borrowing=rng.random() < 0.3)
+            came.append(live[next_id])
             next_id += 1
         runs = list(live.values())
-        held.update(reversed(runs), now)
+        held.update(now, came, gone, moved)
         for lab in LABS:
             for below in (0, 1):
                 assert list(held.victims(lab, below)) == _fresh(runs, lab, below, now)
         assert all(held.level(r) == order.level(r.job, attained(r, now)) for r in runs)
 
 
-def test_going_back_in_time_starts_afresh() -> None:
-    held, r = RunClasses(Las()), running(job(1, gpus=4), {"n0": (0,)}, 0.0)
-    held.update([r], 10 * 3600.0)  # 40 GPU-hours: class 2
-    held.update([r], 3600.0)  # 4 GPU-hours: class 1
-    assert held.level(r) == 1
+def test_time_never_goes_back() -> None:
+    r = running(job(1, gpus=4), {"n0": (0,)}, 0.0)
+    held = RunClasses.of(Las(), [r], 10 * 3600.0)  # 40 GPU-hours: class 2
+    assert held.level(r) == 2
+    with pytest.raises(ValueError, match="time went back"):
+        held.update(3600.0)
 
 
 def test_rise_time_is_within_a_second_of_the_threshold() -> None:

@@ -10,7 +10,8 @@ predictor, cache)` instead
    passed as the same `Running` object — releasing the ones that left and taking the ones that came,
 3. puts every bucket it touched back in node order, so placement scans exactly as after a fresh build.
 
-With `+preempt` it also carries the running jobs' priority classes and victim ranking (`RunClasses`).
+With `+preempt` it also carries the running jobs' priority classes and victim ranking (`RunClasses`), updated by the
+same diff.
 
 The decisions are exactly those `schedule` returns without a cache (the tests compare both on every cycle of a
 simulation). The cache holds while the driver passes the very same `nodes` tuple; a new tuple (a node added, down,
@@ -63,24 +64,27 @@ class CycleCache:
         self.rebuilds = 0
         self.reuses = 0
         self._classes: dict[type, RunClasses] = {}
+        self._now = float("-inf")
 
     def prepare(self, snapshot: Snapshot) -> tuple[ClusterState, Usage]:
         """The cycle state and usage for `snapshot`, as `ClusterState.build` and `Usage.of` would give them."""
         state = self._state
-        if state is None or self._nodes is not snapshot.nodes or not self._catch_up(state, snapshot.running):
+        if (state is None or self._nodes is not snapshot.nodes or snapshot.now < self._now
+                or not self._catch_up(state, snapshot)):
             state = self._rebuild(snapshot)
         else:
             self.reuses += 1
+        self._now = snapshot.now
         state.journal = []
         usage = self._usage
         return state, Usage(Counter(usage.lab_gpus), Counter(usage.lab_jobs), Counter(usage.user_gpus),
                             Counter(usage.user_jobs))
 
-    def run_classes(self, classes: ClassOrder) -> RunClasses:
-        """The running jobs' classes under `classes` as the last cycle left them; `RunClasses.update` them."""
+    def run_classes(self, classes: ClassOrder, snapshot: Snapshot) -> RunClasses:
+        """The running jobs' classes under `classes` at the snapshot `prepare` was last given."""
         held = self._classes.get(type(classes))
         if held is None:
-            held = self._classes[type(classes)] = RunClasses(classes)
+            held = self._classes[type(classes)] = RunClasses.of(classes, snapshot.running, snapshot.now)
         return held
 
     def running_ends(self, now: float) -> list[Event]:
@@ -104,33 +108,39 @@ class CycleCache:
         self._usage = Usage.of(snapshot.running)
         self._ends = {key: run_ends(r, state) for key, r in self._applied.items()}
         self._events = sorted(e for ends in self._ends.values() for e in ends)
+        self._classes = {}
         return state
 
-    def _catch_up(self, state: ClusterState, running: tuple[Running, ...]) -> bool:
+    def _catch_up(self, state: ClusterState, snapshot: Snapshot) -> bool:
         """Undo the last cycle and apply the running-set diff; False when a rebuild is needed instead."""
         journal, state.journal = state.journal or [], None
         state.touched = set()
         for took, placement, job in reversed(journal):
             (state.release if took else state.take)(placement, job)
+        running = snapshot.running
         current = dict(zip(map(id, running), running, strict=True))
         applied = self._applied
-        gone = {applied[key].job.id: key for key in applied.keys() - current.keys()}
-        came = []
+        gone = {applied[key].job.id: applied[key] for key in applied.keys() - current.keys()}
+        came, moved = [], []
         for key in current.keys() - applied.keys():
-            old = gone.get(current[key].job.id)
-            if old is not None and _same_allocation(applied[old], current[key]):
-                del gone[current[key].job.id]  # a new object for the same run (a later checkpoint): nothing moves
-                self._ends[key] = self._ends.pop(old)
+            run = current[key]
+            old = gone.get(run.job.id)
+            if old is not None and _same_allocation(old, run):
+                del gone[run.job.id]  # a new object for the same run (a later checkpoint): nothing moves
+                self._ends[key] = self._ends.pop(id(old))
+                moved.append((old, run))
             else:
-                came.append(key)
-        for old in gone.values():  # the order does not matter: buckets are re-sorted below
-            if not self._release(state, applied[old]):
+                came.append(run)
+        for run in gone.values():  # the order does not matter: buckets are re-sorted below
+            if not self._release(state, run):
                 return False
-        for key in came:
-            if not self._take(state, current[key]):
+        for run in came:
+            if not self._take(state, run):
                 return False
         self._applied = current
         state.canonical()
+        for held in self._classes.values():
+            held.update(snapshot.now, came, gone.values(), moved)
         return True
 
     def _release(self, state: ClusterState, run: Running) -> bool:

@@ -5,13 +5,13 @@ and other labs' borrowers), cheapest first (`nanum.core.preempt`). Ranking every
 a class computation and a sort over all of them; `RunClasses` keeps the ranking instead and updates it by what
 changed since the last cycle:
 
-- runs that came or left, by object identity (a run still running is passed as the same `Running` object; a new
-  object, say after a checkpoint, is a new run: its victim key changed);
+- runs that came or left (a `CycleCache` knows them from its own diff), and runs passed as a new object, say after
+  a checkpoint: same class, a new victim key;
 - runs whose class rose. A run's class only rises as it receives service, so `rise_time` finds by bisection a time
   up to which it surely stays in its class; the run is looked at again only then (at the latest after `HORIZON`).
 
-The classes and the ranking are exactly those of a fresh computation at every `now`. A `CycleCache` carries one
-`RunClasses` from cycle to cycle; without a cache a cycle builds one for itself.
+The classes and the ranking are exactly those of a fresh computation at every `now`, which never goes back. A
+`CycleCache` carries one `RunClasses` from cycle to cycle; without a cache a cycle builds one for itself (`of`).
 """
 
 from __future__ import annotations
@@ -56,25 +56,31 @@ class RunClasses:
 
     def __init__(self, classes: ClassOrder) -> None:
         self.classes = classes
-        self._clear()
-
-    def _clear(self) -> None:
         self._runs: dict[int, _Run] = {}  # id(run) -> what is known of it
         self._by_lab: dict[str, list[Entry]] = {}  # each lab's preemptible runs, cheapest victim first
         self._borrowed: list[Entry] = []  # preemptible runs that borrow, of every lab, cheapest victim first
         self._checks: list[tuple[float, int]] = []  # (time, id(run)): when to look at a run's class again
         self._now = float("-inf")
 
-    def update(self, running: Iterable[Running], now: float) -> None:
-        """Bring classes and ranking to `running` at `now` (an earlier `now` than the last starts afresh)."""
+    @classmethod
+    def of(cls, classes: ClassOrder, running: Iterable[Running], now: float) -> RunClasses:
+        held = cls(classes)
+        held.update(now, came=running)
+        return held
+
+    def update(self, now: float, came: Iterable[Running] = (), gone: Iterable[Running] = (),
+               moved: Iterable[tuple[Running, Running]] = ()) -> None:
+        """Bring classes and ranking to `now`, after the runs `came` and `gone` since the last update, and `moved`:
+        (old, new) pairs where `new` is a new object for the same run (its class is the same, not its victim key)."""
         if now < self._now:
-            self._clear()
+            raise ValueError(f"time went back from {self._now} to {now}")
         self._now = now
-        current = {id(r): r for r in running}
-        for key in self._runs.keys() - current.keys():
-            self._unlist(self._runs.pop(key))
-        for key in current.keys() - self._runs.keys():
-            self._add(current[key], now)
+        for run in gone:
+            self._unlist(self._runs.pop(id(run)))
+        for old, new in moved:
+            self._move(self._runs.pop(id(old)), new)
+        for run in came:
+            self._add(run, now)
         checks = self._checks
         while checks and checks[0][0] <= now:
             when, key = heapq.heappop(checks)
@@ -105,6 +111,13 @@ class RunClasses:
         known = self._runs[id(run)] = _Run(run, level, (class_victim_key(level, run), id(run)), now)
         self._insert(known)
         heapq.heappush(self._checks, (now, id(run)))  # watched from the next update on: most runs are short-lived
+
+    def _move(self, known: _Run, run: Running) -> None:
+        self._unlist(known)
+        known.run, known.entry = run, (class_victim_key(known.level, run), id(run))
+        self._runs[id(run)] = known
+        self._insert(known)
+        heapq.heappush(self._checks, (known.check_at, id(run)))
 
     def _check(self, known: _Run, now: float) -> None:
         run = known.run

@@ -380,9 +380,9 @@ class _Cycle:
         """The running jobs' classes and victim ranking at `now`: carried by the cache, else built; on first need."""
         if self._classes is None:
             assert self.classes is not None
-            held = RunClasses(self.classes) if self.cache is None else self.cache.run_classes(self.classes)
-            held.update(self.snap.running, self.snap.now)
-            self._classes = held
+            snap = self.snap
+            self._classes = (RunClasses.of(self.classes, snap.running, snap.now) if self.cache is None
+                             else self.cache.run_classes(self.classes, snap))
         return self._classes
 
     def _lower_index(self, level: int, job: Job) -> tuple[list[Running], dict[int, int]]:
