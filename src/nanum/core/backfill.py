@@ -72,11 +72,15 @@ def reserve(
     """The earliest time `job` fits given expected ends, with the nodes it would use; None if no end frees enough."""
     allowed = set(keys)
     free: dict[int, int] = {}
+    other: set[int] = set()  # nodes the job may not use (the timeline holds every node's events)
     have = {nf.index for nf in state.candidates(keys, job.gpus, True) if _eligible(nf, job, allowed)}
     for time, idx, delta, why in timeline.events:
-        nf = state.nodes[idx]
         if idx not in free:
+            if idx in other:
+                continue
+            nf = state.nodes[idx]
             if not _eligible(nf, job, allowed):
+                other.add(idx)
                 continue
             free[idx] = len(nf.free)
         free[idx] += delta

@@ -129,12 +129,16 @@ class Simulation:
         self.free = {n.name: {g.index for g in n.gpus} for n in self.nodes}
         self.owner = {n.name: n.owner for n in self.nodes}
         self.pool_free: Counter[str | None] = Counter()
+        #: per pool, how many nodes have each number of free GPUs (so the largest free block is at hand).
+        self.blocks: dict[str | None, Counter[int]] = {}
         for n in self.nodes:
             self.pool_free[n.owner] += len(n.gpus)
+            self.blocks.setdefault(n.owner, Counter())[len(n.gpus)] += 1
         self.total_gpus = sum(self.pool_free.values())
         self.pending: dict[int, Job] = {}
         self.running: dict[int, Running] = {}
-        self.sizes: dict[str, Counter[int]] = {}
+        self.sizes: dict[str, Counter[int]] = {}  # per lab, pending jobs by GPUs in all
+        self.widths: dict[str, Counter[int]] = {}  # per lab, pending jobs by GPUs per node
         self.lab_used: Counter[str] = Counter()
         self.borrowers = 0
         self.heap: list[tuple[float, int, int]] = []  # (end, job, token): completions
@@ -276,9 +280,18 @@ class Simulation:
             if not sizes or part in live:
                 continue
             smallest = min(sizes)
-            if smallest <= self._free_for(lab, total_free) or self._reclaims(lab, smallest) or self._outranks(lab):
+            if self._fits(lab, smallest, total_free) or self._reclaims(lab, smallest) or self._outranks(lab):
                 live.add(part)
         return live
+
+    def _fits(self, lab: str, smallest: int, total_free: int) -> bool:
+        """Whether some pending job of `lab` might fit the free GPUs it may use: its smallest job in their number,
+        and its narrowest job (GPUs per node) in the largest free block on one node."""
+        if smallest > self._free_for(lab, total_free):
+            return False
+        pools = self.blocks.values() if self.policy.lend else (self.blocks.get(lab), self.blocks.get(None))
+        block = max((max(free) for free in pools if free), default=0)
+        return min(self.widths[lab]) <= block
 
     def _reclaims(self, lab: str, smallest: int) -> bool:
         guarantee = self.labs[lab].guaranteed_gpus
@@ -387,6 +400,7 @@ class Simulation:
     def _enqueue(self, sj: SimJob, job: Job) -> None:
         self.pending[sj.index] = job
         self.sizes.setdefault(sj.lab, Counter())[sj.total_gpus] += 1
+        self.widths.setdefault(sj.lab, Counter())[sj.gpus] += 1
         if self.classes is not None:
             level = self.level[sj.index] = self.classes.level(job, job.attained_gpu_seconds)
             _count(self.pending_levels.setdefault(sj.lab, Counter()), level, +1)
@@ -397,11 +411,9 @@ class Simulation:
         job = self.pending.pop(sj.index)
         self._dequeue_size(sj)
         for p in s.placements:
-            free = self.free[p.node]
-            if not free.issuperset(p.gpus) or len(p.gpus) != sj.gpus:
+            if not self.free[p.node].issuperset(p.gpus) or len(p.gpus) != sj.gpus:
                 raise SimError(f"the core placed job {sj.trace.job_id} on busy or wrong GPUs {p.gpus} of {p.node}")
-            free.difference_update(p.gpus)
-            self.pool_free[self.owner[p.node]] -= len(p.gpus)
+            self._hand(p.node, p.gpus, -1)
         overhead = self.options.restart_cost if sj.preemptions else 0.0
         planned = expected_runtime(job, self.predictor)
         if sj.first_start is None:
@@ -427,8 +439,7 @@ class Simulation:
         if self.classes is not None:
             self._count_run(run, -1)
         for p in run.placements:
-            self.free[p.node].update(p.gpus)
-            self.pool_free[self.owner[p.node]] += len(p.gpus)
+            self._hand(p.node, p.gpus, +1)
             self.result.segments.append(Segment(sj.index, p.node, p.gpus, sj.run_start, t))
         sj.attained += (t - sj.run_start) * sj.total_gpus
         self._account(sj, t, -1, run.borrowing)
@@ -464,17 +475,23 @@ class Simulation:
         self.lab_meters.change(sj.lab, t, period, sign * sj.total_gpus)
         self.user_meters.change(sj.user, t, period, sign * sj.total_gpus)
 
+    def _hand(self, node: str, gpus: tuple[int, ...], sign: int) -> None:
+        """Take (-1) or give back (+1) `gpus` of `node`, keeping the counts per pool current."""
+        free, pool = self.free[node], self.owner[node]
+        _count(self.blocks[pool], len(free), -1)
+        (free.update if sign > 0 else free.difference_update)(gpus)
+        _count(self.blocks[pool], len(free), +1)
+        self.pool_free[pool] += sign * len(gpus)
+
     def _dequeue_size(self, sj: SimJob) -> None:
-        sizes = self.sizes[sj.lab]
-        sizes[sj.total_gpus] -= 1
-        if sizes[sj.total_gpus] <= 0:
-            del sizes[sj.total_gpus]
+        _count(self.sizes[sj.lab], sj.total_gpus, -1)
+        _count(self.widths[sj.lab], sj.gpus, -1)
 
 
-def _count(levels: Counter[int], level: int, sign: int) -> None:
-    levels[level] += sign
-    if levels[level] <= 0:
-        del levels[level]
+def _count(counts: Counter[int], key: int, sign: int) -> None:
+    counts[key] += sign
+    if counts[key] <= 0:
+        del counts[key]
 
 
 def simulate(trace: list[TraceJob], cluster: ClusterSpec, policy: Policy, options: SimOptions | None = None,
