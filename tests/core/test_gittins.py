@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nanum.core import HistoryPredictor, Policy, schedule
-from tests.core.builders import job, nodes, snap
+from tests.core.builders import job, nodes, running, snap
 
 HOUR = 3600.0
 
@@ -67,15 +67,37 @@ def test_gittins_order_runs_the_job_likely_to_end_soon_first_within_a_class() ->
     assert [s.job_id for s in schedule(snap(cluster, pending), Policy(order="las"), p).starts] == [1]
 
 
-def test_gittins_keeps_las_classes_first_and_is_las_without_history() -> None:
+def test_gittins_keeps_classes_first_and_is_fifo_in_a_class_without_history() -> None:
     p = learned(1, 1, 1, 1, 1, user="alice")
-    # alice's job has received 3 GPU-hours (class 1): a new job of bob (class 0, no history) goes first.
-    pending = (job(1, user="alice", attained_gpu_seconds=3 * HOUR), job(2, user="bob"))
+    # alice's job has received 5 GPU-hours (the long class): a new job of bob (short class, no history) goes first.
+    pending = (job(1, user="alice", attained_gpu_seconds=5 * HOUR), job(2, user="bob"))
     cluster = nodes(1, gpus=1)
     assert [s.job_id for s in schedule(snap(cluster, pending), Policy(order="gittins"), p).starts] == [2]
     fresh = (job(1, user="carol"), job(2, user="dave"))
     assert [s.job_id for s in schedule(snap(cluster, fresh), Policy(order="gittins"), HistoryPredictor()).starts] == [1]
 
 
-def test_gittins_preempts_by_class() -> None:
-    assert Policy.parse("gittins+preempt").preempt
+@pytest.mark.parametrize(
+    ("victim_hours", "order", "expected"),
+    [
+        pytest.param(3, "las", [(10, 1)], id="las-stops-a-job-past-2-GPU-hours"),
+        pytest.param(3, "gittins", [], id="gittins-keeps-a-job-below-4-GPU-hours"),
+        pytest.param(5, "gittins", [(10, 1)], id="gittins-stops-a-long-job"),
+        pytest.param(50, "gittins", [(10, 1)], id="gittins-has-no-third-class"),
+    ],
+)
+def test_gittins_preempts_only_long_jobs_for_short_ones(victim_hours: float, order: str,
+                                                         expected: list[tuple[int, int]]) -> None:
+    victim = running(job(10, 4, attained_gpu_seconds=victim_hours * HOUR), {"n0": (0, 1, 2, 3)}, start=90.0)
+    policy = Policy.parse(f"{order}+preempt+nobackfill", lend=False)
+    d = schedule(snap(nodes(1), (job(1, 1),), (victim,)), policy)
+    assert [(p.job_id, p.for_job) for p in d.preemptions] == expected
+
+
+@pytest.mark.parametrize(("order", "expected"), [("las", [(10, 1)]), ("gittins", [])])
+def test_long_gittins_jobs_never_preempt_each_other(order: str, expected: list[tuple[int, int]]) -> None:
+    # A job back from preemption with 5 GPU-hours meets one running with 30: las' classes 1 and 2, one class here.
+    victim = running(job(10, 4, attained_gpu_seconds=30 * HOUR), {"n0": (0, 1, 2, 3)}, start=90.0)
+    back = job(1, 4, attained_gpu_seconds=5 * HOUR)
+    d = schedule(snap(nodes(1), (back,), (victim,)), Policy.parse(f"{order}+preempt+nobackfill", lend=False))
+    assert [(p.job_id, p.for_job) for p in d.preemptions] == expected

@@ -4,7 +4,7 @@ Tiresias (NSDI'19) schedules by discretised least attained service: jobs sit in 
 have received, a new job enters the top queue, a running job that crosses a threshold drops a queue, and a job
 of a higher queue preempts jobs of lower ones. Short jobs so finish quickly without anyone predicting run times,
 at the price of restarting long ones from their last checkpoint. Any queue order that defines classes
-(`ClassOrder.level`) can drive it; `las` and `gittins` do, with their thresholds (2 and 20 GPU-hours).
+(`ClassOrder.level`) can drive it: `las` (2 and 20 GPU-hours) and `gittins` (4 GPU-hours) do.
 
 Example: one 4-GPU node runs job L (4 GPUs, 3 GPU-hours received: class 1). Job S (1 GPU, new: class 0)
 arrives and cannot start: L is preempted, S starts once L has stopped, and L waits in class 1, then resumes.
