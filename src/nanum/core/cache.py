@@ -120,10 +120,13 @@ class CycleCache:
         running = snapshot.running
         current = dict(zip(map(id, running), running, strict=True))
         applied = self._applied
-        gone = {applied[key].job.id: applied[key] for key in applied.keys() - current.keys()}
+        changed = current.keys() ^ applied.keys()  # one pass over both: most runs are still running
+        gone = {applied[key].job.id: applied[key] for key in changed if key in applied}
         came, moved = [], []
-        for key in current.keys() - applied.keys():
-            run = current[key]
+        for key in changed:
+            run = current.get(key)
+            if run is None:
+                continue
             old = gone.get(run.job.id)
             if old is not None and _same_allocation(old, run):
                 del gone[run.job.id]  # a new object for the same run (a later checkpoint): nothing moves

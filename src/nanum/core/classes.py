@@ -21,12 +21,12 @@ import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from nanum.core.model import Running
+from nanum.core.model import JobId, Running
 from nanum.core.preempt import ClassOrder, attained, class_victim_key
 
 #: the longest a run goes unlooked-at: a run in its last class is looked at once per HORIZON of service.
 HORIZON = 86400.0
-Entry = tuple[tuple[float, ...], int]  # (victim key, id of the run): victim keys are unique (they end in the job id)
+Entry = tuple[tuple[float, ...], JobId]  # (victim key, job id): victim keys are unique (they end in the job id)
 
 
 def rise_time(classes: ClassOrder, run: Running, level: int, lo: float, hi: float) -> float | None:
@@ -56,10 +56,10 @@ class RunClasses:
 
     def __init__(self, classes: ClassOrder) -> None:
         self.classes = classes
-        self._runs: dict[int, _Run] = {}  # id(run) -> what is known of it
+        self._runs: dict[JobId, _Run] = {}  # a job runs once at a time
         self._by_lab: dict[str, list[Entry]] = {}  # each lab's preemptible runs, cheapest victim first
         self._borrowed: list[Entry] = []  # preemptible runs that borrow, of every lab, cheapest victim first
-        self._checks: list[tuple[float, int]] = []  # (time, id(run)): when to look at a run's class again
+        self._checks: list[tuple[float, JobId]] = []  # when to look at a run's class again
         self._now = float("-inf")
 
     @classmethod
@@ -76,9 +76,9 @@ class RunClasses:
             raise ValueError(f"time went back from {self._now} to {now}")
         self._now = now
         for run in gone:
-            self._unlist(self._runs.pop(id(run)))
+            self._unlist(self._runs.pop(run.job.id))
         for old, new in moved:
-            self._move(self._runs.pop(id(old)), new)
+            self._move(self._runs[old.job.id], new)
         for run in came:
             self._add(run, now)
         checks = self._checks
@@ -90,7 +90,7 @@ class RunClasses:
 
     def level(self, run: Running) -> int:
         """The class of `run` (one of the running jobs of the last update) at that update's `now`."""
-        return self._runs[id(run)].level
+        return self._runs[run.job.id].level
 
     def victims(self, lab: str, below: int) -> Iterator[Running]:
         """The running jobs a job of `lab` in class `below` may preempt, cheapest first: its lab's own and other
@@ -108,16 +108,14 @@ class RunClasses:
 
     def _add(self, run: Running, now: float) -> None:
         level = self.classes.level(run.job, attained(run, now))
-        known = self._runs[id(run)] = _Run(run, level, (class_victim_key(level, run), id(run)), now)
+        known = self._runs[run.job.id] = _Run(run, level, (class_victim_key(level, run), run.job.id), now)
         self._insert(known)
-        heapq.heappush(self._checks, (now, id(run)))  # watched from the next update on: most runs are short-lived
+        heapq.heappush(self._checks, (now, run.job.id))  # watched from the next update on: most runs are short-lived
 
     def _move(self, known: _Run, run: Running) -> None:
         self._unlist(known)
-        known.run, known.entry = run, (class_victim_key(known.level, run), id(run))
-        self._runs[id(run)] = known
+        known.run, known.entry = run, (class_victim_key(known.level, run), run.job.id)
         self._insert(known)
-        heapq.heappush(self._checks, (known.check_at, id(run)))
 
     def _check(self, known: _Run, now: float) -> None:
         run = known.run
@@ -129,7 +127,7 @@ class RunClasses:
             self._insert(known)
         rise = rise_time(self.classes, run, level, now, now + HORIZON)
         known.check_at = now + HORIZON if rise is None else rise
-        heapq.heappush(self._checks, (known.check_at, id(run)))
+        heapq.heappush(self._checks, (known.check_at, run.job.id))
 
     def _lists(self, run: Running) -> Iterator[list[Entry]]:
         if run.job.preemptible:
