@@ -57,6 +57,17 @@ def schedule(
     return Decisions(tuple(cycle.starts), tuple(cycle.preemptions), tuple(cycle.pending))
 
 
+@dataclass(slots=True, eq=False)
+class _Shape:
+    """What a cycle needs of a job's request: the buckets it may use, whether it can never fit there, its partition.
+    Jobs of one shape (model, lab, GPUs, nodes, CPUs, memory, labels) share one object, and every answer that
+    depends on the shape alone is remembered under it."""
+
+    keys: Keys
+    never: bool
+    part: str | None
+
+
 @dataclass(slots=True)
 class _Partition:
     reservations: list[Reservation] = field(default_factory=list)
@@ -95,9 +106,9 @@ class _Cycle:
         self._never: dict[tuple[object, ...], int] = self.state.static.setdefault("could_fit", {})
         self._never_any: dict[tuple[object, ...], bool] = self.state.static.setdefault("never_fits", {})
         self._room: dict[tuple[object, ...], str] = {}
-        self._shapes: dict[tuple[object, ...], tuple[Keys, bool]] = {}
+        self._shapes: dict[tuple[object, ...], _Shape] = {}
         self._runtimes: dict[JobId, float | None] = {}
-        self._no_reclaim: set[tuple[object, ...]] = set()
+        self._no_reclaim: set[_Shape] = set()
         self._fit: dict[tuple[object, ...], tuple[Placement, ...] | None] = {}
         self._reclaimable: tuple[list[Running], dict[int, int]] | None = None
         self._classes: RunClasses | None = None
@@ -122,39 +133,38 @@ class _Cycle:
             return self._wait(job, Reason(Code.LAB_LIMIT, (
                 f"lab {job.lab} is at its guarantee of {lab.guaranteed_gpus} GPUs "
                 f"({self.usage.lab_gpus[job.lab]} in use); a job that must not be preempted never borrows")))
-        keys, never = self._shape(job)
-        if never:
+        shape = self._shape(job)
+        if shape.never:
             why = impossible(job, self.snap.nodes, self.snap.labs, self.policy.lend)
             return self._wait(job, why or Reason(Code.NODE_DOWN, "every node that could run it is down or draining"))
-        part_key = self._partition(job)
-        part = self.partitions.get(part_key)
+        part = self.partitions.get(shape.part)
         if part is None:
-            part = self.partitions[part_key] = _Partition()
-        placement, fits_now = self._try_place(job, keys, part)
+            part = self.partitions[shape.part] = _Partition()
+        placement, fits_now = self._try_place(job, shape, part)
         if placement is not None:
             self._start(job, placement, borrows, part)
             return True
-        if not borrowing and self._entitled(job) and self._reclaim(job, keys):
+        if not borrowing and self._entitled(job) and self._reclaim(job, shape):
             return True
-        if self.policy.preempt and self._preempt_lower(job, keys):
+        if self.policy.preempt and self._preempt_lower(job, shape):
             return True
-        return self._blocked(job, keys, part, pos, fits_now)
+        return self._blocked(job, shape, part, pos, fits_now)
 
-    def _try_place(self, job: Job, keys: Keys, part: _Partition) -> tuple[tuple[Placement, ...] | None, bool]:
+    def _try_place(self, job: Job, shape: _Shape, part: _Partition) -> tuple[tuple[Placement, ...] | None, bool]:
         """Where `job` starts now (or None), and whether it would fit were it not for a reservation."""
         if part.head is None:
-            found = self._place(job, keys)
+            found = self._place(job, shape)
             return found, found is not None
         if not self.policy.backfill:
             return None, False
-        found = self._place(job, keys)
+        found = self._place(job, shape)
         head = part.reservations[0] if part.reservations else None
         if found is None or head is None or not head.caps:
             return found, found is not None
         runtime = self._runtime(job)
         if runtime is not None and self.snap.now + runtime <= head.start:
             return found, True  # ends before the reservation: may use any free GPU
-        return self._place(job, keys, head.caps), True
+        return self._place(job, shape, head.caps), True
 
     def _runtime(self, job: Job) -> float | None:
         """The planned run time of `job`, asked of the predictor once per cycle."""
@@ -162,15 +172,15 @@ class _Cycle:
             self._runtimes[job.id] = expected_runtime(job, self.predictor)
         return self._runtimes[job.id]
 
-    def _place(self, job: Job, keys: Keys, caps: dict[int, int] | None = None) -> tuple[Placement, ...] | None:
+    def _place(self, job: Job, shape: _Shape, caps: dict[int, int] | None = None) -> tuple[Placement, ...] | None:
         """The placement policy's answer, remembered until the free capacity next changes.
 
         Most of a long queue is jobs of a few shapes that do not fit (or fit but wait for a reservation): each
         shape is tried once per change."""
-        shape = (id(keys), job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels, id(caps), self.state.version)
-        if shape in self._fit:
-            return self._fit[shape]
-        found = self._fit[shape] = self.placement.place(self.state, job, keys, caps)
+        key = (shape, id(caps), self.state.version)
+        if key in self._fit:
+            return self._fit[key]
+        found = self._fit[key] = self.placement.place(self.state, job, shape.keys, caps)
         return found
 
     def _start(self, job: Job, placements: tuple[Placement, ...], borrowing: bool, part: _Partition) -> None:
@@ -196,7 +206,7 @@ class _Cycle:
 
     # -- blocked jobs: reservation, estimate, reason ----------------------------------------------------------
 
-    def _blocked(self, job: Job, keys: Keys, part: _Partition, pos: int, fits_now: bool) -> bool:
+    def _blocked(self, job: Job, shape: _Shape, part: _Partition, pos: int, fits_now: bool) -> bool:
         now = self.snap.now
         ahead = "next in line" if pos == 0 else "1 job ahead" if pos == 1 else f"{pos} jobs ahead"
         first = part.head is None
@@ -204,7 +214,7 @@ class _Cycle:
             part.head = job.id
         res: Reservation | None = None
         if len(part.reservations) < self.policy.estimate_depth and (first or part.reservations):
-            res = reserve(job, self.state, self.timeline(), keys, now)
+            res = reserve(job, self.state, self.timeline(), shape.keys, now)
             if res is not None:
                 self._plan(job, res)
                 part.reservations.append(res)
@@ -218,10 +228,9 @@ class _Cycle:
             return self._wait(job, Reason(Code.BACKFILL, f"{ahead}; starting now would delay job {part.head}{when}"))
         if not first and not self.policy.backfill:
             return self._wait(job, Reason(Code.QUEUED, f"{ahead}; waiting behind job {part.head}"))
-        shape = (id(keys), job.gpus, job.nodes, job.cpus, job.memory_mb, self.state.version)
-        room = self._room.get(shape)
+        room = self._room.get((shape, self.state.version))
         if room is None:
-            room = self._room[shape] = self._no_room(job, keys)
+            room = self._room[(shape, self.state.version)] = self._no_room(job, shape.keys)
         return self._wait(job, Reason(Code.RESOURCES, f"{ahead}; {room}"))
 
     def _plan(self, job: Job, res: Reservation) -> None:
@@ -277,18 +286,17 @@ class _Cycle:
         lab = self.snap.labs.get(job.lab)
         return self.policy.reclaim and lab is not None and lab.guaranteed_gpus is not None
 
-    def _reclaim(self, job: Job, keys: Keys) -> bool:
+    def _reclaim(self, job: Job, shape: _Shape) -> bool:
         """Preempt the cheapest borrowers whose GPUs let `job` start; their GPUs stay theirs until they stop.
 
         Borrowers of other labs are taken in `victim_key` order, counting what each frees on its nodes, until
         enough nodes would fit the job: so the chosen nodes are those whose most expensive victim is cheapest.
         Only the victims on the chosen nodes are preempted. A failure is remembered for the rest of the cycle:
         borrowers only ever become fewer and free GPUs scarcer."""
-        shape = (job.lab, id(keys), job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels)
         if shape in self._no_reclaim:
             return False
         borrowers, reach = self._reclaim_index()
-        chosen = self._victims_for(job, keys, (r for r in borrowers if r.job.lab != job.lab), reach)
+        chosen = self._victims_for(job, shape.keys, (r for r in borrowers if r.job.lab != job.lab), reach)
         if chosen is None:
             self._no_reclaim.add(shape)
             return False
@@ -350,19 +358,18 @@ class _Cycle:
 
     # -- preemption by priority class (see nanum.core.preempt) ------------------------------------------------
 
-    def _preempt_lower(self, job: Job, keys: Keys) -> bool:
+    def _preempt_lower(self, job: Job, shape: _Shape) -> bool:
         """Preempt running jobs of a lower class than `job` so that it can start; False if that cannot help."""
-        if self._place(job, keys) is not None:
+        if self._place(job, shape) is not None:
             return False  # it fits now: only backfill holds it back, and preempting would not change that
         assert self.classes is not None
         mine = self.classes.level(job, job.attained_gpu_seconds)
-        shape = (mine, job.lab, id(keys), job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels)
-        if shape in self._no_preempt:
+        if (mine, shape) in self._no_preempt:
             return False
         runs, reach = self._lower_index(mine, job)
-        chosen = self._victims_for(job, keys, runs, reach)
+        chosen = self._victims_for(job, shape.keys, runs, reach)
         if chosen is None:
-            self._no_preempt.add(shape)
+            self._no_preempt.add((mine, shape))
             return False
         fitting, victims = chosen
         victims.sort(key=lambda r: class_victim_key(self._level(r), r))
@@ -414,16 +421,14 @@ class _Cycle:
 
     # -- partitions and impossible requests ---------------------------------------------------------------------
 
-    def _partition(self, job: Job) -> str | None:
-        return partition_of(job.lab, self.policy.lend, self.owners)
-
-    def _shape(self, job: Job) -> tuple[Keys, bool]:
-        """The buckets `job` may use and whether it can never fit there; one lookup per job, computed per shape."""
-        shape = (job.gpu_model, job.lab, job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels)
-        hit = self._shapes.get(shape)
+    def _shape(self, job: Job) -> _Shape:
+        """The shape of `job`'s request; one lookup per job, computed once per shape."""
+        key = (job.gpu_model, job.lab, job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels)
+        hit = self._shapes.get(key)
         if hit is None:
             keys = self._keys(job)
-            hit = self._shapes[shape] = (keys, self._never_fits(job, keys))
+            part = partition_of(job.lab, self.policy.lend, self.owners)
+            hit = self._shapes[key] = _Shape(keys, self._never_fits(job, keys), part)
         return hit
 
     def _keys(self, job: Job) -> Keys:
