@@ -66,3 +66,15 @@ def test_rise_time_is_within_a_second_of_the_threshold() -> None:
     when = rise_time(Las(), r, 0, 100.0, 100.0 + HORIZON)
     assert when is not None and 3699.0 <= when < 3700.0
     assert rise_time(Las(), r, 0, 100.0, 3000.0) is None
+
+
+@pytest.mark.timeout(20)
+def test_a_run_about_to_change_class_is_not_looked_at_for_ever() -> None:
+    # 4 GPUs, one GPU-second short of 2 GPU-hours: it changes class a quarter of a second after `now`, so the
+    # time it surely keeps its class is `now` itself; looking again at that same time must not loop.
+    run = running(job(1, 4, attained_gpu_seconds=7199.0), {"n0": (0, 1, 2, 3)}, start=100.0)
+    held = RunClasses.of(Las(), [run], 100.0)
+    held.update(100.0)
+    assert held.level(run) == 0
+    held.update(101.0)
+    assert held.level(run) == 1

@@ -82,7 +82,7 @@ class RunClasses:
         for run in came:
             self._add(run, now)
         checks = self._checks
-        while checks and checks[0][0] <= now:
+        while checks and checks[0][0] < now:  # a run keeps its class up to its check time, that time included
             when, key = heapq.heappop(checks)
             known = self._runs.get(key)
             if known is not None and known.check_at == when:
