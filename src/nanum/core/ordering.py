@@ -141,8 +141,9 @@ class Gittins(Las):
         return bisect.bisect_right(GITTINS_THRESHOLDS, attained)
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
-        index = gittins_index(job, job.attained_gpu_seconds, ctx.predictor)
-        return (self.level(job, job.attained_gpu_seconds), -(index or 0.0), job.submit_time, job.id)
+        attained = job.attained_gpu_seconds
+        index = gittins_index(job, attained, ctx.predictor)
+        return (bisect.bisect_right(GITTINS_THRESHOLDS, attained), -(index or 0.0), job.submit_time, job.id)
 
 
 class Shortest:

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Hashable
 from typing import Protocol
 
-from nanum.core.model import Job
+from nanum.core.model import Job, JobId
 
 
 class Predictor(Protocol):
@@ -32,6 +32,9 @@ class Predictor(Protocol):
 #: finished jobs kept per key for the service distribution, and how many a key needs before it is used.
 SERVICE_WINDOW = 200
 MIN_SAMPLES = 5
+#: jobs whose service key is remembered before the memo starts afresh (it only saves time).
+KEY_MEMO = 65536
+_UNKNOWN: Hashable = object()
 
 
 class HistoryPredictor:
@@ -48,6 +51,9 @@ class HistoryPredictor:
         self._service: dict[Hashable, deque[float]] = {}  # GPU-seconds of the last jobs per key
         self._tables: dict[Hashable, tuple[list[float], list[float]]] = {}  # sorted service, prefix sums
         self._indices: dict[Hashable, dict[float, float]] = {}  # attained -> index, per key
+        # job -> the key its index comes from (a job's user, name, lab and GPUs never change). A key's sample
+        # count only grows, so the choice changes only when some key reaches MIN_SAMPLES: then it is forgotten.
+        self._chosen: dict[JobId, Hashable | None] = {}
 
     @staticmethod
     def _keys(job: Job) -> tuple[Hashable, ...]:
@@ -68,9 +74,13 @@ class HistoryPredictor:
             if len(runs) > self._window:
                 self._sums[key] -= runs.popleft()
         for key in set(self._service_keys(job)):
-            self._service.setdefault(key, deque(maxlen=SERVICE_WINDOW)).append(run_time * job.total_gpus)
+            service = self._service.setdefault(key, deque(maxlen=SERVICE_WINDOW))
+            service.append(run_time * job.total_gpus)
+            if len(service) == MIN_SAMPLES:
+                self._chosen.clear()
             self._tables.pop(key, None)
             self._indices.pop(key, None)
+        self._chosen.pop(job.id, None)
 
     def predict(self, job: Job) -> float | None:
         memo_key = (job.user, job.name, job.lab, job.gpus)
@@ -96,6 +106,16 @@ class HistoryPredictor:
             ("all",),
         )
 
+    def _service_key(self, job: Job) -> Hashable | None:
+        """The most specific of the job's keys with at least `MIN_SAMPLES` finished jobs, else None."""
+        if len(self._chosen) >= KEY_MEMO:
+            self._chosen.clear()
+        for key in self._service_keys(job):
+            runs = self._service.get(key)
+            if runs is not None and len(runs) >= MIN_SAMPLES:
+                return key
+        return None
+
     def gittins_index(self, job: Job, attained: float) -> float | None:
         """The Gittins index of `job` after `attained` GPU-seconds, per GPU-second (higher: run it first), from the
         most specific key with at least `MIN_SAMPLES` finished jobs; None with no such key.
@@ -103,11 +123,10 @@ class HistoryPredictor:
         With S the service a similar job needs, the index is the best, over quanta q, of
         P(S - attained <= q | S > attained) / E[min(S - attained, q) | S > attained]; q ranges over the samples.
         A job that outlived every sample is expected to need as much again as it has received."""
-        for key in self._service_keys(job):
-            runs = self._service.get(key)
-            if runs is not None and len(runs) >= MIN_SAMPLES:
-                break
-        else:
+        key = self._chosen.get(job.id, _UNKNOWN)
+        if key is _UNKNOWN:
+            key = self._chosen[job.id] = self._service_key(job)
+        if key is None:
             return None
         memo = self._indices.setdefault(key, {})
         hit = memo.get(attained)
@@ -115,7 +134,7 @@ class HistoryPredictor:
             return hit
         table = self._tables.get(key)
         if table is None:
-            ordered = sorted(runs)
+            ordered = sorted(self._service[key])
             prefix = [0.0]
             for x in ordered:
                 prefix.append(prefix[-1] + x)
