@@ -20,8 +20,9 @@ start estimates shown to users. Reservations count GPUs only; CPUs and memory ar
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+import heapq
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from nanum.core.model import Job, JobId
 from nanum.core.state import ClusterState, NodeFree
@@ -41,18 +42,54 @@ class Reservation:
     end: float | None = None
 
 
-@dataclass(slots=True)
-class Timeline:
-    """Future GPU releases (and, for estimates, future reservations) as (time, node index, GPU delta, why)."""
+Event = tuple[float, int, int, str]
+Key = tuple[str | None, str]
 
-    events: list[tuple[float, int, int, str]] = field(default_factory=list)
+
+class Timeline:
+    """Future GPU releases (and, for estimates, future reservations) as (time, node index, GPU delta, why), kept
+    per bucket of nodes (`NodeFree.key`: pool and model) in time order, so a sweep reads only its job's buckets.
+
+    `base` (a `CycleCache`'s expected ends, per bucket) is copied a bucket at a time on first use, with events
+    before `now` moved to `now`; it is never changed."""
+
+    def __init__(self, state: ClusterState, base: Mapping[Key, list[Event]] | None = None, now: float = -INF) -> None:
+        self._nodes = state.nodes
+        self._base = base or {}
+        self._now = now
+        self._lists: dict[Key, list[Event]] = {}
+
+    def bucket(self, key: Key) -> list[Event]:
+        """The events of the nodes in bucket `key`, in time order."""
+        events = self._lists.get(key)
+        if events is None:
+            events = self._lists[key] = from_now(self._base.get(key, []), self._now)
+        return events
 
     def add(self, time: float, node: int, delta: int, why: str) -> None:
-        bisect.insort(self.events, (time, node, delta, why))
+        bisect.insort(self.bucket(self._nodes[node].key), (time, node, delta, why))
 
-    def extend(self, items: Iterable[tuple[float, int, int, str]]) -> None:
-        self.events.extend(items)
-        self.events.sort()
+    def extend(self, items: Iterable[Event]) -> None:
+        touched = set()
+        for item in items:
+            key = self._nodes[item[1]].key
+            self.bucket(key).append(item)
+            touched.add(key)
+        for key in touched:
+            self._lists[key].sort()
+
+    def events(self, keys: list[Key]) -> Iterable[Event]:
+        """The events of the nodes in `keys`' buckets, in time order."""
+        lists = [self.bucket(key) for key in keys]
+        return lists[0] if len(lists) == 1 else heapq.merge(*lists)
+
+
+def from_now(events: list[Event], now: float) -> list[Event]:
+    """A sorted copy of sorted `events` with those before `now` moved to `now`."""
+    k = bisect.bisect_right(events, (now, INF))
+    if k == 0:
+        return list(events)
+    return sorted((now, i, g, w) for _, i, g, w in events[:k]) + events[k:]
 
 
 def _eligible(nf: NodeFree, job: Job, keys: set[tuple[str | None, str]]) -> bool:
@@ -72,9 +109,9 @@ def reserve(
     """The earliest time `job` fits given expected ends, with the nodes it would use; None if no end frees enough."""
     allowed = set(keys)
     free: dict[int, int] = {}
-    other: set[int] = set()  # nodes the job may not use (the timeline holds every node's events)
+    other: set[int] = set()  # nodes of its buckets the job may not use (too few GPUs, CPUs, memory; labels)
     have = {nf.index for nf in state.candidates(keys, job.gpus, True) if _eligible(nf, job, allowed)}
-    for time, idx, delta, why in timeline.events:
+    for time, idx, delta, why in timeline.events(keys):
         if idx not in free:
             if idx in other:
                 continue

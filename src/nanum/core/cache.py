@@ -24,14 +24,12 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 
+from nanum.core.backfill import Event, Key
 from nanum.core.classes import RunClasses
 from nanum.core.model import Node, Running, Snapshot
 from nanum.core.preempt import ClassOrder
 from nanum.core.quota import Usage
 from nanum.core.state import ClusterState
-
-INF = float("inf")
-Event = tuple[float, int, int, str]
 
 
 def run_ends(run: Running, state: ClusterState) -> list[Event]:
@@ -58,7 +56,8 @@ class CycleCache:
         self._applied: dict[int, Running] = {}
         self._usage = Usage()
         self._ends: dict[int, list[Event]] = {}
-        self._events: list[Event] = []
+        #: the running jobs' expected ends per bucket of nodes (`NodeFree.key`), sorted.
+        self.ends: dict[Key, list[Event]] = {}
         self.total_gpus = 0
         self.owners: set[str] = set()
         self.rebuilds = 0
@@ -87,14 +86,6 @@ class CycleCache:
             held = self._classes[type(classes)] = RunClasses.of(classes, snapshot.running, snapshot.now)
         return held
 
-    def running_ends(self, now: float) -> list[Event]:
-        """Expected ends of the running jobs, each at `now` at the earliest, sorted (a fresh list)."""
-        events = self._events
-        k = bisect.bisect_right(events, (now, INF))
-        if k == 0:
-            return list(events)
-        return sorted((now, i, g, w) for _, i, g, w in events[:k]) + events[k:]
-
     # -- keeping the carried state current -----------------------------------------------------------------------
 
     def _rebuild(self, snapshot: Snapshot) -> ClusterState:
@@ -107,7 +98,12 @@ class CycleCache:
         self._applied = dict(zip(map(id, snapshot.running), snapshot.running, strict=True))
         self._usage = Usage.of(snapshot.running)
         self._ends = {key: run_ends(r, state) for key, r in self._applied.items()}
-        self._events = sorted(e for ends in self._ends.values() for e in ends)
+        self.ends = {}
+        for ends in self._ends.values():
+            for e in ends:
+                self.ends.setdefault(state.nodes[e[1]].key, []).append(e)
+        for events in self.ends.values():
+            events.sort()
         self._classes = {}
         return state
 
@@ -154,7 +150,8 @@ class CycleCache:
             state.release(p, run.job)
         self._usage.add(run.job, -1)
         for e in self._ends.pop(id(run), ()):
-            del self._events[bisect.bisect_left(self._events, e)]
+            events = self.ends[state.nodes[e[1]].key]
+            del events[bisect.bisect_left(events, e)]
         return True
 
     def _take(self, state: ClusterState, run: Running) -> bool:
@@ -168,7 +165,7 @@ class CycleCache:
         self._usage.add(run.job)
         ends = self._ends[id(run)] = run_ends(run, state)
         for e in ends:
-            bisect.insort(self._events, e)
+            bisect.insort(self.ends.setdefault(state.nodes[e[1]].key, []), e)
         return True
 
 

@@ -245,18 +245,14 @@ class _Cycle:
     def timeline(self) -> Timeline:
         """Expected ends of running jobs and of jobs started this cycle, built once, on first need."""
         if self._timeline is None:
-            self._timeline = Timeline()
             if self.cache is not None and not self.victims:
-                self._timeline.events = self.cache.running_ends(self.snap.now)
+                self._timeline = Timeline(self.state, self.cache.ends, self.snap.now)
             else:
+                self._timeline = Timeline(self.state)
                 self._timeline.extend(self._running_ends(self.snap.running))
-            for start in self.starts:
-                if start.expected_end is not None:
-                    for p in start.placements:
-                        idx = self.state.by_name[p.node].index
-                        self._timeline.events.append(
-                            (start.expected_end, idx, len(p.gpus), f"job {start.job_id} ends"))
-            self._timeline.events.sort()
+            self._timeline.extend(
+                (start.expected_end, self.state.by_name[p.node].index, len(p.gpus), f"job {start.job_id} ends")
+                for start in self.starts if start.expected_end is not None for p in start.placements)
         return self._timeline
 
     def _running_ends(self, running: Iterable[Running]) -> Iterable[tuple[float, int, int, str]]:
