@@ -21,14 +21,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nanum.core.policy import DEFAULT_POLICY
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "traces"
 PHILLY = SHARED / "philly-pollux" / "philly.csv.gz"
 POLICIES = ("fifo+nobackfill", "fifo+backfill", "fairshare+backfill", "shortest+backfill", "las+backfill+preempt",
-            "gittins+backfill+preempt")
+            DEFAULT_POLICY)
 CLUSTERS = {"pooled": "philly-pooled.toml", "partitioned": "philly-partitioned.toml"}
 #: the peer takes 172 s for FIFO (694 s for oracle SRTF): every policy is compared with its FIFO time.
-PEER_SECONDS = {"fifo+nobackfill": 172.0, "las+backfill+preempt": 172.0, "gittins+backfill+preempt": 172.0}
+PEER_SECONDS = {"fifo+nobackfill": 172.0, "las+backfill+preempt": 172.0, DEFAULT_POLICY: 172.0}
 
 
 def replay(trace: list[Any], cluster: str, policy: str) -> dict[str, Any]:
