@@ -50,20 +50,27 @@ class Timeline:
     """Future GPU releases (and, for estimates, future reservations) as (time, node index, GPU delta, why), kept
     per bucket of nodes (`NodeFree.key`: pool and model) in time order, so a sweep reads only its job's buckets.
 
-    `base` (a `CycleCache`'s expected ends, per bucket) is copied a bucket at a time on first use, with events
-    before `now` moved to `now`; it is never changed."""
+    `base` (a `CycleCache`'s expected ends, per bucket) is copied a bucket at a time on first use, without the
+    events in `drop` and with those before `now` moved to `now`; it is never changed."""
 
-    def __init__(self, state: ClusterState, base: Mapping[Key, list[Event]] | None = None, now: float = -INF) -> None:
+    def __init__(
+        self, state: ClusterState, base: Mapping[Key, list[Event]] | None = None, now: float = -INF,
+        drop: set[Event] | None = None,
+    ) -> None:
         self._nodes = state.nodes
         self._base = base or {}
         self._now = now
+        self._drop = drop
         self._lists: dict[Key, list[Event]] = {}
 
     def bucket(self, key: Key) -> list[Event]:
         """The events of the nodes in bucket `key`, in time order."""
         events = self._lists.get(key)
         if events is None:
-            events = self._lists[key] = from_now(self._base.get(key, []), self._now)
+            events = self._base.get(key, [])
+            if self._drop:
+                events = [e for e in events if e not in self._drop]
+            events = self._lists[key] = from_now(events, self._now)
         return events
 
     def add(self, time: float, node: int, delta: int, why: str) -> None:

@@ -86,6 +86,10 @@ class CycleCache:
             held = self._classes[type(classes)] = RunClasses.of(classes, snapshot.running, snapshot.now)
         return held
 
+    def ends_of(self, run: Running) -> list[Event]:
+        """The expected ends `run` adds to `ends` (it must be running at the snapshot `prepare` was last given)."""
+        return self._ends.get(id(run), [])
+
     # -- keeping the carried state current -----------------------------------------------------------------------
 
     def _rebuild(self, snapshot: Snapshot) -> ClusterState:

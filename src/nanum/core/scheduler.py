@@ -245,8 +245,11 @@ class _Cycle:
     def timeline(self) -> Timeline:
         """Expected ends of running jobs and of jobs started this cycle, built once, on first need."""
         if self._timeline is None:
-            if self.cache is not None and not self.victims:
-                self._timeline = Timeline(self.state, self.cache.ends, self.snap.now)
+            if self.cache is not None:
+                victims = self.victims
+                gone = {e for run in self.snap.running if run.job.id in victims for e in self.cache.ends_of(run)
+                        } if victims else None
+                self._timeline = Timeline(self.state, self.cache.ends, self.snap.now, gone)
             else:
                 self._timeline = Timeline(self.state)
                 self._timeline.extend(self._running_ends(self.snap.running))
