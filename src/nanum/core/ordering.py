@@ -143,7 +143,7 @@ class Gittins(Las):
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         attained = job.attained_gpu_seconds
         index = gittins_index(job, attained, ctx.predictor)
-        return (bisect.bisect_right(GITTINS_THRESHOLDS, attained), -(index or 0.0), job.submit_time, job.id)
+        return (self.level(job, attained), -(index or 0.0), job.submit_time, job.id)
 
 
 class Shortest:

@@ -95,7 +95,6 @@ class HistoryPredictor:
         self._memo[memo_key] = found
         return found
 
-
     @staticmethod
     def _service_keys(job: Job) -> tuple[Hashable, ...]:
         return (
@@ -108,8 +107,6 @@ class HistoryPredictor:
 
     def _service_key(self, job: Job) -> Hashable | None:
         """The most specific of the job's keys with at least `MIN_SAMPLES` finished jobs, else None."""
-        if len(self._chosen) >= KEY_MEMO:
-            self._chosen.clear()
         for key in self._service_keys(job):
             runs = self._service.get(key)
             if runs is not None and len(runs) >= MIN_SAMPLES:
@@ -125,6 +122,8 @@ class HistoryPredictor:
         A job that outlived every sample is expected to need as much again as it has received."""
         key = self._chosen.get(job.id, _UNKNOWN)
         if key is _UNKNOWN:
+            if len(self._chosen) >= KEY_MEMO:
+                self._chosen.clear()
             key = self._chosen[job.id] = self._service_key(job)
         if key is None:
             return None
