@@ -1,4 +1,5 @@
-"""CycleCache changes only the cost of a cycle: a driver loop gets the same decisions with and without it."""
+"""CycleCache and `explain=False` change only the cost of a cycle: a driver loop gets the same decisions with and
+without them (without reasons, the same starts and preemptions)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from nanum.core import CycleCache, Decisions, Job, JobId, Lab, Policy, Running, 
 from tests.core.builders import node, running
 
 
-def _drive(policy: Policy, seed: int, steps: int = 120, swap_nodes_at: int | None = None) -> list[Decisions]:
-    """A small event loop over 2 labs × 3 nodes: arrivals, completions, preemptions; checks every cycle."""
+def _drive(policy: Policy, seed: int, steps: int = 120, swap_nodes_at: int | None = None,
+           shared: int = 0) -> list[Decisions]:
+    """A small event loop over 2 labs × 3 nodes (the last `shared` of them nobody's): arrivals, completions,
+    preemptions; checks every cycle."""
     rng = random.Random(seed)
-    nodes = tuple(node(f"n{i}", 4, owner="a" if i < 3 else "b") for i in range(6))
+    nodes = tuple(node(f"n{i}", 4, owner=None if i >= 6 - shared else "a" if i < 3 else "b") for i in range(6))
     labs = {"a": Lab(name="a", guaranteed_gpus=12), "b": Lab(name="b", guaranteed_gpus=12)}
     pending: dict[int, Job] = {}
     live: dict[int, Running] = {}
@@ -40,6 +43,8 @@ def _drive(policy: Policy, seed: int, steps: int = 120, swap_nodes_at: int | Non
                         labs=labs)
         plain, cached = schedule(snap, policy), schedule(snap, policy, cache=cache)
         assert cached == plain, f"seed {seed}, step {step}"
+        quiet = schedule(snap, policy, cache=cache, explain=False)
+        assert quiet == Decisions(plain.starts, plain.preemptions, ()), f"seed {seed}, step {step}"
         seen.append(plain)
         for p in plain.preemptions:
             run = live.pop(p.job_id)
@@ -67,6 +72,14 @@ def _drive(policy: Policy, seed: int, steps: int = 120, swap_nodes_at: int | Non
 def test_cached_cycles_decide_like_fresh_ones(text: str, lend: bool, seed: int) -> None:
     decisions = _drive(Policy.parse(text, lend=lend), seed)
     assert sum(len(d.starts) for d in decisions) > 20  # the loop really scheduled something
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_estimates_of_later_jobs_leave_the_decisions_alone(seed: int) -> None:
+    """Partitions meet on shared nodes, where one's estimates are future usage for the other's reservation."""
+    policy = Policy.parse("las+backfill+preempt", lend=False, estimate_depth=4)
+    decisions = _drive(policy, seed, steps=300, shared=2)
+    assert sum(p.estimated_start is not None for d in decisions for p in d.pending) > 100
 
 
 def test_going_back_in_time_rebuilds() -> None:

@@ -169,7 +169,9 @@ class Simulation:
         self.borrow_levels: Counter[int] = Counter()
         self.rises: list[tuple[float, int, int]] = []  # (time, job, token): check the class of a run again
         #: the seam to the core: one cycle for one snapshot (tests wrap it to compare with a cache-less cycle).
-        self.decide: Callable[[Snapshot], Decisions] = lambda snap: schedule(snap, policy, self.predictor, self.cache)
+        #: It asks for no reasons: the simulator reads only starts and preemptions.
+        self.decide: Callable[[Snapshot], Decisions] = lambda snap: schedule(
+            snap, policy, self.predictor, self.cache, explain=False)
 
     def _make_predictor(self) -> Predictor | None:
         if self.options.predictor == "history":
