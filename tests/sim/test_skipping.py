@@ -1,8 +1,9 @@
 """Skipping cycles and partitions that can decide nothing leaves every decision as it was.
 
-The reference replay (`skip = False`) runs a cycle at every change and shows the core every pending job. The
-default skips a cycle when no pending job fits, reclaims or outranks a running job, and (labs on their own nodes)
-shows the core only the partitions where one could. Both must write the same jobs.csv and allocations.csv.
+The reference replay (`skip = False`) runs a cycle at every change and shows the core every pending job and every
+checkpoint. The default skips a cycle when no pending job fits, reclaims or outranks a running job, (labs on their
+own nodes) shows the core only the partitions where one could, and shows checkpoints only to a cycle that preempts.
+Both must write the same jobs.csv and allocations.csv.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ alone (fair-share decay, priority age) are re-evaluated at every event.
 
 When labs keep to their own nodes (`lend = false`), the partitions of a cycle do not interact: the core is shown
 only the pending jobs of the partitions where one of those three things could happen. The others would only get
-their reasons, which the simulator does not read; the decisions are the same (`skip`).
+their reasons, which the simulator does not read; the decisions are the same (`skip`). Likewise the checkpoints
+running jobs took reach the core only in a cycle that preempts (see `_checkpoint`).
 """
 
 from __future__ import annotations
@@ -154,8 +155,8 @@ class Simulation:
         self.result = SimResult(policy, cluster, self.options, self.jobs, [], [], self.total_gpus)
         self.cache = CycleCache()
         self.owners = {n.owner for n in self.nodes if n.owner is not None}
-        #: skip cycles, and partitions of a cycle, that provably decide nothing (off: a cycle at every change, with
-        #: every pending job; the decisions are the same).
+        #: skip cycles, and partitions of a cycle, that provably decide nothing, and show checkpoints only to cycles
+        #: that preempt (off: a cycle at every change, with every pending job and checkpoint; the same decisions).
         self.skip = True
         #: partitions may be left out: they share no GPUs, or no one plans on the shared ones (estimate depth 1).
         self.prune = not policy.lend and (policy.estimate_depth == 1 or not self.pool_free[None])
@@ -222,8 +223,11 @@ class Simulation:
             if not self._worth(t):
                 return
             self.changed = False
-            self._checkpoint(t)
+            if not self.skip:
+                self._checkpoint(t)
             decisions = self.decide(self._snapshot(t))
+            if decisions.preemptions and self._checkpoint(t):
+                decisions = self.decide(self._snapshot(t))
             self.result.cycles += 1
             self._apply(decisions, t)
             if not decisions.preemptions:
@@ -350,17 +354,26 @@ class Simulation:
             if run.borrowing:
                 _count(self.borrow_levels, level, sign)
 
-    def _checkpoint(self, t: float) -> None:
-        """Give running jobs the checkpoints they have taken by `t`, so victims are chosen by the work they lose."""
+    def _checkpoint(self, t: float) -> bool:
+        """Give running jobs the checkpoints they have taken by `t`, so victims are chosen by the work they lose;
+        False when none had taken one since it was last asked.
+
+        Only a cycle that preempts is asked for them: the core reads a checkpoint only to rank victims, and the
+        ranking decides which victims, never whether there are any. So a cycle that preempts nothing decides the
+        same with the runs as they were, and one that preempts is decided again with the checkpoints. Sparing
+        the other cycles a new `Running` per checkpoint saves the cycle cache from re-ranking them."""
         heap, every = self.checkpoints, self.options.checkpoint_interval
+        latest: dict[int, float] = {}
         while heap and heap[0][0] <= t:
             when, idx, token = heapq.heappop(heap)
-            run = self.running.get(idx)
-            if run is not None and self.jobs[idx].token == token:
-                self.running[idx] = Running(job=run.job, placements=run.placements, start_time=run.start_time,
-                                            expected_end=run.expected_end, borrowing=run.borrowing,
-                                            last_checkpoint=when)
+            if idx in self.running and self.jobs[idx].token == token:
+                latest[idx] = when
                 heapq.heappush(heap, (when + every, idx, token))
+        for idx, when in latest.items():
+            run = self.running[idx]
+            self.running[idx] = Running(job=run.job, placements=run.placements, start_time=run.start_time,
+                                        expected_end=run.expected_end, borrowing=run.borrowing, last_checkpoint=when)
+        return bool(latest)
 
     # -- snapshot ----------------------------------------------------------------------------------------------
 
