@@ -206,7 +206,8 @@ class Cluster:
             if job["state"] in states:
                 return dict(job)
             if time.monotonic() > deadline:
-                raise AssertionError(f"job {job_id} is {job['state']}, not {states}, after {timeout} s")
+                runs = f"run {job['runs']}, preempted {job['preemptions']} times"
+                raise AssertionError(f"job {job_id} is {job['state']} ({runs}), not {states}, after {timeout} s")
             time.sleep(0.05)
 
 
