@@ -123,6 +123,24 @@ def test_sigterm_ends_a_job_and_the_wrapper_records_it(executor: Executor) -> No
     assert (executor.jobs_dir / "6" / "exit").read_text().strip() == "143"
 
 
+def test_a_job_stopped_the_moment_it_starts_gets_sigterm_not_sigkill(executor: Executor) -> None:
+    # A SIGTERM that reaches the wrapper before it has started the command must still stop the command.
+    for job_id in range(100, 140):
+        executor.start(allow_root=True, launch=make_launch(job_id, "sleep", "60"))
+        executor.stop(job_id, grace_s=3)
+    for job_id in range(100, 140):
+        status = executor.wait(job_id, 10)
+        assert status is not None and (status.exit_code, status.signal) == (143, 15), job_id
+
+
+def test_a_job_can_still_be_interrupted(executor: Executor) -> None:
+    probe = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    executor.start(allow_root=True, launch=make_launch(9, "python3", "-c", probe))
+    status = executor.wait(9, 10)
+    assert status is not None and status.exit_code == 0
+    assert log_text(executor, 9) == "True\n"
+
+
 def test_job_may_catch_sigterm_and_exit_cleanly(executor: Executor) -> None:
     script = 'trap "echo checkpoint; test -e \\"$NANUM_PREEMPT_FILE\\" && echo preempted; exit 0" TERM; sleep 60 & wait'
     executor.start(allow_root=True, launch=make_launch(8, "sh", "-c", script))

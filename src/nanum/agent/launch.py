@@ -1,16 +1,25 @@
 """Starting one job process: its directory, environment, account and the wrapper that records its exit status.
 
-Every job runs as `/bin/sh -c WRAPPER nanum-job-ID COMMAND...` in a session of its own, with its standard
-input open for writing on the job's `exit` file. The wrapper moves that descriptor to 3, gives the command
-/dev/null as input and no fd 3, and sets a trap *handler* (not `trap ''`, whose ignored signals the command
-would inherit), so that a SIGTERM sent to the process group stops the command but not the shell, which then
-writes the command's status to the exit file. That file is how a restarted agent learns the exit status of a
+Every job runs as `/bin/sh -c WRAPPER nanum-job-ID COMMAND...` (WRAPPER: `wrapper()`) in a session of its own,
+with its standard input open for writing on the job's `exit` file. The wrapper moves that descriptor to 3, gives
+the command /dev/null as input and no fd 3, and sets a trap *handler* (not `trap ''`, whose ignored signals the
+command would inherit), so that a SIGTERM sent to the process group stops the command but not the shell, which
+then writes the command's status to the exit file. That file is how a restarted agent learns the exit status of a
 job that ended while it was down; being an inherited descriptor, it works even where the job's user cannot
 reach the state directory.
+
+A job stopped the moment it starts must still get SIGTERM: a signal that reaches the group after the trap is set
+but before the shell has started the command would be swallowed, and the command would run on until SIGKILL. So
+the wrapper starts the command in the background first and only then sets the trap (a signal before that ends
+both, as it should), then waits for the command. `env --default-signal` undoes the ignored SIGINT and SIGQUIT a
+shell gives background commands, so jobs can still be interrupted (a first word NAME=VALUE sets that variable, as
+`env` does). Where `env` lacks that option (coreutils before 8.31) the command runs in the foreground as before,
+with that narrow race.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -21,9 +30,17 @@ from nanum.agent.accounts import Account, Refused
 from nanum.agent.jobrecord import JobRecord
 from nanum.protocol import JobLaunch
 
-__all__ = ["WRAPPER", "find_setpriv", "job_env", "prepare", "spawn"]
+__all__ = ["find_setpriv", "job_env", "prepare", "spawn", "wrapper"]
 
-WRAPPER = 'exec 3>&0 </dev/null; trap : TERM INT HUP; "$@" 3>&-; echo $? >&3'
+ENV_COMMAND = ("/usr/bin/env", "--default-signal=INT,QUIT", "--")
+FOREGROUND = 'exec 3>&0 </dev/null; trap : TERM INT HUP; "$@" 3>&-; echo $? >&3'
+BACKGROUND = (
+    f'exec 3>&0 </dev/null; {" ".join(ENV_COMMAND)} "$@" 3>&- & nanum_job=$!; '
+    'trap : TERM INT HUP; wait "$nanum_job"; nanum_rc=$?; '
+    # A trapped signal interrupts `wait` (status > 128): wait again while the command lives.
+    'while [ "$nanum_rc" -gt 128 ] && kill -0 "$nanum_job" 2>/dev/null; do wait "$nanum_job"; nanum_rc=$?; done; '
+    'echo $nanum_rc >&3'
+)
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 SECRET_VARS = ("NANUM_TOKEN", "NANUM_NODE_TOKEN")
 PASSED_VARS = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
@@ -120,6 +137,16 @@ def find_setpriv() -> str | None:
     return shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
 
 
+@functools.cache
+def wrapper() -> str:
+    """The job wrapper this machine supports (see the module docstring)."""
+    try:
+        probe = subprocess.run([*ENV_COMMAND, "true"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return FOREGROUND
+    return BACKGROUND if probe.returncode == 0 else FOREGROUND
+
+
 def spawn(
     record: JobRecord, account: Account, env: dict[str, str], *, switch_user: bool, setpriv: str | None = None
 ) -> subprocess.Popen[bytes]:
@@ -129,7 +156,7 @@ def spawn(
     with vfork, about 0.2 ms, where switching ids in the child needs a full fork of the agent (several ms).
     """
     launch = record.launch
-    argv = ["/bin/sh", "-c", WRAPPER, f"nanum-job-{launch.job_id}", *launch.command]
+    argv = ["/bin/sh", "-c", wrapper(), f"nanum-job-{launch.job_id}", *launch.command]
     fork_switch = switch_user and not setpriv
     if switch_user and setpriv:
         groups = ",".join(str(g) for g in account.groups)
