@@ -78,3 +78,17 @@ def test_policy_words() -> None:
     assert not Policy.parse("las").preempt
     with pytest.raises(PolicyError, match="has no priority classes"):
         Policy.parse("fifo+preempt")
+
+
+def test_a_job_waiting_behind_the_head_does_not_answer_for_a_later_one_of_its_shape() -> None:
+    # Without backfill, job 2 (2 GPUs) waits behind the gang 1 though n0 has 2 GPUs free, and preempts nothing
+    # since it fits. Job 3 (3 GPUs) then preempts job 10 and holds n0's free GPUs. Job 4, of job 2's shape, now fits
+    # nowhere, so it preempts job 12 on n1.
+    runs = (
+        running(job(10, 1, attained_gpu_seconds=2 * HOUR), {"n0": (0,)}, start=90.0),
+        running(job(11, 1), {"n0": (1,)}, start=90.0),
+        running(job(12, 2, attained_gpu_seconds=2 * HOUR), {"n1": (0, 1)}, start=90.0),
+        running(job(13, 2), {"n1": (2, 3)}, start=90.0),
+    )
+    d = schedule(snap(nodes(2), (job(1, 4, nodes=2), job(2, 2), job(3, 3), job(4, 2)), runs), LAS)
+    assert preempted(d) == [(10, 3), (12, 4)]

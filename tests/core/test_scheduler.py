@@ -130,6 +130,15 @@ def test_easy_backfill_starts_a_short_job_that_ends_before_the_reservation() -> 
     assert str(reason(d, 3)) == "2 jobs ahead; starting now would delay job 1, reserved to start in 15m 0s"
 
 
+def test_a_long_job_held_back_by_the_reservation_does_not_hold_back_a_short_one() -> None:
+    cluster = nodes(1, gpus=4)
+    hold = running(job(50, gpus=2, time_limit=1000.0), {"n0": (0, 1)}, start=0.0, end=1000.0)
+    pending = (job(1, gpus=4), job(2, time_limit=5000.0), job(3, time_limit=800.0))  # 2 and 3 differ in length only
+    d = schedule(snap(cluster, pending, (hold,), now=100.0), Policy())
+    assert started(d) == [3]
+    assert reason(d, 2).code is Code.BACKFILL
+
+
 def test_without_backfill_later_jobs_wait_behind_the_head() -> None:
     cluster = nodes(1, gpus=4)
     hold = running(job(50, gpus=3), {"n0": (0, 1, 2)}, end=1000.0)

@@ -120,6 +120,12 @@ class _Cycle:
         self._classes: RunClasses | None = None
         self._lower: dict[tuple[object, ...], tuple[list[Running], dict[int, int]]] = {}
         self._no_preempt: set[tuple[object, ...]] = set()
+        #: (shape, borrowing, class) of jobs that fit nowhere and could neither reclaim nor preempt: every later job
+        #: with the same key is blocked too. Free GPUs only become fewer during a cycle, and the other two answers
+        #: depend only on the key (reclaim on the shape, preemption on class and shape) and are remembered for the
+        #: cycle anyway; so a long queue of such jobs costs one lookup each. Not a job that fits but waits behind
+        #: its partition's head without backfill: it does not try to preempt, a later one may have to.
+        self._stuck: set[tuple[_Shape, bool, int]] = set()
 
     # -- the per-job steps -------------------------------------------------------------------------------------
 
@@ -146,6 +152,9 @@ class _Cycle:
         part = self.partitions.get(shape.part)
         if part is None:
             part = self.partitions[shape.part] = _Partition()
+        stuck = (shape, borrows, self.classes.level(job, job.attained_gpu_seconds) if self.classes else 0)
+        if stuck in self._stuck:
+            return self._blocked(job, shape, part, pos, False)
         placement, fits_now = self._try_place(job, shape, part)
         if placement is not None:
             self._start(job, placement, borrows, part)
@@ -154,6 +163,8 @@ class _Cycle:
             return True
         if self.policy.preempt and self._preempt_lower(job, shape):
             return True
+        if not fits_now and self._place(job, shape) is None:
+            self._stuck.add(stuck)
         return self._blocked(job, shape, part, pos, fits_now)
 
     def _try_place(self, job: Job, shape: _Shape, part: _Partition) -> tuple[tuple[Placement, ...] | None, bool]:
