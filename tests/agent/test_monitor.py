@@ -86,9 +86,10 @@ def test_cpu_use_of_a_job_is_measured(executor: Executor, state_dir: Path) -> No
     executor.start(make_launch(2, "sleep", "30"), allow_root=True)
     monitor = sim_monitor(state_dir)
     monitor.read(views(executor))
-    time.sleep(0.5)
+    time.sleep(1.0)
     jobs = {j.job_id: j for j in monitor.read(views(executor)).jobs}
-    assert jobs[1].cpu_percent > 50
+    # a busy loop gets a core only when the machine is idle: on a loaded one it still shows a large share
+    assert jobs[1].cpu_percent > 20
     assert jobs[2].cpu_percent < 10
 
 
