@@ -25,6 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import cast
 
 from nanum.core import (
@@ -137,6 +138,8 @@ class Simulation:
             self.blocks.setdefault(n.owner, Counter())[len(n.gpus)] += 1
         self.total_gpus = sum(self.pool_free.values())
         self.pending: dict[int, Job] = {}
+        #: the same jobs per partition (as the core keys them), so that a cycle shown some partitions finds theirs.
+        self.queues: dict[str | None, dict[int, Job]] = {}
         self.running: dict[int, Running] = {}
         self.sizes: dict[str, Counter[int]] = {}  # per lab, pending jobs by GPUs in all
         self.widths: dict[str, Counter[int]] = {}  # per lab, pending jobs by GPUs per node
@@ -388,10 +391,11 @@ class Simulation:
                 used_gpu_hours=hours, decayed_usage=decayed)
         users = {name: User(name=name, decayed_usage=d, used_gpu_hours=h)
                  for name, (d, h) in self.user_meters.read(t, period).items()}
-        pending = tuple(self.pending.values())
-        if self._show is not None:
-            show, owners = self._show, self.owners
-            pending = tuple(j for j in pending if partition_of(j.lab, self.policy.lend, owners) in show)
+        if self._show is None:
+            pending = tuple(self.pending.values())
+        else:
+            show = self._show
+            pending = tuple(chain.from_iterable(queue.values() for part, queue in self.queues.items() if part in show))
         return Snapshot(now=t, nodes=self.nodes, pending=pending,
                         running=tuple(self.running.values()), labs=labs, users=users, month=period.label)
 
@@ -414,6 +418,7 @@ class Simulation:
 
     def _enqueue(self, sj: SimJob, job: Job) -> None:
         self.pending[sj.index] = job
+        self.queues.setdefault(partition_of(sj.lab, self.policy.lend, self.owners), {})[sj.index] = job
         self.sizes.setdefault(sj.lab, Counter())[sj.total_gpus] += 1
         self.widths.setdefault(sj.lab, Counter())[sj.gpus] += 1
         if self.classes is not None:
@@ -424,6 +429,7 @@ class Simulation:
     def _start(self, s: Start, t: float) -> None:
         sj = self.jobs[s.job_id]
         job = self.pending.pop(sj.index)
+        del self.queues[partition_of(sj.lab, self.policy.lend, self.owners)][sj.index]
         self._dequeue_size(sj)
         for p in s.placements:
             if not self.free[p.node].issuperset(p.gpus) or len(p.gpus) != sj.gpus:
