@@ -12,15 +12,16 @@ from tests.core.builders import node, running
 
 
 def _drive(policy: Policy, seed: int, steps: int = 120, swap_nodes_at: int | None = None,
-           shared: int = 0) -> list[Decisions]:
+           shared: int = 0, tell: bool = False) -> list[Decisions]:
     """A small event loop over 2 labs × 3 nodes (the last `shared` of them nobody's): arrivals, completions,
-    preemptions; checks every cycle."""
+    preemptions; checks every cycle. `tell`: the loop tells the cache every run that comes and goes."""
     rng = random.Random(seed)
     nodes = tuple(node(f"n{i}", 4, owner=None if i >= 6 - shared else "a" if i < 3 else "b") for i in range(6))
     labs = {"a": Lab(name="a", guaranteed_gpus=12), "b": Lab(name="b", guaranteed_gpus=12)}
     pending: dict[int, Job] = {}
     live: dict[int, Running] = {}
     cache = CycleCache()
+    told = cache.expect if tell else lambda came=(), gone=(): None
     seen: list[Decisions] = []
     now, next_id = 0.0, 1
     for step in range(steps):
@@ -32,15 +33,17 @@ def _drive(policy: Policy, seed: int, steps: int = 120, swap_nodes_at: int | Non
                                    time_limit=rng.choice([None, 600.0, 3600.0]))
             next_id += 1
         for jid in [j for j in live if rng.random() < 0.2]:
-            del live[jid]
+            told(gone=(live.pop(jid),))
         for jid in [j for j in live if rng.random() < 0.2]:  # a new object for the same run: a checkpoint
             run = live[jid]
             live[jid] = Running(job=run.job, placements=run.placements, start_time=run.start_time,
                                 expected_end=run.expected_end, borrowing=run.borrowing, last_checkpoint=now)
+            told(came=(live[jid],), gone=(run,))
         if swap_nodes_at == step:
             nodes = tuple(node(n.name, 4, owner=n.owner) for n in nodes)  # same cluster, new objects
         snap = Snapshot(now=now, nodes=nodes, pending=tuple(pending.values()), running=tuple(live.values()),
                         labs=labs)
+        told()
         plain, cached = schedule(snap, policy), schedule(snap, policy, cache=cache)
         assert cached == plain, f"seed {seed}, step {step}"
         quiet = schedule(snap, policy, cache=cache, explain=False)
@@ -49,10 +52,12 @@ def _drive(policy: Policy, seed: int, steps: int = 120, swap_nodes_at: int | Non
         for p in plain.preemptions:
             run = live.pop(p.job_id)
             pending[p.job_id] = run.job
+            told(gone=(run,))
         for s in plain.starts:
             job = pending.pop(s.job_id)
             live[s.job_id] = Running(job=job, placements=s.placements, start_time=now,
                                      expected_end=s.expected_end, borrowing=s.borrowing)
+            told(came=(live[s.job_id],))
     assert cache.reuses > steps // 2  # most cycles really reused the carried state
     return seen
 
@@ -80,6 +85,25 @@ def test_estimates_of_later_jobs_leave_the_decisions_alone(seed: int) -> None:
     policy = Policy.parse("las+backfill+preempt", lend=False, estimate_depth=4)
     decisions = _drive(policy, seed, steps=300, shared=2)
     assert sum(p.estimated_start is not None for d in decisions for p in d.pending) > 100
+
+
+@pytest.mark.parametrize("text, lend", [("las+binpack+backfill+preempt", False), ("fifo+backfill", True)])
+def test_a_driver_that_tells_what_came_and_went_gets_the_same_decisions(text: str, lend: bool) -> None:
+    decisions = _drive(Policy.parse(text, lend=lend), seed=3, steps=200, tell=True)
+    assert any(d.preemptions for d in decisions)
+
+
+def test_what_the_driver_told_is_checked_against_the_number_of_running_jobs() -> None:
+    nodes = (node("n0", 4),)
+    j1, j2 = Job(id=JobId(1), user="u", lab="l", gpus=2), Job(id=JobId(2), user="u", lab="l", gpus=2)
+    later = Job(id=JobId(3), user="u", lab="l", gpus=2, submit_time=1.0)
+    cache, first = CycleCache(), running(j1, {"n0": (0, 1)})
+    schedule(Snapshot(now=0.0, nodes=nodes, running=(first,)), Policy(), cache=cache)
+    second = running(j2, {"n0": (2, 3)})
+    cache.expect(came=(second,))  # but job 1 also ended, and the driver forgot to say so
+    snap = Snapshot(now=1.0, nodes=nodes, pending=(later,), running=(second,))
+    assert schedule(snap, Policy(), cache=cache).starts == schedule(snap, Policy()).starts != ()
+    assert cache.rebuilds == 1
 
 
 def test_going_back_in_time_rebuilds() -> None:

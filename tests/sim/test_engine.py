@@ -26,7 +26,7 @@ def synthetic(n: int, seed: int) -> list[TraceJob]:
 
 
 @pytest.mark.parametrize("text, lend", [("fifo+backfill", True), ("las+backfill", True), ("shortest+nobackfill", False),
-                                        ("fairshare+backfill", True)])
+                                        ("fairshare+backfill", True), ("las+backfill+preempt", False)])
 def test_every_cycle_with_the_cache_decides_like_a_fresh_cycle(text: str, lend: bool) -> None:
     spec = cluster_from_dict({**TWO_LABS, "lend": lend})
     sim = Simulation(synthetic(400, seed=3), spec, Policy.parse(text, lend=lend), SimOptions(restart_cost=5))

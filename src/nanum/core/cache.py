@@ -10,6 +10,9 @@ predictor, cache)` instead
    passed as the same `Running` object — releasing the ones that left and taking the ones that came,
 3. puts every bucket it touched back in node order, so placement scans exactly as after a fresh build.
 
+The diff in step 2 compares every running job. A driver that knows what changed (the simulator, which starts and
+stops the jobs itself) may say so with `expect`, and step 2 then costs only the changes.
+
 With `+preempt` it also carries the running jobs' priority classes and victim ranking (`RunClasses`), updated by the
 same diff.
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
+from collections.abc import Iterable
 
 from nanum.core.backfill import Event, Key
 from nanum.core.classes import RunClasses
@@ -64,6 +68,8 @@ class CycleCache:
         self.reuses = 0
         self._classes: dict[type, RunClasses] = {}
         self._now = float("-inf")
+        self._came: dict[int, Running] | None = None  # what `expect` was told since the last `prepare`
+        self._gone: dict[int, Running] = {}
 
     def prepare(self, snapshot: Snapshot) -> tuple[ClusterState, Usage]:
         """The cycle state and usage for `snapshot`, as `ClusterState.build` and `Usage.of` would give them."""
@@ -73,11 +79,28 @@ class CycleCache:
             state = self._rebuild(snapshot)
         else:
             self.reuses += 1
+        self._came, self._gone = None, {}
         self._now = snapshot.now
         state.journal = []
         usage = self._usage
         return state, Usage(Counter(usage.lab_gpus), Counter(usage.lab_jobs), Counter(usage.user_gpus),
                             Counter(usage.user_jobs))
+
+    def expect(self, came: Iterable[Running] = (), gone: Iterable[Running] = ()) -> None:
+        """Tell the next `prepare` which running jobs came and which went since the snapshot it was last given,
+        so that it applies just those instead of comparing the running sets (a run passed as a new object, say
+        after a checkpoint, went and came). Calls add up until that `prepare`; a run that came and then went in
+        between is neither.
+
+        The driver vouches that nothing else changed. `prepare` checks only that the numbers of running jobs add
+        up, and compares the sets when they do not."""
+        if self._came is None:
+            self._came = {}
+        for run in came:
+            self._came[id(run)] = run
+        for run in gone:
+            if self._came.pop(id(run), None) is None:
+                self._gone[id(run)] = run
 
     def run_classes(self, classes: ClassOrder, snapshot: Snapshot) -> RunClasses:
         """The running jobs' classes under `classes` at the snapshot `prepare` was last given."""
@@ -117,20 +140,14 @@ class CycleCache:
         state.touched = set()
         for took, placement, job in reversed(journal):
             (state.release if took else state.take)(placement, job)
-        running = snapshot.running
-        current = dict(zip(map(id, running), running, strict=True))
-        applied = self._applied
-        changed = current.keys() ^ applied.keys()  # one pass over both: most runs are still running
-        gone = {applied[key].job.id: applied[key] for key in changed if key in applied}
+        arrived, left = self._told(len(snapshot.running)) or self._compare(snapshot.running)
+        gone = {run.job.id: run for run in left}
         came, moved = [], []
-        for key in changed:
-            run = current.get(key)
-            if run is None:
-                continue
+        for run in arrived:
             old = gone.get(run.job.id)
             if old is not None and _same_allocation(old, run):
                 del gone[run.job.id]  # a new object for the same run (a later checkpoint): nothing moves
-                self._ends[key] = self._ends.pop(id(old))
+                self._ends[id(run)] = self._ends.pop(id(old))
                 moved.append((old, run))
             else:
                 came.append(run)
@@ -140,11 +157,30 @@ class CycleCache:
         for run in came:
             if not self._take(state, run):
                 return False
-        self._applied = current
         state.canonical()
         for held in self._classes.values():
             held.update(snapshot.now, came, gone.values(), moved)
         return True
+
+    def _compare(self, running: tuple[Running, ...]) -> tuple[list[Running], list[Running]]:
+        """The runs that came and went since the last snapshot, by comparing the two sets; records the new one."""
+        current = dict(zip(map(id, running), running, strict=True))
+        applied = self._applied
+        changed = current.keys() ^ applied.keys()  # one pass over both: most runs are still running
+        self._applied = current
+        return [current[key] for key in changed if key in current], [applied[key] for key in changed if key in applied]
+
+    def _told(self, count: int) -> tuple[list[Running], list[Running]] | None:
+        """The runs that came and went as `expect` was told, when the numbers add up to `count`; records the
+        new set. None when nothing was told or the numbers do not add up."""
+        came, gone, applied = self._came, self._gone, self._applied
+        if (came is None or len(applied) - len(gone) + len(came) != count or not gone.keys() <= applied.keys()
+                or not came.keys().isdisjoint(applied)):
+            return None
+        for key in gone:
+            del applied[key]
+        applied.update(came)
+        return list(came.values()), list(gone.values())
 
     def _release(self, state: ClusterState, run: Running) -> bool:
         for p in run.placements:

@@ -156,6 +156,7 @@ class Simulation:
         self._impossible: dict[tuple[object, ...], str] = {}
         self._budgets = any(lab.limits.monthly_gpu_hours is not None for lab in self.labs.values())
         self.result = SimResult(policy, cluster, self.options, self.jobs, [], [], self.total_gpus)
+        #: carries the core's working state from cycle to cycle; told of every start and stop (`expect`).
         self.cache = CycleCache()
         self.owners = {n.owner for n in self.nodes if n.owner is not None}
         #: skip cycles, and partitions of a cycle, that provably decide nothing, and show checkpoints only to cycles
@@ -228,6 +229,7 @@ class Simulation:
             self.changed = False
             if not self.skip:
                 self._checkpoint(t)
+            self.cache.expect()  # every start and stop since the last cycle was told as it happened
             decisions = self.decide(self._snapshot(t))
             if decisions.preemptions and self._checkpoint(t):
                 decisions = self.decide(self._snapshot(t))
@@ -376,6 +378,7 @@ class Simulation:
             run = self.running[idx]
             self.running[idx] = Running(job=run.job, placements=run.placements, start_time=run.start_time,
                                         expected_end=run.expected_end, borrowing=run.borrowing, last_checkpoint=when)
+            self.cache.expect(came=(self.running[idx],), gone=(run,))
         return bool(latest)
 
     # -- snapshot ----------------------------------------------------------------------------------------------
@@ -442,6 +445,7 @@ class Simulation:
         expected = None if planned is None else t + overhead + max(planned - sj.done, 0.0)
         self.running[sj.index] = Running(job=job, placements=s.placements, start_time=t, expected_end=expected,
                                          borrowing=s.borrowing)
+        self.cache.expect(came=(self.running[sj.index],))
         sj.run_start, sj.run_overhead, sj.placements = t, overhead, s.placements
         sj.token += 1
         self.ends[sj.index] = t + overhead + sj.work - sj.done
@@ -457,6 +461,7 @@ class Simulation:
 
     def _stop(self, sj: SimJob, t: float) -> Running:
         run = self.running.pop(sj.index)
+        self.cache.expect(gone=(run,))
         if self.classes is not None:
             self._count_run(run, -1)
         for p in run.placements:
