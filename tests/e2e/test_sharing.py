@@ -21,12 +21,14 @@ from tests.e2e.cluster import Cluster, job_account, remove, shared_dir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
-# Counts to 40 in tenths of a second, saving the count and marking a checkpoint at every step; resumes from the
-# saved count; on SIGTERM says whether the preempt file was there first.
+# Counts in tenths of a second, saving the count and marking a checkpoint at every step, to 40 and then on until
+# the test creates `release` beside the count (so it cannot end before the owner's job preempts it, however
+# slow the machine); resumes from the saved count; on SIGTERM says whether the preempt file was there first.
 COUNTER = (
     'cd "$NANUM_CHECKPOINT_DIR"; n=0; if [ -f count ]; then n=$(cat count); echo "resumed from $n"; fi; '
     'trap \'if [ -e "$NANUM_PREEMPT_FILE" ]; then echo "term: preempt file present"; fi; exit 143\' TERM; '
-    "while [ $n -lt 40 ]; do n=$((n+1)); echo $n > count; touch .checkpoint; sleep 0.1; done; echo done"
+    "while [ $n -lt 40 ] || [ ! -e release ]; do n=$((n+1)); echo $n > count; touch .checkpoint; sleep 0.1; done; "
+    "echo done"
 )
 # Ignores SIGTERM: only the SIGKILL after the grace period stops it.
 STUBBORN = "trap '' TERM; while :; do sleep 0.1; done"
@@ -110,6 +112,7 @@ def test_a_borrower_is_preempted_when_the_owner_submits_and_resumes_from_its_che
     assert requeued["lost_gpu_hours"] < 4 * 0.5 / 3600  # it had checkpointed a tenth of a second before
     cluster.wait_state(owner, "running", "completed", timeout=10)
 
+    (count.parent / "release").touch()
     assert cluster.nanum("wait", str(borrower), "--timeout", "60", user="bob").returncode == 0
     done = cluster.job(borrower)
     assert (done["runs"], done["preemptions"]) == (2, 1)
