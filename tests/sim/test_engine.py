@@ -77,6 +77,15 @@ def test_budget_blocks_until_the_next_period() -> None:
     assert result.jobs[1].first_start == 30 * 86400  # used 1.1 GPU-hours by t=4000: waits for period 2
 
 
+def test_fairshare_ranks_by_the_usage_labs_accrued() -> None:
+    # Lab a held the only GPU for 10 hours; then a and b submit a job each at once: b's goes first.
+    trace = [TraceJob(job_id="a0", submit_time=0, duration=36000, num_gpus=1, lab="a"),
+             TraceJob(job_id="a1", submit_time=36000, duration=100, num_gpus=1, lab="a"),
+             TraceJob(job_id="b1", submit_time=36000, duration=100, num_gpus=1, lab="b")]
+    jobs = simulate(trace, parse_cluster("1x1"), Policy.parse("fairshare")).jobs
+    assert [(j.trace.job_id, j.first_start) for j in jobs] == [("a0", 0), ("a1", 36100), ("b1", 36000)]
+
+
 def test_progress_is_reported() -> None:
     seen: list[tuple[int, int]] = []
     simulate(synthetic(50, seed=1), cluster_from_dict(TWO_LABS), Policy.parse("fifo"),

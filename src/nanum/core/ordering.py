@@ -62,6 +62,9 @@ class OrderContext:
 
 class QueueOrder(Protocol):
     name: ClassVar[str]
+    #: whether sort keys read the labs' or users' usage (fair-share factors): a driver may leave usage out of its
+    #: snapshots for orders that do not (the simulator does, when no budget needs it either).
+    reads_usage: ClassVar[bool]
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         """Smaller keys go first. Must be pure: the same job and context give the same key."""
@@ -70,6 +73,7 @@ class QueueOrder(Protocol):
 
 class Fifo:
     name: ClassVar[str] = "fifo"
+    reads_usage: ClassVar[bool] = False
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         return (job.submit_time, job.id)
@@ -102,6 +106,7 @@ def priority_score(job: Job, ctx: OrderContext) -> float:
 
 class Priority:
     name: ClassVar[str] = "priority"
+    reads_usage: ClassVar[bool] = True
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         return (-priority_score(job, ctx), job.submit_time, job.id)
@@ -109,6 +114,7 @@ class Priority:
 
 class FairShare:
     name: ClassVar[str] = "fairshare"
+    reads_usage: ClassVar[bool] = True
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         return (-ctx.lab_factor(job.lab), -ctx.user_factor(job.user), job.submit_time, job.id)
@@ -116,6 +122,7 @@ class FairShare:
 
 class Las:
     name: ClassVar[str] = "las"
+    reads_usage: ClassVar[bool] = False
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         return (self.level(job, job.attained_gpu_seconds), job.submit_time, job.id)
@@ -148,6 +155,7 @@ class Gittins(Las):
 
 class Shortest:
     name: ClassVar[str] = "shortest"
+    reads_usage: ClassVar[bool] = False
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         runtime = expected_runtime(job, ctx.predictor)

@@ -15,7 +15,8 @@ alone (fair-share decay, priority age) are re-evaluated at every event.
 When labs keep to their own nodes (`lend = false`), the partitions of a cycle do not interact: the core is shown
 only the pending jobs of the partitions where one of those three things could happen. The others would only get
 their reasons, which the simulator does not read; the decisions are the same (`skip`). Likewise the checkpoints
-running jobs took reach the core only in a cycle that preempts (see `_checkpoint`).
+running jobs took reach the core only in a cycle that preempts (see `_checkpoint`), and the labs' and users' usage
+only when the order ranks by it or a lab has a budget (`QueueOrder.reads_usage`).
 """
 
 from __future__ import annotations
@@ -155,6 +156,10 @@ class Simulation:
         self.finished = 0
         self._impossible: dict[tuple[object, ...], str] = {}
         self._budgets = any(lab.limits.monthly_gpu_hours is not None for lab in self.labs.values())
+        #: usage goes into snapshots only where the core reads it: for an order that ranks by it (users and labs),
+        #: for budgets (labs). Otherwise the snapshot has the labs as configured and no users.
+        self.user_usage = policy.make_order().reads_usage
+        self.lab_usage = self.user_usage or self._budgets
         self.result = SimResult(policy, cluster, self.options, self.jobs, [], [], self.total_gpus)
         #: carries the core's working state from cycle to cycle; told of every start and stop (`expect`).
         self.cache = CycleCache()
@@ -385,15 +390,19 @@ class Simulation:
 
     def _snapshot(self, t: float) -> Snapshot:
         period = self.calendar.at(t)
-        labs: dict[str, Lab] = {}
-        lab_usage = self.lab_meters.read(t, period)
-        for name, lab in self.labs.items():
-            decayed, hours = lab_usage.get(name, (0.0, 0.0))
-            labs[name] = lab if not (decayed or hours) else Lab(
-                name=name, guaranteed_gpus=lab.guaranteed_gpus, limits=lab.limits, weight=lab.weight,
-                used_gpu_hours=hours, decayed_usage=decayed)
-        users = {name: User(name=name, decayed_usage=d, used_gpu_hours=h)
-                 for name, (d, h) in self.user_meters.read(t, period).items()}
+        labs: dict[str, Lab] = self.labs
+        users: dict[str, User] = {}
+        if self.lab_usage:
+            labs = {}
+            lab_usage = self.lab_meters.read(t, period)
+            for name, lab in self.labs.items():
+                decayed, hours = lab_usage.get(name, (0.0, 0.0))
+                labs[name] = lab if not (decayed or hours) else Lab(
+                    name=name, guaranteed_gpus=lab.guaranteed_gpus, limits=lab.limits, weight=lab.weight,
+                    used_gpu_hours=hours, decayed_usage=decayed)
+        if self.user_usage:
+            users = {name: User(name=name, decayed_usage=d, used_gpu_hours=h)
+                     for name, (d, h) in self.user_meters.read(t, period).items()}
         if self._show is None:
             pending = tuple(self.pending.values())
         else:
@@ -495,11 +504,13 @@ class Simulation:
         self._enqueue(sj, sj.core_job())
 
     def _account(self, sj: SimJob, t: float, sign: int, borrowing: bool) -> None:
-        period = self.calendar.at(t)
         self.lab_used[sj.lab] += sign * sj.total_gpus
         self.borrowers += sign if borrowing else 0
-        self.lab_meters.change(sj.lab, t, period, sign * sj.total_gpus)
-        self.user_meters.change(sj.user, t, period, sign * sj.total_gpus)
+        if self.lab_usage:
+            period = self.calendar.at(t)
+            self.lab_meters.change(sj.lab, t, period, sign * sj.total_gpus)
+            if self.user_usage:
+                self.user_meters.change(sj.user, t, period, sign * sj.total_gpus)
 
     def _hand(self, node: str, gpus: tuple[int, ...], sign: int) -> None:
         """Take (-1) or give back (+1) `gpus` of `node`, keeping the counts per pool current."""
