@@ -175,7 +175,7 @@ class CycleCache:
         new set. None when nothing was told or the numbers do not add up."""
         came, gone, applied = self._came, self._gone, self._applied
         if (came is None or len(applied) - len(gone) + len(came) != count or not gone.keys() <= applied.keys()
-                or not came.keys().isdisjoint(applied)):
+                or not came.keys().isdisjoint(applied.keys())):
             return None
         for key in gone:
             del applied[key]
