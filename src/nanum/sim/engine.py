@@ -377,8 +377,11 @@ class Simulation:
         while heap and heap[0][0] <= t:
             when, idx, token = heapq.heappop(heap)
             if idx in self.running and self.jobs[idx].token == token:
+                following = when + every
+                while following <= t:  # one checkpoint after another, as each would have been taken
+                    when, following = following, following + every
                 latest[idx] = when
-                heapq.heappush(heap, (when + every, idx, token))
+                heapq.heappush(heap, (following, idx, token))
         for idx, when in latest.items():
             run = self.running[idx]
             self.running[idx] = Running(job=run.job, placements=run.placements, start_time=run.start_time,
