@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Hashable
+from itertools import accumulate
 from typing import Protocol
 
 from nanum.core.model import Job, JobId
@@ -127,17 +128,16 @@ class HistoryPredictor:
             key = self._chosen[job.id] = self._service_key(job)
         if key is None:
             return None
-        memo = self._indices.setdefault(key, {})
+        memo = self._indices.get(key)
+        if memo is None:
+            memo = self._indices[key] = {}
         hit = memo.get(attained)
         if hit is not None:
             return hit
         table = self._tables.get(key)
         if table is None:
             ordered = sorted(self._service[key])
-            prefix = [0.0]
-            for x in ordered:
-                prefix.append(prefix[-1] + x)
-            table = self._tables[key] = (ordered, prefix)
+            table = self._tables[key] = (ordered, list(accumulate(ordered, initial=0.0)))
         ordered, prefix = table
         first = bisect.bisect_right(ordered, attained)  # samples this job has not outlived: ordered[first:]
         left = len(ordered) - first
