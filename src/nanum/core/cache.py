@@ -92,8 +92,8 @@ class CycleCache:
         after a checkpoint, went and came). Calls add up until that `prepare`; a run that came and then went in
         between is neither.
 
-        The driver vouches that nothing else changed. `prepare` checks only that the numbers of running jobs add
-        up, and compares the sets when they do not."""
+        The driver vouches that nothing else changed. `prepare` checks only that the runs that went were there,
+        that those that came were not, and that the numbers of running jobs add up; else it compares the sets."""
         if self._came is None:
             self._came = {}
         for run in came:

@@ -45,8 +45,8 @@ def schedule(
     Pure and deterministic: the same snapshot, policy and predictor state always give the same decisions.
     `cache` (see `CycleCache`) only makes repeated calls cheaper; the decisions are the same without it.
     `explain=False` leaves out the `Pending` records (reasons and start estimates) for a driver that reads none,
-    such as the simulator: writing them is most of the cost of a long queue. The starts and preemptions are the
-    same, since the reservations backfill plans around are still made."""
+    such as the simulator: writing them costs a good part of a long queue's cycle. The starts and preemptions are
+    the same, since the reservations backfill plans around are still made."""
     cycle = _Cycle(snapshot, policy, predictor, cache, explain)
     # 1. Order the queue.
     ctx = OrderContext(snapshot.now, snapshot.labs, snapshot.users, cycle.total_gpus, predictor)
