@@ -37,8 +37,10 @@ FOREGROUND = 'exec 3>&0 </dev/null; trap : TERM INT HUP; "$@" 3>&-; echo $? >&3'
 BACKGROUND = (
     f'exec 3>&0 </dev/null; {" ".join(ENV_COMMAND)} "$@" 3>&- & nanum_job=$!; '
     'trap : TERM INT HUP; wait "$nanum_job"; nanum_rc=$?; '
-    # A trapped signal interrupts `wait` (status > 128): wait again while the command lives.
-    'while [ "$nanum_rc" -gt 128 ] && kill -0 "$nanum_job" 2>/dev/null; do wait "$nanum_job"; nanum_rc=$?; done; '
+    # A trapped signal interrupts `wait` (status > 128): wait again while the command lives. Once it is gone,
+    # `wait` once more: the interrupted wait may already have reaped it, and the shell keeps its real status.
+    'while [ "$nanum_rc" -gt 128 ]; do kill -0 "$nanum_job" 2>/dev/null || { wait "$nanum_job"; nanum_rc=$?; break; }; '
+    'wait "$nanum_job"; nanum_rc=$?; done; '
     'echo $nanum_rc >&3'
 )
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
