@@ -274,3 +274,34 @@ def test_a_job_that_must_not_be_preempted_never_borrows_and_says_what_would_help
     assert waiting["state"] == "pending" and waiting["reason_code"] == "lab_limit"
     assert "never borrows" in str(waiting["reason"]) and "without it" in str(waiting["hint"])
     assert job(client, loose["id"])["borrowing"] is True
+
+
+def test_a_requeued_job_waits_behind_fresh_jobs_for_the_service_it_already_had(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent
+) -> None:
+    from sqlalchemy import update
+
+    from nanum.store import JobRow
+
+    reclaim_setup(client)
+    long_run = submit(client, BOB, lab="nlp", gpus=4)
+    tick(client)
+    agent.beat()
+    two_hours_ago = time.time() - 7200
+    with ctx.db.write() as s:  # it has been running for two hours: 8 GPU-hours of service
+        s.execute(update(JobRow).where(JobRow.id == long_run["id"]).values(start_time=two_hours_ago,
+                                                                            charged_until=two_hours_ago))
+    owner = submit(client, ALICE, gpus=4)
+    tick(client)
+    agent.beat()
+    agent.beat()
+    assert job(client, long_run["id"])["state"] == "pending"
+    tick(client)
+    agent.beat()
+    fresh = submit(client, BOB, lab="nlp", gpus=4)
+    tick(client)
+    agent.exit(owner["id"])
+    agent.beat()
+    tick(client)
+    assert job(client, fresh["id"])["state"] == "running"  # fewest GPU-hours so far goes first
+    assert job(client, long_run["id"])["state"] == "pending"

@@ -51,8 +51,10 @@ RUN_COLUMNS = (JobRow.start_time, JobRow.charged_until, JobRow.borrowing, JobRow
 PENDING_COLUMNS = (JobRow.reason, JobRow.reason_code, JobRow.estimated_start)
 
 
-#: Core jobs of the last tick by (id, runs): a job's request does not change while it waits or runs.
-JobCache = dict[tuple[int, int], Job]
+#: Core jobs of the last tick by (id, runs, attained GPU-seconds): a job's request does not change while it waits
+#: or runs, and its attained service changes only when a run ends (a preempted job is pending again with the
+#: same runs).
+JobCache = dict[tuple[int, int, float], Job]
 
 
 @dataclass(slots=True)
@@ -95,7 +97,7 @@ def build(
     jobs: JobCache = {}
 
     def job(row: Any) -> Job:
-        key = (row.id, row.runs)
+        key = (row.id, row.runs, row.attained_gpu_seconds)
         found = jobs[key] = cache.get(key) or core_job(row, users[row.user_id].name, labs[row.lab_id].name)
         return found
 
