@@ -171,8 +171,8 @@ def test_two_agents_cannot_share_a_state_directory(server: FakeServer, state_dir
 
 def test_output_streams_while_the_job_runs_and_no_piece_is_sent_twice(server: FakeServer, state_dir: Path) -> None:
     with running(make_agent(server.url, state_dir)):
-        server.submit(make_launch(1, "sh", "-c", "echo early; sleep 1.5; echo late"))
-        server.wait_until(lambda: server.log(1) == b"early\n", timeout=1.4)
+        server.submit(make_launch(1, "sh", "-c", "echo early; sleep 4; echo late"))
+        server.wait_until(lambda: server.log(1) == b"early\n", timeout=3.5)
         assert (1, "exited") not in server.seen
         server.wait_until(lambda: (1, "exited") in server.seen and not (state_dir / "jobs" / "1").exists())
     assert server.log(1) == b"early\nlate\n"

@@ -71,9 +71,14 @@ def test_without_a_server_it_waits_and_stops_cleanly_on_sigterm(tmp_path: Path) 
         text=True,
         env=env(),
     )
-    time.sleep(2.0)
+    assert proc.stderr is not None
+    seen = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any("cannot reach the server" in line for line in seen):
+        seen.append(proc.stderr.readline())  # the agent says so once it runs, its signal handlers set
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=15)
+    _, rest = proc.communicate(timeout=15)
+    err = "".join(seen) + rest
     assert proc.returncode == 0, err
     assert f"cannot reach the server at {url}" in err and "jobs keep running" in err
     assert "Traceback" not in err

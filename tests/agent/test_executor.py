@@ -142,13 +142,18 @@ def test_a_job_can_still_be_interrupted(executor: Executor) -> None:
 
 
 def test_job_may_catch_sigterm_and_exit_cleanly(executor: Executor) -> None:
-    script = 'trap "echo checkpoint; test -e \\"$NANUM_PREEMPT_FILE\\" && echo preempted; exit 0" TERM; sleep 60 & wait'
+    script = (
+        'trap "echo checkpoint; test -e \\"$NANUM_PREEMPT_FILE\\" && echo preempted; exit 0" TERM; '
+        "echo ready; sleep 60 & wait"
+    )
     executor.start(allow_root=True, launch=make_launch(8, "sh", "-c", script))
-    time.sleep(0.2)
+    deadline = time.monotonic() + 10
+    while log_text(executor, 8) != "ready\n" and time.monotonic() < deadline:  # its trap is set
+        time.sleep(0.02)
     executor.stop(8, grace_s=10)
     status = executor.wait(8, 5)
     assert status is not None and status.exit_code == 0
-    assert log_text(executor, 8) == "checkpoint\npreempted\n"
+    assert log_text(executor, 8) == "ready\ncheckpoint\npreempted\n"
 
 
 def test_time_limit_times_out(executor: Executor) -> None:

@@ -60,7 +60,7 @@ def test_four_researchers_racing_for_four_gpus_never_share_one_and_the_queue_dra
 
 def test_a_job_needing_two_gpus_starts_the_moment_colleagues_free_them(cluster: Cluster, workdir: Path) -> None:
     long_run = cluster.submit("carol", "--gpus", "2", "--cpus", "0", "--", "sleep", "120", cwd=workdir)
-    ending = cluster.submit("alice", "--gpus", "1", *record_job(2.5), cwd=workdir)
+    ending = cluster.submit("alice", "--gpus", "1", *record_job(4), cwd=workdir)  # still running at the checks below
     cluster.wait_state(long_run, "running")
     cluster.wait_state(ending, "running")
     waiting = cluster.submit("bob", "--gpus", "2", *record_job(0.1), cwd=workdir)
