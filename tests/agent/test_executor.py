@@ -231,6 +231,7 @@ def test_dead_pid_with_another_start_time_is_not_adopted(state_dir: Path) -> Non
     finally:
         second.close()
         os.killpg(real_pid, 9)
+        os.waitpid(real_pid, 0)  # neither executor adopted it: reap it here
 
 
 def test_forget_removes_an_ended_job(executor: Executor) -> None:
