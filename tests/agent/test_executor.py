@@ -6,6 +6,7 @@ import os
 import time
 from pathlib import Path
 
+from nanum.agent import executor as executor_module
 from nanum.agent import procs
 from nanum.agent.executor import Executor
 from tests.agent.conftest import NODE, make_launch
@@ -231,7 +232,7 @@ def test_dead_pid_with_another_start_time_is_not_adopted(state_dir: Path) -> Non
     finally:
         second.close()
         os.killpg(real_pid, 9)
-        os.waitpid(real_pid, 0)  # neither executor adopted it: reap it here
+        executor_module._CHILDREN.pop(real_pid).wait()  # neither executor adopted it: reap it here
 
 
 def test_forget_removes_an_ended_job(executor: Executor) -> None:
