@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
+from sqlalchemy import select
+
+from nanum.core import HistoryPredictor
+from nanum.server import snapshot
+from nanum.server.context import ServerContext
+from nanum.store import JobRow
 from tests.server.asgiclient import AsgiClient
 from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, submit, tick
 from tests.server.fakeagent import FakeAgent
@@ -141,3 +149,19 @@ def test_a_pending_job_explains_why_it_waits(client: AsgiClient, agent: FakeAgen
 def test_an_unknown_job_is_404(client: AsgiClient) -> None:
     r = client.get("/api/v1/jobs/999", headers=auth(ALICE))
     assert r.status_code == 404 and r.json()["detail"] == "no job 999"
+
+
+def test_jobs_submitted_together_with_one_request_form_a_burst(client: AsgiClient, ctx: ServerContext) -> None:
+    # A sweep: three jobs of one request in a row, then one with another name and one of another user.
+    sweep = [submit(client, command=["python", "train.py", "--seed", str(i)])["id"] for i in range(3)]
+    other_name = submit(client, command=["python", "eval.py"], name="eval")["id"]
+    other_user = submit(client, token=BOB, command=["python", "train.py"], lab="vision")["id"]
+    with ctx.db.read() as s:
+        burst = {row.id: row.burst for row in s.execute(select(JobRow.id, JobRow.burst))}
+    assert [burst[i] for i in sweep] == [None, sweep[0], sweep[0]]
+    assert burst[other_name] is None and burst[other_user] is None
+    # The scheduler sees them as one burst.
+    with ctx.db.read() as s:
+        plan = snapshot.build(s, time.time(), ctx.settings.node_timeout_s, HistoryPredictor())
+    seen = {j.id: j.burst for j in plan.snapshot.pending}
+    assert [seen[i] for i in sweep] == [None, sweep[0], sweep[0]]

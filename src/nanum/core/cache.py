@@ -14,7 +14,7 @@ The diff in step 2 compares every running job. A driver that knows what changed 
 stops the jobs itself) may say so with `expect`, and step 2 then costs only the changes.
 
 With `+preempt` it also carries the running jobs' priority classes and victim ranking (`RunClasses`), updated by the
-same diff.
+same diff, and always the running members of each burst (`Siblings`, for the `gittins` order).
 
 The decisions are exactly those `schedule` returns without a cache (the tests compare both on every cycle of a
 simulation). The cache holds while the driver passes the very same `nodes` tuple; a new tuple (a node added, down,
@@ -29,6 +29,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from nanum.core.backfill import Event, Key
+from nanum.core.bursts import Siblings
 from nanum.core.classes import RunClasses
 from nanum.core.model import Node, Running, Snapshot
 from nanum.core.preempt import ClassOrder
@@ -67,6 +68,8 @@ class CycleCache:
         self.rebuilds = 0
         self.reuses = 0
         self._classes: dict[type, RunClasses] = {}
+        #: the running members of each burst, kept by the same diff.
+        self.siblings = Siblings()
         self._now = float("-inf")
         self._came: dict[int, Running] | None = None  # what `expect` was told since the last `prepare`
         self._gone: dict[int, Running] = {}
@@ -132,6 +135,7 @@ class CycleCache:
         for events in self.ends.values():
             events.sort()
         self._classes = {}
+        self.siblings = Siblings.of(snapshot.running)
         return state
 
     def _catch_up(self, state: ClusterState, snapshot: Snapshot) -> bool:
@@ -189,6 +193,7 @@ class CycleCache:
                 return False
             state.release(p, run.job)
         self._usage.add(run.job, -1)
+        self.siblings.remove(run)
         for e in self._ends.pop(id(run), ()):
             events = self.ends[state.nodes[e[1]].key]
             del events[bisect.bisect_left(events, e)]
@@ -203,6 +208,7 @@ class CycleCache:
                 return False
             state.take(p, run.job)
         self._usage.add(run.job)
+        self.siblings.add(run)
         ends = self._ends[id(run)] = run_ends(run, state)
         for e in ends:
             bisect.insort(self.ends.setdefault(state.nodes[e[1]].key, []), e)

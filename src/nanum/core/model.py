@@ -85,6 +85,8 @@ class Job:
     attained_gpu_seconds: float = 0.0
     #: node labels the job requires (all of them).
     labels: frozenset[str] = frozenset()
+    #: the first job of the burst it was submitted in (nanum.core.bursts); None when it is that first job or alone.
+    burst: JobId | None = None
 
     @property
     def total_gpus(self) -> int:

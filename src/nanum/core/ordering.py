@@ -10,8 +10,9 @@ Each order gives a sort key; ties always fall back to submit time and then job i
   (thresholds 2 and 20 GPU-hours), FIFO inside a queue. A requeued job that already ran long waits behind new ones.
 - `gittins`: two classes, short (below 4 GPU-hours received) and long, and inside a class the highest Gittins
   index first: the job most likely to finish per GPU-second spent, from the service distribution of similar
-  finished jobs (`HistoryPredictor.gittins_index`; see nanum.core.predict). Without a distribution it is FIFO
-  inside a class.
+  finished jobs (`HistoryPredictor.gittins_index`; see nanum.core.predict). A waiting job whose burst siblings
+  already run is known to need more than half of what the most-served of them received (nanum.core.bursts).
+  Without a distribution it is FIFO inside a class.
 - `shortest`: shortest expected run time first (the predictor's estimate capped by the time limit), as Helios' QSSF;
   a job with neither runs after all jobs with an estimate.
 """
@@ -23,8 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
+from nanum.core.bursts import SIBLING_SHARE, Siblings
 from nanum.core.fairshare import lab_factor, user_factor
-from nanum.core.model import Job, Lab, User
+from nanum.core.model import Job, Lab, Running, User
 from nanum.core.predict import Predictor, expected_runtime, gittins_index
 
 INF = float("inf")
@@ -45,7 +47,20 @@ class OrderContext:
     users: Mapping[str, User]
     total_gpus: int
     predictor: Predictor | None
+    #: the running jobs, for `sibling_service`; `siblings`, when given, already holds their bursts.
+    running: tuple[Running, ...] = ()
+    siblings: Siblings | None = None
     _factors: dict[tuple[str, str], float] = field(default_factory=dict, compare=False, repr=False)
+    _held: list[Siblings] = field(default_factory=list, compare=False, repr=False)
+
+    def sibling_service(self, job: Job) -> float | None:
+        """The most GPU-seconds one of `job`'s running burst siblings has received (nanum.core.bursts)."""
+        siblings = self.siblings
+        if siblings is None:
+            if not self._held:
+                self._held.append(Siblings.of(self.running))
+            siblings = self._held[0]
+        return siblings.service(job, self.now)
 
     def lab_factor(self, lab: str) -> float:
         hit = self._factors.get(("lab", lab))
@@ -139,7 +154,11 @@ class Gittins(Las):
     have already received 4 GPU-hours. Inside a class the index puts first the jobs that, judging by similar
     finished jobs, are likely to end soon. `las`'s middle class (2 to 20 GPU-hours) makes long jobs preempt each
     other as they cross 20 GPU-hours; with the index ranking inside classes, dropping it cut queueing on Philly's
-    partitioned labs by 8 % with 28 % fewer preemptions (docs/simulation.md)."""
+    partitioned labs by 8 % with 28 % fewer preemptions (docs/simulation.md).
+
+    A waiting job whose burst siblings already run is ranked as a job known to need more than half of what the
+    most-served of them has received (nanum.core.bursts): a sweep of long jobs does not hide a short job
+    submitted after it."""
 
     name: ClassVar[str] = "gittins"
 
@@ -149,7 +168,9 @@ class Gittins(Las):
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         attained = job.attained_gpu_seconds
-        index = gittins_index(job, attained, ctx.predictor)
+        sibling = ctx.sibling_service(job)
+        more_than = 0.0 if sibling is None else SIBLING_SHARE * sibling
+        index = gittins_index(job, attained, ctx.predictor, more_than)
         return (self.level(job, attained), -(index or 0.0), job.submit_time, job.id)
 
 

@@ -16,6 +16,7 @@ GPU-hours can only be the 10 GPU-hour kind: 8 more GPU-hours for certain, index 
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 from collections.abc import Hashable
 from itertools import accumulate
@@ -51,7 +52,7 @@ class HistoryPredictor:
         self._memo: dict[tuple[str, str, str, int], float | None] = {}  # forgotten at every observation
         self._service: dict[Hashable, deque[float]] = {}  # GPU-seconds of the last jobs per key
         self._tables: dict[Hashable, tuple[list[float], list[float]]] = {}  # sorted service, prefix sums
-        self._indices: dict[Hashable, dict[float, float]] = {}  # attained -> index, per key
+        self._indices: dict[Hashable, dict[float | tuple[float, float], float]] = {}  # attained (, known) -> index
         # job -> the key its index comes from (a job's user, name, lab and GPUs never change). A key's sample
         # count only grows, so the choice changes only when some key reaches MIN_SAMPLES: then it is forgotten.
         self._chosen: dict[JobId, Hashable | None] = {}
@@ -114,13 +115,16 @@ class HistoryPredictor:
                 return key
         return None
 
-    def gittins_index(self, job: Job, attained: float) -> float | None:
+    def gittins_index(self, job: Job, attained: float, more_than: float = 0.0) -> float | None:
         """The Gittins index of `job` after `attained` GPU-seconds, per GPU-second (higher: run it first), from the
         most specific key with at least `MIN_SAMPLES` finished jobs; None with no such key.
 
         With S the service a similar job needs, the index is the best, over quanta q, of
-        P(S - attained <= q | S > attained) / E[min(S - attained, q) | S > attained]; q ranges over the samples.
-        A job that outlived every sample is expected to need as much again as it has received."""
+        P(S - attained <= q | S > known) / E[min(S - attained, q) | S > known]; q ranges over the samples, and
+        `known` is the larger of `attained` and `more_than`, what the job is known to need beyond its own service
+        (a running sibling's, see nanum.core.bursts). A job known to need more than every sample is expected to
+        need as much again as that."""
+        known = attained if more_than <= attained else max(attained, _coarse(more_than))
         key = self._chosen.get(job.id, _UNKNOWN)
         if key is _UNKNOWN:
             if len(self._chosen) >= KEY_MEMO:
@@ -131,37 +135,48 @@ class HistoryPredictor:
         memo = self._indices.get(key)
         if memo is None:
             memo = self._indices[key] = {}
-        hit = memo.get(attained)
+        memo_key = attained if known == attained else (attained, known)
+        hit = memo.get(memo_key)
         if hit is not None:
             return hit
+        if len(memo) >= KEY_MEMO:  # `known` moves with time: a key nobody observes anew must not grow forever
+            memo.clear()
         table = self._tables.get(key)
         if table is None:
             ordered = sorted(self._service[key])
             table = self._tables[key] = (ordered, list(accumulate(ordered, initial=0.0)))
         ordered, prefix = table
-        first = bisect.bisect_right(ordered, attained)  # samples this job has not outlived: ordered[first:]
+        first = bisect.bisect_right(ordered, known)  # samples this job is known to need more than: ordered[first:]
         left = len(ordered) - first
         if not left:
-            best = 1.0 / max(attained, 1.0)  # outlived them all: expect as much again
+            best = 1.0 / max(2 * known - attained, 1.0)  # more than them all: expect as much again
         else:
             # quantum = the k-th smallest remaining service: k of `left` jobs finish within it, and each job
-            # spends its remaining service up to the quantum.
-            best, start = 0.0, prefix[first]
-            for k in range(1, left + 1):
-                spent = prefix[first + k] - start - k * attained + (left - k) * (ordered[first + k - 1] - attained)
+            # spends its remaining service up to the quantum: (sum of the k smallest) + (left - k) * k-th smallest
+            # - left * attained in all.
+            best, k, offset = 0.0, left, prefix[first] + left * attained
+            for service, total in zip(reversed(ordered[first:]), reversed(prefix[first + 1:]), strict=True):
+                spent = total - offset + (left - k) * service
                 value = k / (spent if spent > 1.0 else 1.0)
                 if value > best:
                     best = value
-        memo[attained] = best
+                k -= 1
+        memo[memo_key] = best
         return best
 
 
-def gittins_index(job: Job, attained: float, predictor: Predictor | None) -> float | None:
+def _coarse(service: float) -> float:
+    """`service` rounded down to a sixteenth of an octave (at most 4.4 % less): a sibling's service grows at every
+    cycle, and indices for coarse values can be remembered."""
+    return 2.0 ** (math.floor(math.log2(service) * 16.0) / 16.0) if service >= 1.0 else 0.0
+
+
+def gittins_index(job: Job, attained: float, predictor: Predictor | None, more_than: float = 0.0) -> float | None:
     """`predictor.gittins_index` where the predictor learns distributions, else None."""
     index = getattr(predictor, "gittins_index", None)
     if index is None:
         return None
-    value: float | None = index(job, attained)
+    value: float | None = index(job, attained, more_than) if more_than > attained else index(job, attained)
     return value
 
 

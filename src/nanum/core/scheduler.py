@@ -49,7 +49,8 @@ def schedule(
     the same, since the reservations backfill plans around are still made."""
     cycle = _Cycle(snapshot, policy, predictor, cache, explain)
     # 1. Order the queue.
-    ctx = OrderContext(snapshot.now, snapshot.labs, snapshot.users, cycle.total_gpus, predictor)
+    ctx = OrderContext(snapshot.now, snapshot.labs, snapshot.users, cycle.total_gpus, predictor, snapshot.running,
+                       cache.siblings if cache is not None else None)
     order = cycle.order
     queue = sorted(snapshot.pending, key=lambda j: order.sort_key(j, ctx))
     # 2. Owners first: jobs within their lab's guarantee (or in labs without one).

@@ -35,6 +35,7 @@ JOB_COLUMNS = (
     JobRow.user_id,
     JobRow.lab_id,
     JobRow.name,
+    JobRow.burst,
     JobRow.gpus,
     JobRow.nodes,
     JobRow.gpu_model,

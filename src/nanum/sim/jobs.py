@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from nanum.core import Job, JobId, JobKind, Node, Placement
+from nanum.core.bursts import Bursts
 from nanum.sim.traces import TraceJob
 
 #: Lab (and user) of trace rows that name none.
@@ -37,6 +38,7 @@ class SimJob:
     run_overhead: float = 0.0
     token: int = 0
     predicted: float | None = None
+    burst: int | None = None  # the first job of its burst (nanum.core.bursts), as an index
     unschedulable: str = ""
     placements: tuple[Placement, ...] = field(default_factory=tuple)
 
@@ -61,7 +63,7 @@ class SimJob:
             id=JobId(self.index), user=self.user, lab=self.lab, gpus=self.gpus, nodes=self.nodes,
             gpu_model=t.gpu_type or None, time_limit=t.time_limit, priority=t.priority,
             kind=JobKind.NOTEBOOK if t.kind == "notebook" else JobKind.BATCH, submit_time=t.submit_time,
-            name=t.name, attained_gpu_seconds=self.attained,
+            name=t.name, attained_gpu_seconds=self.attained, burst=None if self.burst is None else JobId(self.burst),
         )
 
 
@@ -98,8 +100,9 @@ def widest_for(lab: str, model: str | None, widest: dict[tuple[str | None, str |
 
 
 def make_jobs(trace: list[TraceJob], nodes: tuple[Node, ...], lend: bool) -> list[SimJob]:
-    """SimJobs in submit order (index = core JobId), shaped for this cluster."""
+    """SimJobs in submit order (index = core JobId), shaped for this cluster, each in its burst."""
     widest = widest_nodes(nodes)
+    bursts = Bursts()
     cache: dict[tuple[str, str | None], int] = {}
     jobs: list[SimJob] = []
     for i, t in enumerate(sorted(trace, key=lambda j: j.submit_time)):
@@ -110,5 +113,7 @@ def make_jobs(trace: list[TraceJob], nodes: tuple[Node, ...], lend: bool) -> lis
             cache[key] = widest_for(lab, model, widest, lend)
         gpus, count = shape(t, cache[key])
         work = t.duration if t.time_limit is None else min(t.duration, t.time_limit)
-        jobs.append(SimJob(index=i, trace=t, lab=lab, user=t.user or lab, gpus=gpus, nodes=count, work=work))
+        sj = SimJob(index=i, trace=t, lab=lab, user=t.user or lab, gpus=gpus, nodes=count, work=work)
+        sj.burst = bursts.join(sj.core_job())
+        jobs.append(sj)
     return jobs

@@ -138,6 +138,8 @@ class JobRow(Base):
     preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     #: When the job last entered the queue (requeued after a preemption); None: its submit time.
     queued_at: Mapped[float | None] = mapped_column(Float)
+    #: The first job of the burst it was submitted in (nanum.core.bursts); None: it is that first job, or alone.
+    burst: Mapped[int | None] = mapped_column(Integer)
 
 
 class AllocationRow(Base):

@@ -12,6 +12,7 @@ from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from nanum.core import Limits, User, impossible
+from nanum.core.bursts import BURST_GAP
 from nanum.server.auth import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import BadRequest, Conflict, Forbidden, NotFound
@@ -58,10 +59,27 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> dict[str, Any
     row = JobRow(**values)
     _refuse_impossible(ctx, row, caller, lab.lab.name)
     with ctx.db.write() as s:
+        values["burst"] = row.burst = _burst(s, row)
         row.id = s.connection().execute(INSERT_JOB, values).scalar_one()
         lifecycle.event(s, row.id, now, "submitted", f"by {caller.name}")
     ctx.signals.poke(new_gpu_job=spec.gpus > 0)
     return job_out(row, caller.name, lab.lab.name)
+
+
+def _burst(s: Session, row: JobRow) -> int | None:
+    """The burst `row` joins (nanum.core.bursts): that of its user's last job with the same request, if that job
+    came at most BURST_GAP seconds before; None when it begins one."""
+    last = s.execute(
+        select(JobRow.id, JobRow.burst)
+        .where(JobRow.user_id == row.user_id, JobRow.gpus == row.gpus, JobRow.nodes == row.nodes,
+               JobRow.gpu_model.is_(None) if row.gpu_model is None else JobRow.gpu_model == row.gpu_model,
+               JobRow.name == row.name, JobRow.submit_time >= row.submit_time - BURST_GAP)
+        .order_by(JobRow.submit_time.desc(), JobRow.id.desc())
+        .limit(1)
+    ).first()
+    if last is None:
+        return None
+    return int(last.id if last.burst is None else last.burst)
 
 
 def _lab_for(ctx: ServerContext, caller: Caller, name: str | None) -> catalog.LabEntry:

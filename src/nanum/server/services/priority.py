@@ -22,7 +22,7 @@ def report(ctx: ServerContext, *, user: str | None = None, lab: str | None = Non
     with ctx.db.read() as s:
         plan = snapshot.build(s, now, settings.node_timeout_s, HistoryPredictor(), None, settings.half_life_s)
     snap = plan.snapshot
-    order_ctx = OrderContext(now, snap.labs, snap.users, sum(len(n.gpus) for n in snap.nodes), None)
+    order_ctx = OrderContext(now, snap.labs, snap.users, sum(len(n.gpus) for n in snap.nodes), None, snap.running)
     order = ctx.policy.make_order()
     queue = sorted(snap.pending, key=lambda j: order.sort_key(j, order_ctx))
     rows = []
