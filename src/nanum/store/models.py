@@ -97,7 +97,11 @@ class JobRow(Base):
     running it."""
 
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_state_end", "state", "end_time"), Index("ix_jobs_user_state", "user_id", "state"))
+    __table_args__ = (
+        Index("ix_jobs_state_end", "state", "end_time"),
+        Index("ix_jobs_user_state", "user_id", "state"),
+        Index("ix_jobs_user_submit", "user_id", "submit_time"),  # a new job's burst: its user's latest jobs
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(255))
