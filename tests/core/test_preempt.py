@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from nanum.core import Code, Policy, PolicyError, schedule
-from nanum.core.preempt import MAX_CLASS_PREEMPTIONS
 from tests.core.builders import job, lab, node, nodes, running, snap
 
 HOUR = 3600.0
@@ -93,24 +92,3 @@ def test_a_job_waiting_behind_the_head_does_not_answer_for_a_later_one_of_its_sh
     )
     d = schedule(snap(nodes(2), (job(1, 4, nodes=2), job(2, 2), job(3, 3), job(4, 2)), runs), LAS)
     assert preempted(d) == [(10, 3), (12, 4)]
-
-
-@pytest.mark.parametrize(("stopped_before", "expected"), [(MAX_CLASS_PREEMPTIONS - 1, [(10, 1)]),
-                                                          (MAX_CLASS_PREEMPTIONS, [])])
-def test_a_job_is_preempted_by_class_at_most_max_times(stopped_before: int, expected: list[tuple[int, int]]) -> None:
-    # A 4-GPU job in the long class, restarted after being stopped `stopped_before` times; a new 1-GPU job comes.
-    long = running(job(10, 4, attained_gpu_seconds=20 * HOUR, preemptions=stopped_before), {"n0": (0, 1, 2, 3)},
-                   start=90.0)
-    d = schedule(snap(nodes(1), (job(1, 1),), (long,)), LAS)
-    assert preempted(d) == expected
-
-
-def test_an_owner_still_reclaims_from_a_borrower_past_the_cap() -> None:
-    cluster = (node("a0", 4, owner="a"), node("b0", 4, owner="b"))
-    home = running(job(11, 4, lab="b"), {"b0": (0, 1, 2, 3)})
-    guest = running(job(10, 4, lab="b", attained_gpu_seconds=20 * HOUR, preemptions=MAX_CLASS_PREEMPTIONS),
-                    {"a0": (0, 1, 2, 3)}, borrowing=True)
-    pooled = Policy.parse("las+preempt", lend=True)
-    d = schedule(snap(cluster, (job(1, 4, lab="a"),), (home, guest), labs=(lab("a", 4), lab("b", 4))), pooled)
-    assert preempted(d) == [(10, 1)]
-    assert d.pending_by_id()[1].reason.code is Code.RECLAIMING

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from nanum.core.model import JobId, Running
-from nanum.core.preempt import ClassOrder, attained, class_victim, class_victim_key
+from nanum.core.preempt import ClassOrder, attained, class_victim_key
 
 #: the longest a run goes unlooked-at: a run in its last class is looked at once per HORIZON of service.
 HORIZON = 86400.0
@@ -130,7 +130,7 @@ class RunClasses:
         heapq.heappush(self._checks, (known.check_at, run.job.id))
 
     def _lists(self, run: Running) -> Iterator[list[Entry]]:
-        if class_victim(run):
+        if run.job.preemptible:
             yield self._by_lab.setdefault(run.job.lab, [])
             if run.borrowing:
                 yield self._borrowed

@@ -87,8 +87,6 @@ class Job:
     labels: frozenset[str] = frozenset()
     #: the first job of the burst it was submitted in (nanum.core.bursts); None when it is that first job or alone.
     burst: JobId | None = None
-    #: how many times it has been preempted (by class or by reclaim): past `MAX_CLASS_PREEMPTIONS`, no longer by class.
-    preemptions: int = 0
 
     @property
     def total_gpus(self) -> int:

@@ -14,11 +14,14 @@ Limits, so that preemption never thrashes and guarantees hold:
 - only a strictly lower class is preempted: jobs of one class never preempt each other;
 - a job may preempt jobs of its own lab and jobs that borrow GPUs: an owner's job within its guarantee is never
   stopped for another lab's job;
-- a job preempts only when it fits nowhere now (not when backfill merely holds free GPUs for a reservation);
-- a job already preempted `MAX_CLASS_PREEMPTIONS` times is not preempted by class again: it keeps its GPUs until
-  it ends (an owner reclaiming lent GPUs still stops it). Without the cap, a wide job that has just restarted is
-  the cheapest victim by work lost, so each short job that arrives can stop it again, and each time it waits for
-  its whole width to come free: on the ITP traces the cap cut queueing by 38 to 58 % (docs/simulation.md).
+- a job preempts only when it fits nowhere now (not when backfill merely holds free GPUs for a reservation).
+
+Victims, cheapest first:
+
+1. the lowest class first (the most service received);
+2. least work lost: the latest of start and last checkpoint first;
+3. fewest GPUs;
+4. the youngest (highest job id), so the choice is deterministic.
 """
 
 from __future__ import annotations
@@ -42,19 +45,9 @@ def attained(run: Running, now: float) -> float:
     return run.job.attained_gpu_seconds + max(now - run.start_time, 0.0) * run.job.total_gpus
 
 
-#: the most times a job is preempted before it is no longer preempted by class.
-MAX_CLASS_PREEMPTIONS = 4
-
-
-def class_victim(run: Running) -> bool:
-    """Whether `run` may be preempted by class at all: its job is preemptible and was preempted fewer than
-    `MAX_CLASS_PREEMPTIONS` times."""
-    return run.job.preemptible and run.job.preemptions < MAX_CLASS_PREEMPTIONS
-
-
 def may_preempt(job: Job, victim: Running) -> bool:
-    """Whether `job` may ever stop `victim` by class, class aside."""
-    return class_victim(victim) and (victim.borrowing or victim.job.lab == job.lab)
+    """Whether `job` may ever stop `victim`, class aside."""
+    return victim.job.preemptible and (victim.borrowing or victim.job.lab == job.lab)
 
 
 def class_victim_key(level: int, run: Running) -> tuple[float, ...]:

@@ -36,7 +36,6 @@ JOB_COLUMNS = (
     JobRow.lab_id,
     JobRow.name,
     JobRow.burst,
-    JobRow.preemptions,
     JobRow.gpus,
     JobRow.nodes,
     JobRow.gpu_model,
@@ -53,10 +52,10 @@ RUN_COLUMNS = (JobRow.start_time, JobRow.charged_until, JobRow.borrowing, JobRow
 PENDING_COLUMNS = (JobRow.reason, JobRow.reason_code, JobRow.estimated_start)
 
 
-#: Core jobs of the last tick by (id, runs, attained GPU-seconds, preemptions): a job's request does not change
-#: while it waits or runs, and its attained service and preemptions change only when a run ends (a preempted job
-#: is pending again with the same runs).
-JobCache = dict[tuple[int, int, float, int], Job]
+#: Core jobs of the last tick by (id, runs, attained GPU-seconds): a job's request does not change while it waits
+#: or runs, and its attained service changes only when a run ends (a preempted job is pending again with the
+#: same runs).
+JobCache = dict[tuple[int, int, float], Job]
 
 
 @dataclass(slots=True)
@@ -99,7 +98,7 @@ def build(
     jobs: JobCache = {}
 
     def job(row: Any) -> Job:
-        key = (row.id, row.runs, row.attained_gpu_seconds, row.preemptions)
+        key = (row.id, row.runs, row.attained_gpu_seconds)
         found = jobs[key] = cache.get(key) or core_job(row, users[row.user_id].name, labs[row.lab_id].name)
         return found
 

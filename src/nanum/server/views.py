@@ -60,7 +60,6 @@ def core_job(row: Any, user: str, lab: str) -> Job:
         name=row.name,
         attained_gpu_seconds=row.attained_gpu_seconds,
         burst=None if row.burst is None else JobId(row.burst),
-        preemptions=row.preemptions,
     )
 
 

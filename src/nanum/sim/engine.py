@@ -48,7 +48,7 @@ from nanum.core import (
 )
 from nanum.core.classes import rise_time
 from nanum.core.fairshare import DEFAULT_HALF_LIFE
-from nanum.core.preempt import ClassOrder, attained, class_victim
+from nanum.core.preempt import ClassOrder, attained
 from nanum.core.scheduler import partition_of
 from nanum.sim.cluster import ClusterSpec
 from nanum.sim.jobs import SimJob, make_jobs
@@ -358,7 +358,7 @@ class Simulation:
             heapq.heappush(self.rises, (when, sj.index, sj.token))
 
     def _count_run(self, run: Running, sign: int) -> None:
-        if class_victim(run):
+        if run.job.preemptible:
             level = self.level[run.job.id]
             _count(self.run_levels.setdefault(run.job.lab, Counter()), level, sign)
             if run.borrowing:

@@ -64,7 +64,6 @@ class SimJob:
             gpu_model=t.gpu_type or None, time_limit=t.time_limit, priority=t.priority,
             kind=JobKind.NOTEBOOK if t.kind == "notebook" else JobKind.BATCH, submit_time=t.submit_time,
             name=t.name, attained_gpu_seconds=self.attained, burst=None if self.burst is None else JobId(self.burst),
-            preemptions=self.preemptions,
         )
 
 
