@@ -1,6 +1,6 @@
 """Policies compared on paired simulation settings: the mean over five nearby restart costs and checkpoint intervals.
 
-On Philly partitioned the default policy's average queueing moves from 1,560 to 1,671 s when the restart cost
+On Philly partitioned the default policy's average queueing moves from 1,547 to 1,614 s when the restart cost
 (60 s) or the checkpoint interval (1,800 s) is nudged, wider than most differences between policies
 (docs/simulation.md, "How much of this is noise"). A policy is better only if it wins on these paired settings,
 so this replays each policy on each setup five times (nominal; restart 55 s, 65 s; checkpoint 1,790 s, 1,810 s)
