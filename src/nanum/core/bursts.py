@@ -90,7 +90,7 @@ class Siblings:
     def service(self, job: Job, now: float) -> float | None:
         """The most GPU-seconds a running sibling of `job` (not `job` itself) has received by `now`; None if none
         runs. Members have `job`'s request, so its GPU count."""
-        burst = job.id if job.burst is None else job.burst  # burst_of, written out: asked for every waiting job
+        burst = burst_of(job)
         members = self._members.get(burst)
         if members is None or (len(members) == 1 and job.id in members):
             return None

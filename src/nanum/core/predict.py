@@ -154,13 +154,12 @@ class HistoryPredictor:
             # quantum = the k-th smallest remaining service: k of `left` jobs finish within it, and each job
             # spends its remaining service up to the quantum: (sum of the k smallest) + (left - k) * k-th smallest
             # - left * attained in all.
-            best, k, offset = 0.0, left, prefix[first] + left * attained
-            for service, total in zip(reversed(ordered[first:]), reversed(prefix[first + 1:]), strict=True):
+            best, offset = 0.0, prefix[first] + left * attained
+            for k, (service, total) in enumerate(zip(ordered[first:], prefix[first + 1:], strict=True), start=1):
                 spent = total - offset + (left - k) * service
                 value = k / (spent if spent > 1.0 else 1.0)
                 if value > best:
                     best = value
-                k -= 1
         memo[memo_key] = best
         return best
 
