@@ -19,9 +19,9 @@ def job(id: int, gpus: int = 1, lab: str = "lab", user: str = "u", submit: float
 
 
 def running(j: Job, where: dict[str, tuple[int, ...]], start: float = 0.0, end: float | None = None,
-            borrowing: bool = False, checkpoint: float | None = None) -> Running:
+            borrowing: bool = False, checkpoint: float | None = None, over_reservation: bool = False) -> Running:
     return Running(job=j, placements=tuple(Placement(n, g) for n, g in where.items()), start_time=start,
-                   expected_end=end, borrowing=borrowing, last_checkpoint=checkpoint)
+                   expected_end=end, borrowing=borrowing, last_checkpoint=checkpoint, over_reservation=over_reservation)
 
 
 def lab(name: str, guaranteed: int | None = None, **limits: object) -> Lab:

@@ -68,7 +68,7 @@ def clusters(draw: st.DrawFn, *, extras: bool = True, labs: tuple[str, ...] = ("
         end = start + job.time_limit if job.time_limit else None
         run_list.append(Running(job=job, placements=(Placement(n.name, taken),), start_time=start,
                                 expected_end=None if end is None else max(end, NOW + 1),
-                                borrowing=draw(st.booleans())))
+                                borrowing=draw(st.booleans()), over_reservation=draw(st.booleans())))
         next_id += 1
     pending = []
     for _ in range(draw(st.integers(0, 12))):
@@ -196,6 +196,39 @@ def test_backfill_never_delays_the_reservation_when_run_times_are_exact(
                 still += (Running(job=job, placements=s.placements, start_time=NOW, expected_end=end),)
         later = schedule(replace(snap, now=t, running=still, pending=(jobs[head.job_id],)), policy)
         assert [s.job_id for s in later.starts] == [head.job_id], later.pending
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters(extras=False), st.sampled_from(["las", "gittins"]), st.sampled_from(sorted(PLACEMENTS)))
+def test_with_preemption_a_reservation_is_never_delayed_by_a_job_started_over_it(
+    snapshot: Snapshot, order: str, placement: str
+) -> None:
+    # As above, but with `+preempt` a job that would delay the reservation may start on its GPUs: at the reserved
+    # time the head then starts, or takes its GPUs back from such jobs (and nothing else).
+    runs = tuple(replace(r, expected_end=r.expected_end or NOW + 300.0, borrowing=False, over_reservation=False)
+                 for r in snapshot.running)
+    pending = tuple(replace(j, time_limit=j.time_limit or 700.0) for j in snapshot.pending)
+    snap = replace(snapshot, running=runs, pending=pending, labs={})
+    policy = Policy(order=order, placement=placement, backfill=True, preempt=True)
+    d = schedule(snap, policy)
+    jobs = {j.id: j for j in pending}
+    for head in (p for p in d.pending if p.reason.code is Code.RESERVED):
+        t = head.estimated_start
+        assert t is not None
+        still = tuple(r for r in runs if r.expected_end is not None and r.expected_end > t)
+        for s in d.starts:
+            job = jobs[s.job_id]
+            end = NOW + (job.time_limit or 0)
+            if end > t:
+                still += (Running(job=job, placements=s.placements, start_time=NOW, expected_end=end,
+                                  over_reservation=s.over_reservation),)
+        later = schedule(replace(snap, now=t, running=still, pending=(jobs[head.job_id],)), policy)
+        if later.starts:
+            assert [s.job_id for s in later.starts] == [head.job_id]
+            continue
+        assert later.pending_by_id()[head.job_id].reason.code is Code.PREEMPTING, later.pending
+        over = {r.job.id for r in still if r.over_reservation}
+        assert {p.job_id for p in later.preemptions} <= over
 
 
 @settings(max_examples=300, deadline=None)

@@ -45,12 +45,14 @@ class Reason:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Start:
-    """Start `job_id` on exactly these GPUs. `borrowing`: beyond its lab's guarantee, first to be reclaimed."""
+    """Start `job_id` on exactly these GPUs. `borrowing`: beyond its lab's guarantee, first to be reclaimed.
+    `over_reservation`: on GPUs reserved for a blocked job, which takes them back when it can start (`Running`)."""
 
     job_id: JobId
     placements: tuple[Placement, ...]
     borrowing: bool = False
     expected_end: float | None = None
+    over_reservation: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

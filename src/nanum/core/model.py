@@ -106,6 +106,8 @@ class Running:
     """A running job with its allocation. `expected_end` is start + time limit or predicted run time (None: unknown).
 
     `borrowing` marks a job started beyond its lab's guarantee: the first to be preempted when an owner reclaims.
+    `over_reservation` marks a job backfilled onto GPUs reserved for a blocked job that it was expected to
+    delay: that partition's first blocked job takes them back (preempts it) once they are all it still needs.
     `last_checkpoint` is when it last saved its state (None: never), so preemption can lose the least work.
     """
 
@@ -115,6 +117,7 @@ class Running:
     expected_end: float | None = None
     borrowing: bool = False
     last_checkpoint: float | None = None
+    over_reservation: bool = False
 
     @property
     def gpus(self) -> int:

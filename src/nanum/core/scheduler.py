@@ -28,7 +28,7 @@ from nanum.core.ordering import OrderContext
 from nanum.core.placement import PlacementPolicy, fits
 from nanum.core.policy import Policy
 from nanum.core.predict import Predictor, expected_runtime
-from nanum.core.preempt import ClassOrder, attained, class_victim_key
+from nanum.core.preempt import ClassOrder, attained, class_victim_key, may_preempt
 from nanum.core.quota import Usage, admit, impossible, victim_key, would_borrow
 from nanum.core.state import ClusterState, NodeFree
 
@@ -76,7 +76,7 @@ class _Shape:
 @dataclass(slots=True)
 class _Partition:
     reservations: list[Reservation] = field(default_factory=list)
-    head: JobId | None = None
+    head: Job | None = None  # the first blocked job
 
 
 class _Cycle:
@@ -118,6 +118,7 @@ class _Cycle:
         self._no_reclaim: set[_Shape] = set()
         self._fit: dict[tuple[object, ...], tuple[Placement, ...] | None] = {}
         self._reclaimable: tuple[list[Running], dict[int, int]] | None = None
+        self._over: list[Running] | None = None  # running jobs started over a reservation, cheapest victim first
         self._classes: RunClasses | None = None
         self._lower: dict[tuple[object, ...], tuple[list[Running], dict[int, int]]] = {}
         self._no_preempt: set[tuple[object, ...]] = set()
@@ -156,11 +157,13 @@ class _Cycle:
         stuck = (shape, borrows, self.classes.level(job, job.attained_gpu_seconds) if self.classes else 0)
         if stuck in self._stuck:
             return self._blocked(job, shape, part, pos, False)
-        placement, fits_now = self._try_place(job, shape, part)
+        placement, fits_now, over = self._try_place(job, shape, part, borrows)
         if placement is not None:
-            self._start(job, placement, borrows, part)
+            self._start(job, placement, borrows, part, over)
             return True
         if not borrowing and self._entitled(job) and self._reclaim(job, shape):
+            return True
+        if part.head is None and self.policy.preempt and self._take_back(job, shape):
             return True
         if self.policy.preempt and self._preempt_lower(job, shape):
             return True
@@ -168,21 +171,28 @@ class _Cycle:
             self._stuck.add(stuck)
         return self._blocked(job, shape, part, pos, fits_now)
 
-    def _try_place(self, job: Job, shape: _Shape, part: _Partition) -> tuple[tuple[Placement, ...] | None, bool]:
-        """Where `job` starts now (or None), and whether it would fit were it not for a reservation."""
+    def _try_place(
+        self, job: Job, shape: _Shape, part: _Partition, borrows: bool
+    ) -> tuple[tuple[Placement, ...] | None, bool, bool]:
+        """Where `job` starts now (or None), whether it would fit were it not for a reservation, and whether it
+        starts over one: with `+preempt`, a job the head may preempt (`may_preempt`) need not wait for a
+        reservation it would delay; the head takes the GPUs back when it can start (`_take_back`)."""
         if part.head is None:
             found = self._place(job, shape)
-            return found, found is not None
+            return found, found is not None, False
         if not self.policy.backfill:
-            return None, False
+            return None, False, False
         found = self._place(job, shape)
         head = part.reservations[0] if part.reservations else None
         if found is None or head is None or not head.caps:
-            return found, found is not None
+            return found, found is not None, False
         runtime = self._runtime(job)
         if runtime is not None and self.snap.now + runtime <= head.start:
-            return found, True  # ends before the reservation: may use any free GPU
-        return self._place(job, shape, head.caps), True
+            return found, True, False  # ends before the reservation: may use any free GPU
+        around = self._place(job, shape, head.caps)
+        if around is None and self.policy.preempt and job.preemptible and (borrows or job.lab == part.head.lab):
+            return found, True, True  # would delay the reservation: starts, and yields when it is due
+        return around, True, False
 
     def _runtime(self, job: Job) -> float | None:
         """The planned run time of `job`, asked of the predictor once per cycle."""
@@ -201,7 +211,9 @@ class _Cycle:
         found = self._fit[key] = self.placement.place(self.state, job, shape.keys, caps)
         return found
 
-    def _start(self, job: Job, placements: tuple[Placement, ...], borrowing: bool, part: _Partition) -> None:
+    def _start(
+        self, job: Job, placements: tuple[Placement, ...], borrowing: bool, part: _Partition, over: bool = False
+    ) -> None:
         for p in placements:
             self.state.take(p, job)
         self.usage.add(job)
@@ -216,7 +228,8 @@ class _Cycle:
         if end is not None and self._timeline is not None:
             for p in placements:
                 self._timeline.add(end, self.state.by_name[p.node].index, len(p.gpus), f"job {job.id} ends")
-        self.starts.append(Start(job_id=job.id, placements=placements, borrowing=borrowing, expected_end=end))
+        self.starts.append(Start(job_id=job.id, placements=placements, borrowing=borrowing, expected_end=end,
+                                 over_reservation=over))
 
     def _wait(self, job: Job, why: Reason, estimate: float | None = None) -> bool:
         if self.explain:
@@ -230,7 +243,7 @@ class _Cycle:
         `estimate_depth`), then say why `job` waits."""
         first = part.head is None
         if first:
-            part.head = job.id
+            part.head = job
         res: Reservation | None = None
         if len(part.reservations) < self.policy.estimate_depth and (first or part.reservations):
             res = reserve(job, self.state, self.timeline(), shape.keys, self.snap.now)
@@ -242,17 +255,18 @@ class _Cycle:
     def _explain(self, job: Job, shape: _Shape, part: _Partition, pos: int, fits_now: bool, first: bool,
                  res: Reservation | None) -> bool:
         now = self.snap.now
+        blocker = part.head.id if part.head is not None else job.id
         ahead = "next in line" if pos == 0 else "1 job ahead" if pos == 1 else f"{pos} jobs ahead"
         if res is not None:
             when = f"{'reserved to start' if first else 'expected to start'} in {_human(res.start - now)}"
             code = Code.RESERVED if first else Code.QUEUED
             return self._wait(job, Reason(code, f"{ahead}; {when} when {res.cause}"), res.start)
         if not first and self.policy.backfill and fits_now:
-            head = part.reservations[0] if part.reservations else None
-            when = f", reserved to start in {_human(head.start - now)}" if head else ""
-            return self._wait(job, Reason(Code.BACKFILL, f"{ahead}; starting now would delay job {part.head}{when}"))
+            held = part.reservations[0] if part.reservations else None
+            when = f", reserved to start in {_human(held.start - now)}" if held else ""
+            return self._wait(job, Reason(Code.BACKFILL, f"{ahead}; starting now would delay job {blocker}{when}"))
         if not first and not self.policy.backfill:
-            return self._wait(job, Reason(Code.QUEUED, f"{ahead}; waiting behind job {part.head}"))
+            return self._wait(job, Reason(Code.QUEUED, f"{ahead}; waiting behind job {blocker}"))
         room = self._room.get((shape, self.state.version))
         if room is None:
             room = self._room[(shape, self.state.version)] = self._no_room(job, shape.keys)
@@ -379,6 +393,27 @@ class _Cycle:
         for run in victims:
             self.victims.add(run.job.id)  # still counted in its lab's usage until it has stopped
             self.preemptions.append(Preempt(job_id=run.job.id, for_job=job.id, reason=why(run)))
+
+    # -- taking back a reservation (see nanum.core.preempt) ----------------------------------------------------
+
+    def _take_back(self, job: Job, shape: _Shape) -> bool:
+        """Preempt jobs started over a reservation so that `job`, its partition's first blocked job, can start."""
+        if self._over is None:
+            self._over = sorted((r for r in self.snap.running if r.over_reservation), key=victim_key)
+        if not self._over or self._place(job, shape) is not None:
+            return False
+        runs = [r for r in self._over if may_preempt(job, r)]
+        chosen = self._victims_for(job, shape.keys, runs, self._reach(runs)) if runs else None
+        if chosen is None:
+            return False
+        fitting, victims = chosen
+        self._stop_for(job, fitting, victims, lambda run: (
+            f"job {job.id} takes back the GPUs reserved for it; job {run.job.id} was backfilled over that "
+            "reservation"))
+        ids = ", ".join(str(i) for i in sorted(r.job.id for r in victims))
+        self._wait(job, Reason(Code.PREEMPTING, f"taking back its reserved GPUs from job(s) {ids}, backfilled over "
+                                                "its reservation"))
+        return True
 
     # -- preemption by priority class (see nanum.core.preempt) ------------------------------------------------
 

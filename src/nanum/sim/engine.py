@@ -9,7 +9,8 @@ a job, keeps the work up to its last checkpoint, and puts it back in the queue w
 
 A cycle is skipped when it provably cannot start or preempt anything: nothing changed since the last cycle, or no
 pending job fits in the free GPUs its lab may use, no lab under its guarantee waits while others borrow, and (with
-`+preempt`) no pending job is of a higher class than a running job it may preempt. Orders that change with time
+`+preempt`) no pending job is of a higher class than a running job it may preempt, nor runs a job started over a
+reservation. Orders that change with time
 alone (fair-share decay, priority age) are re-evaluated at every event.
 
 When labs keep to their own nodes (`lend = false`), the partitions of a cycle do not interact: the core is shown
@@ -146,6 +147,8 @@ class Simulation:
         self.widths: dict[str, Counter[int]] = {}  # per lab, pending jobs by GPUs per node
         self.lab_used: Counter[str] = Counter()
         self.borrowers = 0
+        #: running jobs started over a reservation, per partition: its first blocked job may take them back.
+        self.over_reservation: Counter[str | None] = Counter()
         self.heap: list[tuple[float, int, int]] = []  # (end, job, token): completions
         self.ends: dict[int, float] = {}  # job -> when its current run completes
         self.checkpoints: list[tuple[float, int, int]] = []  # (time, job, token): next checkpoint of each run
@@ -286,7 +289,8 @@ class Simulation:
         """The partitions (as the core keys them: a lab that owns nodes, or None) where a pending job could start,
         reclaim or preempt: its smallest job fits in the free GPUs its lab may use, or its lab is under its
         guarantee while others borrow, or one of its jobs is of a higher class than a running job it may preempt
-        (one of its own lab's or a borrower)."""
+        (one of its own lab's or a borrower), or a job runs there over a reservation (its first blocked job may
+        take the GPUs back)."""
         if self.classes is not None:
             self._rise(t)
         total_free = sum(self.pool_free.values())
@@ -296,7 +300,8 @@ class Simulation:
             if not sizes or part in live:
                 continue
             smallest = min(sizes)
-            if self._fits(lab, smallest, total_free) or self._reclaims(lab, smallest) or self._outranks(lab):
+            if (self._fits(lab, smallest, total_free) or self._reclaims(lab, smallest) or self._outranks(lab)
+                    or self.over_reservation[part]):
                 live.add(part)
         return live
 
@@ -385,7 +390,8 @@ class Simulation:
         for idx, when in latest.items():
             run = self.running[idx]
             self.running[idx] = Running(job=run.job, placements=run.placements, start_time=run.start_time,
-                                        expected_end=run.expected_end, borrowing=run.borrowing, last_checkpoint=when)
+                                        expected_end=run.expected_end, borrowing=run.borrowing, last_checkpoint=when,
+                                        over_reservation=run.over_reservation)
             self.cache.expect(came=(self.running[idx],), gone=(run,))
         return bool(latest)
 
@@ -456,7 +462,7 @@ class Simulation:
             sj.first_start, sj.predicted = t, planned
         expected = None if planned is None else t + overhead + max(planned - sj.done, 0.0)
         self.running[sj.index] = Running(job=job, placements=s.placements, start_time=t, expected_end=expected,
-                                         borrowing=s.borrowing)
+                                         borrowing=s.borrowing, over_reservation=s.over_reservation)
         self.cache.expect(came=(self.running[sj.index],))
         sj.run_start, sj.run_overhead, sj.placements = t, overhead, s.placements
         sj.token += 1
@@ -464,7 +470,7 @@ class Simulation:
         heapq.heappush(self.heap, (self.ends[sj.index], sj.index, sj.token))
         if self.options.checkpoint_interval > 0:
             heapq.heappush(self.checkpoints, (t + overhead + self.options.checkpoint_interval, sj.index, sj.token))
-        self._account(sj, t, +1, s.borrowing)
+        self._account(sj, t, +1, s.borrowing, s.over_reservation)
         if self.classes is not None:  # its class is that of the pending job: it has received nothing more yet
             run = self.running[sj.index]
             _count(self.pending_levels[sj.lab], self.level[sj.index], -1)
@@ -480,7 +486,7 @@ class Simulation:
             self._hand(p.node, p.gpus, +1)
             self.result.segments.append(Segment(sj.index, p.node, p.gpus, sj.run_start, t))
         sj.attained += (t - sj.run_start) * sj.total_gpus
-        self._account(sj, t, -1, run.borrowing)
+        self._account(sj, t, -1, run.borrowing, run.over_reservation)
         self.changed = True
         return run
 
@@ -506,9 +512,11 @@ class Simulation:
         self.result.stats["preemptions"] += 1
         self._enqueue(sj, sj.core_job())
 
-    def _account(self, sj: SimJob, t: float, sign: int, borrowing: bool) -> None:
+    def _account(self, sj: SimJob, t: float, sign: int, borrowing: bool, over_reservation: bool) -> None:
         self.lab_used[sj.lab] += sign * sj.total_gpus
         self.borrowers += sign if borrowing else 0
+        if over_reservation:
+            self.over_reservation[partition_of(sj.lab, self.policy.lend, self.owners)] += sign
         if self.lab_usage:
             period = self.calendar.at(t)
             self.lab_meters.change(sj.lab, t, period, sign * sj.total_gpus)
