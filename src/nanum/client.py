@@ -79,6 +79,8 @@ class Job(TypedDict):
     kind: str
     preemptible: bool
     borrowing: bool
+    over_reservation: bool
+    burst: int | None
     allocation: list[Allocation]
     submit_time: str
     start_time: str | None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from nanum.core import Code, Policy, PolicyError, schedule
@@ -92,3 +94,20 @@ def test_a_job_waiting_behind_the_head_does_not_answer_for_a_later_one_of_its_sh
     )
     d = schedule(snap(nodes(2), (job(1, 4, nodes=2), job(2, 2), job(3, 3), job(4, 2)), runs), LAS)
     assert preempted(d) == [(10, 3), (12, 4)]
+
+
+def test_a_job_that_would_still_borrow_does_not_stop_its_labs_jobs_within_the_guarantee() -> None:
+    # Lab a is guaranteed 6 GPUs and uses them: L (4, long) and S (2, new). Job 1 needs 6. Stopping L would let it
+    # fit, but it would still borrow (2 + 6 > 6), while L, within the guarantee, would start again first, to be
+    # stopped again at the next cycle, and so on for ever. With 8 guaranteed it would no longer borrow: it may.
+    cluster = (node("a0", 8, owner="a"),)
+    runs = (running(job(10, 4, lab="a", attained_gpu_seconds=20 * HOUR), {"a0": (0, 1, 2, 3)}, start=90.0),
+            running(job(11, 2, lab="a"), {"a0": (4, 5)}, start=90.0))
+    pooled = Policy.parse("las+preempt", lend=True)
+    d = schedule(snap(cluster, (job(1, 6, lab="a"),), runs, labs=(lab("a", 6),)), pooled)
+    assert preempted(d) == []
+    d = schedule(snap(cluster, (job(1, 6, lab="a"),), runs, labs=(lab("a", 8),)), pooled)
+    assert preempted(d) == [(10, 1)]
+    borrowed = (replace(runs[0], borrowing=True), runs[1])  # a borrower comes back behind it: it may be stopped
+    d = schedule(snap(cluster, (job(1, 6, lab="a"),), borrowed, labs=(lab("a", 6),)), pooled)
+    assert preempted(d) == [(10, 1)]

@@ -160,6 +160,7 @@ def test_jobs_submitted_together_with_one_request_form_a_burst(client: AsgiClien
         burst = {row.id: row.burst for row in s.execute(select(JobRow.id, JobRow.burst))}
     assert [burst[i] for i in sweep] == [None, sweep[0], sweep[0]]
     assert burst[other_name] is None and burst[other_user] is None
+    assert [job(client, i)["burst"] for i in sweep] == [None, sweep[0], sweep[0]]  # and the API says so
     # The scheduler sees them as one burst.
     with ctx.db.read() as s:
         plan = snapshot.build(s, time.time(), ctx.settings.node_timeout_s, HistoryPredictor())

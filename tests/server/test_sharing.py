@@ -305,3 +305,32 @@ def test_a_requeued_job_waits_behind_fresh_jobs_for_the_service_it_already_had(
     tick(client)
     assert job(client, fresh["id"])["state"] == "running"  # fewest GPU-hours so far goes first
     assert job(client, long_run["id"])["state"] == "pending"
+
+
+def test_a_job_backfilled_over_a_reservation_yields_when_the_reserved_job_can_start(
+    client: AsgiClient, agent: FakeAgent
+) -> None:
+    first = submit(client, gpus=2, time_limit_s=3600)
+    tick(client)
+    agent.beat()
+    wide = submit(client, gpus=4)  # reserved for when job `first` reaches its limit
+    late = submit(client, gpus=1, command=["python", "eval.py"])  # no limit: it would delay that reservation
+    tick(client)
+    agent.beat()
+    assert job(client, wide["id"])["reason_code"] == "reserved"
+    over = job(client, late["id"])
+    assert over["state"] == "running" and over["over_reservation"] is True
+    assert job(client, first["id"])["over_reservation"] is False
+    agent.exit(first["id"])
+    agent.beat()
+    tick(client)  # 3 GPUs free: the wide job takes the fourth back
+    assert job(client, late["id"])["reason"] == (
+        f"preempting: job {wide['id']} takes back the GPUs reserved for it; job {late['id']} was backfilled over "
+        "that reservation")
+    assert job(client, wide["id"])["reason_code"] == "preempting"
+    agent.beat()  # stops it
+    agent.beat()  # reports it gone: requeued
+    requeued = job(client, late["id"])
+    assert requeued["state"] == "pending" and requeued["preemptions"] == 1 and requeued["over_reservation"] is False
+    tick(client)
+    assert job(client, wide["id"])["state"] == "running"

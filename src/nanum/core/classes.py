@@ -92,13 +92,16 @@ class RunClasses:
         """The class of `run` (one of the running jobs of the last update) at that update's `now`."""
         return self._runs[run.job.id].level
 
-    def victims(self, lab: str, below: int) -> Iterator[Running]:
+    def victims(self, lab: str, below: int, borrowers_only: bool = False) -> Iterator[Running]:
         """The running jobs a job of `lab` in class `below` may preempt, cheapest first: its lab's own and other
-        labs' borrowers, of a class lower than `below` (a higher number)."""
+        labs' borrowers (only borrowers, for a job that borrows), of a class lower than `below` (a higher number)."""
         runs = self._runs
-        own = self._by_lab.get(lab, [])
-        others = (e for e in self._borrowed if runs[e[1]].run.job.lab != lab)
-        for _, key in heapq.merge(own, others):
+        if borrowers_only:
+            candidates: Iterable[tuple[tuple[float, ...], JobId]] = self._borrowed
+        else:
+            own = self._by_lab.get(lab, [])
+            candidates = heapq.merge(own, (e for e in self._borrowed if runs[e[1]].run.job.lab != lab))
+        for _, key in candidates:
             known = runs[key]
             if known.level <= below:
                 return

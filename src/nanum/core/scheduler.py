@@ -165,7 +165,7 @@ class _Cycle:
             return True
         if part.head is None and self.policy.preempt and self._take_back(job, shape):
             return True
-        if self.policy.preempt and self._preempt_lower(job, shape):
+        if self.policy.preempt and self._preempt_lower(job, shape, borrows):
             return True
         if not fits_now and self._place(job, shape) is None:
             self._stuck.add(stuck)
@@ -417,18 +417,25 @@ class _Cycle:
 
     # -- preemption by priority class (see nanum.core.preempt) ------------------------------------------------
 
-    def _preempt_lower(self, job: Job, shape: _Shape) -> bool:
-        """Preempt running jobs of a lower class than `job` so that it can start; False if that cannot help."""
+    def _preempt_lower(self, job: Job, shape: _Shape, borrows: bool) -> bool:
+        """Preempt running jobs of a lower class than `job` so that it can start; False if that cannot help.
+
+        A job that would borrow even once its victims of its own lab have stopped preempts only borrowers: its
+        lab's jobs within the guarantee would come back ahead of it (owners' jobs start before borrowers), and it
+        would stop them again and again."""
         if self._place(job, shape) is not None:
             return False  # it fits now: only backfill holds it back, and preempting would not change that
         assert self.classes is not None
         mine = self.classes.level(job, job.attained_gpu_seconds)
-        if (mine, shape) in self._no_preempt:
+        if (mine, shape, borrows) in self._no_preempt:
             return False
-        runs, reach = self._lower_index(mine, job)
+        runs, reach = self._lower_index(mine, job, False)
         chosen = self._victims_for(job, shape.keys, runs, reach)
+        if chosen is not None and borrows and self._would_come_back_first(job, chosen[1]):
+            runs, reach = self._lower_index(mine, job, True)
+            chosen = self._victims_for(job, shape.keys, runs, reach)
         if chosen is None:
-            self._no_preempt.add((mine, shape))
+            self._no_preempt.add((mine, shape, borrows))
             return False
         fitting, victims = chosen
         victims.sort(key=lambda r: class_victim_key(self._level(r), r))
@@ -438,6 +445,15 @@ class _Cycle:
         ids = ", ".join(str(i) for i in sorted(r.job.id for r in victims))
         self._wait(job, Reason(Code.PREEMPTING, f"class {mine}: preempting lower-class job(s) {ids}"))
         return True
+
+    def _would_come_back_first(self, job: Job, victims: list[Running]) -> bool:
+        """Whether a victim of `job`'s own lab is within the guarantee while `job` would still borrow after they
+        all stopped: that victim would start again before `job`."""
+        own = [run for run in victims if run.job.lab == job.lab]
+        if all(run.borrowing for run in own):
+            return False
+        guarantee = self.snap.labs[job.lab].guaranteed_gpus or 0
+        return self.usage.lab_gpus[job.lab] - sum(run.gpus for run in own) + job.total_gpus > guarantee
 
     def _level(self, run: Running) -> int:
         return self._run_classes().level(run)
@@ -451,13 +467,14 @@ class _Cycle:
                              else self.cache.run_classes(self.classes, snap))
         return self._classes
 
-    def _lower_index(self, level: int, job: Job) -> tuple[list[Running], dict[int, int]]:
-        """Running jobs `job` may preempt (class below `level`), cheapest first, and per node the GPUs that free
-        plus theirs reach (see `_reclaim_index`). Cached per (level, lab) for the cycle."""
-        key = (level, job.lab)
+    def _lower_index(self, level: int, job: Job, borrows: bool) -> tuple[list[Running], dict[int, int]]:
+        """Running jobs `job` may preempt (class below `level`; only borrowers if it borrows), cheapest first, and
+        per node the GPUs that free plus theirs reach (see `_reclaim_index`). Cached per (level, lab, borrows) for
+        the cycle."""
+        key = (level, job.lab, borrows)
         hit = self._lower.get(key)
         if hit is None:
-            runs = list(self._run_classes().victims(job.lab, level))
+            runs = list(self._run_classes().victims(job.lab, level, borrows))
             hit = self._lower[key] = (runs, self._reach(runs))
         return hit
 

@@ -245,6 +245,7 @@ _START = (
         charged_until=bindparam("now"),
         runs=JobRow.__table__.c.runs + 1,
         borrowing=bindparam("borrowing"),
+        over_reservation=bindparam("over_reservation"),
         allocation=bindparam("allocation"),
         reason=None,
         reason_code=None,
@@ -265,7 +266,8 @@ def _start(s: Session, start: Start, plan: snapshot.Plan, now: float) -> set[str
     conn = s.connection()
     try:
         with s.begin_nested():
-            params = {"job_id": start.job_id, "now": now, "borrowing": start.borrowing, "allocation": allocation}
+            params = {"job_id": start.job_id, "now": now, "borrowing": start.borrowing,
+                      "over_reservation": start.over_reservation, "allocation": allocation}
             if conn.execute(_START, params).rowcount != 1:
                 return set()
             conn.execute(
@@ -280,7 +282,9 @@ def _start(s: Session, start: Start, plan: snapshot.Plan, now: float) -> set[str
         log.error("job %s: its GPUs are already held by another job; not starting it", start.job_id)
         return set()
     where = "; ".join(f"{p.node} GPUs {','.join(map(str, p.gpus)) or 'none'}" for p in start.placements)
-    lifecycle.event(s, start.job_id, now, "started", f"on {where}" + (" (borrowing)" if start.borrowing else ""))
+    notes = ["borrowing"] * start.borrowing + [
+        "backfilled over a reservation: preempted when the reserved job can start"] * start.over_reservation
+    lifecycle.event(s, start.job_id, now, "started", f"on {where}" + "".join(f" ({n})" for n in notes))
     lifecycle.bump(s, [plan.node_ids[p.node] for p in start.placements])
     return {p.node for p in start.placements}
 

@@ -78,6 +78,10 @@ class JobOut(BaseModel):
     kind: str
     preemptible: bool
     borrowing: bool
+    over_reservation: bool = Field(default=False, description=(
+        "running on GPUs reserved for a blocked job, which preempts it when it can start"))
+    burst: int | None = Field(default=None, description=(
+        "the first job of the burst it was submitted in: same user and request, at most 10 s apart"))
     allocation: list[AllocationOut]
     submit_time: str | None
     start_time: str | None

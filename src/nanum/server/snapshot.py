@@ -48,7 +48,8 @@ JOB_COLUMNS = (
     JobRow.preemptible,
     JobRow.attained_gpu_seconds,
 )
-RUN_COLUMNS = (JobRow.start_time, JobRow.charged_until, JobRow.borrowing, JobRow.last_checkpoint)
+RUN_COLUMNS = (JobRow.start_time, JobRow.charged_until, JobRow.borrowing, JobRow.last_checkpoint,
+               JobRow.over_reservation)
 PENDING_COLUMNS = (JobRow.reason, JobRow.reason_code, JobRow.estimated_start)
 
 
@@ -166,6 +167,7 @@ def _running(job: Any, row: Any, places: list[Placement], predictor: HistoryPred
         borrowing=row.borrowing,
         expected_end=None if runtime is None else start + runtime,
         last_checkpoint=row.last_checkpoint,
+        over_reservation=row.over_reservation,
     )
 
 

@@ -86,6 +86,8 @@ def job_out(row: Any, user: str, lab: str) -> dict[str, Any]:
         "kind": row.kind,
         "preemptible": row.preemptible,
         "borrowing": row.borrowing,
+        "over_reservation": bool(row.over_reservation) and row.state == "running",
+        "burst": row.burst,
         "allocation": [] if pending else [{"node": a["node"], "gpus": a["gpus"]} for a in row.allocation or ()],
         "submit_time": iso(row.submit_time),
         "start_time": iso(row.start_time),

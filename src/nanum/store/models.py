@@ -124,6 +124,8 @@ class JobRow(Base):
     reason_code: Mapped[str | None] = mapped_column(String(32))
     estimated_start: Mapped[float | None] = mapped_column(Float)
     borrowing: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: started on GPUs reserved for a blocked job, which preempts it when it can start (nanum.core.scheduler).
+    over_reservation: Mapped[bool] = mapped_column(Boolean, default=False)
     stop: Mapped[str | None] = mapped_column(String(16))
     allocation: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     lost_from: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON(none_as_null=True))
