@@ -9,6 +9,11 @@ EASY backfill, as Slurm's backfill plugin does it, in three steps:
 3. A later job may start now if it is expected to end before T (anywhere), or if it takes no more than the spare
    GPUs of any reserved node (so at T the reserved job still fits).
 
+With `+preempt` a later job that would delay the reservation starts anyway, if the head may preempt it: it runs
+`over_reservation`, and once its GPUs are all the head still needs, the head preempts it (`_Cycle._take_back`).
+Expected ends are often wrong: a job that runs past its estimate moves T later at every cycle, and plain EASY
+would hold the reserved GPUs idle all that time.
+
 Example: 8 GPUs, job A holds 6 until t=100, B holds 2 until t=50. Head job H needs 8: T=100 on that node with
 spare 0. Job C (2 GPUs, 40 s) arriving at t=0 cannot start (no free GPU); when B ends at 50, C's 40 s run ends at 90
 < 100, so C is backfilled; a 2-GPU job of 60 s would wait, since it would delay H.

@@ -35,7 +35,9 @@ class Policy:
     shared nodes (partitioned, like Slurm partitions). `reclaim`: a lab under its guarantee preempts borrowers.
     `estimate_depth`: how many blocked jobs per partition get a start estimate (the first is EASY's reservation).
     `preempt`: a blocked job preempts running jobs the order ranks in a lower priority class (Tiresias; see
-    `nanum.core.preempt`); the order must define classes (`las` and `gittins` do).
+    `nanum.core.preempt`); the order must define classes (`las` and `gittins` do). With backfill too, a job that
+    would delay the first blocked job's reservation starts on its GPUs and is preempted when that job can start,
+    where plain EASY backfill would keep them idle.
     """
 
     order: str = DEFAULT_ORDER

@@ -14,7 +14,12 @@ Limits, so that preemption never thrashes and guarantees hold:
 - only a strictly lower class is preempted: jobs of one class never preempt each other;
 - a job may preempt jobs of its own lab and jobs that borrow GPUs: an owner's job within its guarantee is never
   stopped for another lab's job;
-- a job preempts only when it fits nowhere now (not when backfill merely holds free GPUs for a reservation).
+- a job preempts only when it fits nowhere now (not when backfill merely holds free GPUs for a reservation);
+- a job that would still borrow once its own lab's victims have stopped preempts only borrowers: its lab's jobs
+  within the guarantee would start again before it, and be stopped again.
+
+With backfill, jobs started over a reservation (`Running.over_reservation`) are preempted, whatever their class,
+by their partition's first blocked job when that lets it start (nanum.core.scheduler).
 
 Victims, cheapest first:
 

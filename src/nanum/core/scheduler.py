@@ -5,8 +5,9 @@ The cycle, in order:
 1. order the pending queue with the policy's queue order;
 2. pass one: in that order, every job that would *not* borrow: admit it against budgets and limits, then place
    it (with EASY backfill around the first blocked job of each partition); a blocked job whose lab is under its
-   guarantee reclaims GPUs from borrowers; with `+preempt`, a blocked job preempts running jobs of a lower
-   priority class (`nanum.core.preempt`);
+   guarantee reclaims GPUs from borrowers; with `+preempt`, the first blocked job of a partition takes back GPUs
+   from jobs backfilled over its reservation, and a blocked job preempts running jobs of a lower priority class
+   (`nanum.core.preempt`);
 3. pass two: the jobs that would borrow, in the same order, on the GPUs left over;
 4. every job left pending gets a reason with numbers and, where one can be computed, an estimated start.
 
