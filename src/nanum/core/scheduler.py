@@ -283,16 +283,27 @@ class _Cycle:
             self.timeline().extend(events)
 
     def timeline(self) -> Timeline:
-        """Expected ends of running jobs and of jobs started this cycle, built once, on first need."""
+        """Expected ends of running jobs and of jobs started this cycle, built once, on first need.
+
+        With `+preempt`, jobs started over a reservation free their GPUs now: they yield them to the partition's
+        first blocked job as soon as that lets it start."""
         if self._timeline is None:
+            now = self.snap.now
+            over = [r for r in self._over_runs() if r.job.id not in self.victims] if self.policy.preempt else []
             if self.cache is not None:
                 victims = self.victims
                 gone = {e for run in self.snap.running if run.job.id in victims for e in self.cache.ends_of(run)
-                        } if victims else None
-                self._timeline = Timeline(self.state, self.cache.ends, self.snap.now, gone)
+                        } if victims else set()
+                gone.update(e for run in over for e in self.cache.ends_of(run))
+                self._timeline = Timeline(self.state, self.cache.ends, now, gone or None)
             else:
                 self._timeline = Timeline(self.state)
-                self._timeline.extend(self._running_ends(self.snap.running))
+                skip = {r.job.id for r in over}
+                self._timeline.extend(self._running_ends(r for r in self.snap.running if r.job.id not in skip))
+            self._timeline.extend(
+                (now, self.state.by_name[p.node].index, len(p.gpus),
+                 f"job {run.job.id} yields the GPUs it was backfilled onto")
+                for run in over for p in run.placements if p.node in self.state.by_name)
             self._timeline.extend(
                 (start.expected_end, self.state.by_name[p.node].index, len(p.gpus), f"job {start.job_id} ends")
                 for start in self.starts if start.expected_end is not None for p in start.placements)
@@ -399,11 +410,10 @@ class _Cycle:
 
     def _take_back(self, job: Job, shape: _Shape) -> bool:
         """Preempt jobs started over a reservation so that `job`, its partition's first blocked job, can start."""
-        if self._over is None:
-            self._over = sorted((r for r in self.snap.running if r.over_reservation), key=victim_key)
-        if not self._over or self._place(job, shape) is not None:
+        over = self._over_runs()
+        if not over or self._place(job, shape) is not None:
             return False
-        runs = [r for r in self._over if may_preempt(job, r)]
+        runs = [r for r in over if may_preempt(job, r)]
         chosen = self._victims_for(job, shape.keys, runs, self._reach(runs)) if runs else None
         if chosen is None:
             return False
@@ -415,6 +425,12 @@ class _Cycle:
         self._wait(job, Reason(Code.PREEMPTING, f"taking back its reserved GPUs from job(s) {ids}, backfilled over "
                                                 "its reservation"))
         return True
+
+    def _over_runs(self) -> list[Running]:
+        """Running jobs started over a reservation, cheapest victim first; built on first need."""
+        if self._over is None:
+            self._over = sorted((r for r in self.snap.running if r.over_reservation), key=victim_key)
+        return self._over
 
     # -- preemption by priority class (see nanum.core.preempt) ------------------------------------------------
 
