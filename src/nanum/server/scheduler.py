@@ -173,6 +173,18 @@ class Scheduler:
         result = TickResult(pending=len(decisions.pending))
         with self.ctx.db.write() as s:
             woken, result.requeued_nodes = self._sweep(s, now)
+            # Lock every node and job row this tick changes up front, nodes first, each in id order, as a heartbeat
+            # does (its node, then its jobs): locking them one by one in another order can deadlock with it, and
+            # PostgreSQL then aborts one of the two.
+            victims = [v.job_id for v in decisions.preemptions]
+            nodes = {plan.node_ids[p.node] for st in decisions.starts for p in st.placements}
+            if victims:
+                nodes.update(s.scalars(select(AllocationRow.node_id).where(AllocationRow.job_id.in_(victims))))
+            if nodes:
+                s.execute(select(NodeRow.id).where(NodeRow.id.in_(nodes)).order_by(NodeRow.id).with_for_update())
+            touched = {st.job_id for st in decisions.starts} | set(victims)
+            if touched:
+                s.execute(select(JobRow.id).where(JobRow.id.in_(touched)).order_by(JobRow.id).with_for_update())
             for start in decisions.starts:
                 started = _start(s, start, plan, now)
                 woken |= started
@@ -206,7 +218,7 @@ class Scheduler:
     def _show_reasons(self, s: Session, plan: snapshot.Plan, pending: tuple[Pending, ...], now: float) -> None:
         """Write each pending job's reason and estimate where they changed (wording-only changes: now and then)."""
         rows = []
-        for p in pending:
+        for p in sorted(pending, key=lambda p: p.job_id):  # rows locked in id order (see `_apply`)
             new = (p.reason.message, p.reason.code.value, p.estimated_start)
             old = plan.shown.get(p.job_id)
             if old is None or not _changed(old, new, now - self._shown_at.get(p.job_id, 0.0)):

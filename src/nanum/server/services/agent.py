@@ -109,7 +109,8 @@ def _record_jobs(
     s: Session, node: NodeRow, hb: Heartbeat, held: dict[int, list[int]], now: float, half_life: float
 ) -> tuple[list[int], set[str], bool]:
     ids = [st.job_id for st in hb.jobs]
-    rows = {j.id: j for j in s.scalars(select(JobRow).where(JobRow.id.in_(ids)).with_for_update())} if ids else {}
+    locked = select(JobRow).where(JobRow.id.in_(ids)).order_by(JobRow.id).with_for_update()  # id order: no deadlock
+    rows = {j.id: j for j in s.scalars(locked)} if ids else {}
     acks: list[int] = []
     woken: set[str] = set()
     for st in hb.jobs:
@@ -144,7 +145,7 @@ def _release_unheld(
     if not unheld:
         return False
     query = select(JobRow).where(JobRow.id.in_(unheld), or_(JobRow.state != "running", JobRow.stop.is_not(None)))
-    jobs = s.scalars(query.with_for_update()).all()
+    jobs = s.scalars(query.order_by(JobRow.id).with_for_update()).all()
     for job in jobs:
         lifecycle.part_gone(s, job, node, now, half_life)
     return bool(jobs)

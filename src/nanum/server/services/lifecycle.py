@@ -192,7 +192,7 @@ def node_lost(s: Session, node: NodeRow, now: float, half_life: float = DEFAULT_
     job_ids = s.scalars(select(AllocationRow.job_id).where(AllocationRow.node_id == node.id).distinct()).all()
     s.execute(delete(AllocationRow).where(AllocationRow.node_id == node.id))
     woken: set[str] = set()
-    for job in s.scalars(select(JobRow).where(JobRow.id.in_(job_ids)).with_for_update()):
+    for job in s.scalars(select(JobRow).where(JobRow.id.in_(job_ids)).order_by(JobRow.id).with_for_update()):
         if job.state != "running":
             continue
         if job.stop is None and job.nodes == 1:
