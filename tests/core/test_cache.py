@@ -37,7 +37,8 @@ def _drive(policy: Policy, seed: int, steps: int = 120, swap_nodes_at: int | Non
         for jid in [j for j in live if rng.random() < 0.2]:  # a new object for the same run: a checkpoint
             run = live[jid]
             live[jid] = Running(job=run.job, placements=run.placements, start_time=run.start_time,
-                                expected_end=run.expected_end, borrowing=run.borrowing, last_checkpoint=now)
+                                expected_end=run.expected_end, borrowing=run.borrowing, last_checkpoint=now,
+                                over_reservation=run.over_reservation)
             told(came=(live[jid],), gone=(run,))
         if swap_nodes_at == step:
             nodes = tuple(node(n.name, 4, owner=n.owner) for n in nodes)  # same cluster, new objects
@@ -56,7 +57,8 @@ def _drive(policy: Policy, seed: int, steps: int = 120, swap_nodes_at: int | Non
         for s in plain.starts:
             job = pending.pop(s.job_id)
             live[s.job_id] = Running(job=job, placements=s.placements, start_time=now,
-                                     expected_end=s.expected_end, borrowing=s.borrowing)
+                                     expected_end=s.expected_end, borrowing=s.borrowing,
+                                     over_reservation=s.over_reservation)
             told(came=(live[s.job_id],))
     assert cache.reuses > steps // 2  # most cycles really reused the carried state
     return seen
@@ -91,6 +93,8 @@ def test_estimates_of_later_jobs_leave_the_decisions_alone(seed: int) -> None:
 def test_a_driver_that_tells_what_came_and_went_gets_the_same_decisions(text: str, lend: bool) -> None:
     decisions = _drive(Policy.parse(text, lend=lend), seed=3, steps=200, tell=True)
     assert any(d.preemptions for d in decisions)
+    if "preempt" in text:  # jobs started over a reservation came and went, and were taken back
+        assert any(s.over_reservation for d in decisions for s in d.starts)
 
 
 def test_what_the_driver_told_is_checked_against_the_number_of_running_jobs() -> None:

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from nanum.core.backfill import Event, Key
 from nanum.core.bursts import Siblings
 from nanum.core.classes import RunClasses
-from nanum.core.model import Node, Running, Snapshot
+from nanum.core.model import JobId, Node, Running, Snapshot
 from nanum.core.preempt import ClassOrder
 from nanum.core.quota import Usage
 from nanum.core.state import ClusterState
@@ -70,6 +70,8 @@ class CycleCache:
         self._classes: dict[type, RunClasses] = {}
         #: the running members of each burst, kept by the same diff.
         self.siblings = Siblings()
+        #: the running jobs started over a reservation, by job, kept by the same diff.
+        self.over: dict[JobId, Running] = {}
         self._now = float("-inf")
         self._came: dict[int, Running] | None = None  # what `expect` was told since the last `prepare`
         self._gone: dict[int, Running] = {}
@@ -136,6 +138,7 @@ class CycleCache:
             events.sort()
         self._classes = {}
         self.siblings = Siblings.of(snapshot.running)
+        self.over = {r.job.id: r for r in snapshot.running if r.over_reservation}
         return state
 
     def _catch_up(self, state: ClusterState, snapshot: Snapshot) -> bool:
@@ -152,6 +155,8 @@ class CycleCache:
             if old is not None and _same_allocation(old, run):
                 del gone[run.job.id]  # a new object for the same run (a later checkpoint): nothing moves
                 self._ends[id(run)] = self._ends.pop(id(old))
+                if run.over_reservation:
+                    self.over[run.job.id] = run  # victims are ranked by its checkpoint
                 moved.append((old, run))
             else:
                 came.append(run)
@@ -194,6 +199,8 @@ class CycleCache:
             state.release(p, run.job)
         self._usage.add(run.job, -1)
         self.siblings.remove(run)
+        if self.over.get(run.job.id) is run:
+            del self.over[run.job.id]
         for e in self._ends.pop(id(run), ()):
             events = self.ends[state.nodes[e[1]].key]
             del events[bisect.bisect_left(events, e)]
@@ -209,6 +216,8 @@ class CycleCache:
             state.take(p, run.job)
         self._usage.add(run.job)
         self.siblings.add(run)
+        if run.over_reservation:
+            self.over[run.job.id] = run
         ends = self._ends[id(run)] = run_ends(run, state)
         for e in ends:
             bisect.insort(self.ends.setdefault(state.nodes[e[1]].key, []), e)

@@ -429,7 +429,9 @@ class _Cycle:
     def _over_runs(self) -> list[Running]:
         """Running jobs started over a reservation, cheapest victim first; built on first need."""
         if self._over is None:
-            self._over = sorted((r for r in self.snap.running if r.over_reservation), key=victim_key)
+            runs = self.cache.over.values() if self.cache is not None else (
+                r for r in self.snap.running if r.over_reservation)
+            self._over = sorted(runs, key=victim_key)
         return self._over
 
     # -- preemption by priority class (see nanum.core.preempt) ------------------------------------------------
