@@ -175,7 +175,7 @@ def gittins_index(job: Job, attained: float, predictor: Predictor | None, more_t
     index = getattr(predictor, "gittins_index", None)
     if index is None:
         return None
-    value: float | None = index(job, attained, more_than) if more_than > attained else index(job, attained)
+    value: float | None = index(job, attained, more_than)
     return value
 
 

@@ -295,7 +295,7 @@ class _Cycle:
                 gone = {e for run in self.snap.running if run.job.id in victims for e in self.cache.ends_of(run)
                         } if victims else set()
                 gone.update(e for run in over for e in self.cache.ends_of(run))
-                self._timeline = Timeline(self.state, self.cache.ends, now, gone or None)
+                self._timeline = Timeline(self.state, self.cache.ends, now, gone)
             else:
                 self._timeline = Timeline(self.state)
                 skip = {r.job.id for r in over}
@@ -353,9 +353,8 @@ class _Cycle:
         fitting, victims = chosen
         victims.sort(key=victim_key)
         self._stop_for(job, fitting, victims, lambda run: (
-            f"lab {job.lab} reclaims its guaranteed GPUs for job {job.id}; job {run.job.id} was borrowing"))
-        ids = ", ".join(str(i) for i in sorted(r.job.id for r in victims))
-        self._wait(job, Reason(Code.RECLAIMING, f"reclaiming guaranteed GPUs from borrowing job(s) {ids}"))
+            f"lab {job.lab} reclaims its guaranteed GPUs for job {job.id}; job {run.job.id} was borrowing"),
+            lambda ids: Reason(Code.RECLAIMING, f"reclaiming guaranteed GPUs from borrowing job(s) {ids}"))
         return True
 
     def _victims_for(
@@ -390,8 +389,10 @@ class _Cycle:
             return None
         return fitting, list({r.job.id: r for idx in fitting for r in taken.get(idx, ())}.values())
 
-    def _stop_for(self, job: Job, fitting: list[int], victims: list[Running], why: Callable[[Running], str]) -> None:
-        """Preempt `victims` (in this order) so that `job` can start on the `fitting` nodes once they stopped.
+    def _stop_for(self, job: Job, fitting: list[int], victims: list[Running], why: Callable[[Running], str],
+                  waits: Callable[[str], Reason]) -> None:
+        """Preempt `victims` (in this order) so that `job` can start on the `fitting` nodes once they stopped; `why`
+        says why each stops, `waits(ids)` why `job` waits meanwhile.
 
         The victims keep their GPUs until they have stopped; the job starts in a later cycle. The GPUs already
         free on the chosen nodes are held for it meanwhile: a job started on them later in this cycle would be
@@ -405,6 +406,7 @@ class _Cycle:
         for run in victims:
             self.victims.add(run.job.id)  # still counted in its lab's usage until it has stopped
             self.preemptions.append(Preempt(job_id=run.job.id, for_job=job.id, reason=why(run)))
+        self._wait(job, waits(", ".join(str(i) for i in sorted(r.job.id for r in victims))))
 
     # -- taking back a reservation (see nanum.core.preempt) ----------------------------------------------------
 
@@ -420,9 +422,8 @@ class _Cycle:
         fitting, victims = chosen
         self._stop_for(job, fitting, victims, lambda run: (
             f"job {job.id} takes back the GPUs reserved for it; job {run.job.id} was backfilled over that "
-            "reservation"))
-        ids = ", ".join(str(i) for i in sorted(r.job.id for r in victims))
-        self._wait(job, Reason(Code.PREEMPTING, f"taking back its reserved GPUs from job(s) {ids}, backfilled over "
+            "reservation"),
+            lambda ids: Reason(Code.PREEMPTING, f"taking back its reserved GPUs from job(s) {ids}, backfilled over "
                                                 "its reservation"))
         return True
 
@@ -460,9 +461,8 @@ class _Cycle:
         victims.sort(key=lambda r: class_victim_key(self._level(r), r))
         self._stop_for(job, fitting, victims, lambda run: (
             f"job {job.id} (class {mine}) preempts job {run.job.id} (class {self._level(run)}, "
-            f"{attained(run, self.snap.now) / 3600:.1f} GPU-hours received)"))
-        ids = ", ".join(str(i) for i in sorted(r.job.id for r in victims))
-        self._wait(job, Reason(Code.PREEMPTING, f"class {mine}: preempting lower-class job(s) {ids}"))
+            f"{attained(run, self.snap.now) / 3600:.1f} GPU-hours received)"),
+            lambda ids: Reason(Code.PREEMPTING, f"class {mine}: preempting lower-class job(s) {ids}"))
         return True
 
     def _would_come_back_first(self, job: Job, victims: list[Running]) -> bool:
@@ -486,14 +486,14 @@ class _Cycle:
                              else self.cache.run_classes(self.classes, snap))
         return self._classes
 
-    def _lower_index(self, level: int, job: Job, borrows: bool) -> tuple[list[Running], dict[int, int]]:
+    def _lower_index(self, level: int, job: Job, borrowers_only: bool) -> tuple[list[Running], dict[int, int]]:
         """Running jobs `job` may preempt (class below `level`; only borrowers if it borrows), cheapest first, and
         per node the GPUs that free plus theirs reach (see `_reclaim_index`). Cached per (level, lab, borrows) for
         the cycle."""
-        key = (level, job.lab, borrows)
+        key = (level, job.lab, borrowers_only)
         hit = self._lower.get(key)
         if hit is None:
-            runs = list(self._run_classes().victims(job.lab, level, borrows))
+            runs = list(self._run_classes().victims(job.lab, level, borrowers_only))
             hit = self._lower[key] = (runs, self._reach(runs))
         return hit
 

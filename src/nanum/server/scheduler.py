@@ -294,9 +294,11 @@ def _start(s: Session, start: Start, plan: snapshot.Plan, now: float) -> set[str
         log.error("job %s: its GPUs are already held by another job; not starting it", start.job_id)
         return set()
     where = "; ".join(f"{p.node} GPUs {','.join(map(str, p.gpus)) or 'none'}" for p in start.placements)
-    notes = ["borrowing"] * start.borrowing + [
-        "backfilled over a reservation: preempted when the reserved job can start"] * start.over_reservation
-    lifecycle.event(s, start.job_id, now, "started", f"on {where}" + "".join(f" ({n})" for n in notes))
+    if start.borrowing:
+        where += " (borrowing)"
+    if start.over_reservation:
+        where += " (backfilled over a reservation: preempted when the reserved job can start)"
+    lifecycle.event(s, start.job_id, now, "started", f"on {where}")
     lifecycle.bump(s, [plan.node_ids[p.node] for p in start.placements])
     return {p.node for p in start.placements}
 

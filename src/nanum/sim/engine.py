@@ -9,8 +9,8 @@ a job, keeps the work up to its last checkpoint, and puts it back in the queue w
 
 A cycle is skipped when it provably cannot start or preempt anything: nothing changed since the last cycle, or no
 pending job fits in the free GPUs its lab may use, no lab under its guarantee waits while others borrow, and (with
-`+preempt`) no pending job is of a higher class than a running job it may preempt, nor runs a job started over a
-reservation. Orders that change with time
+`+preempt`) no pending job is of a higher class than a running job it may preempt and no job started over a
+reservation runs in its partition. Orders that change with time
 alone (fair-share decay, priority age) are re-evaluated at every event.
 
 When labs keep to their own nodes (`lend = false`), the partitions of a cycle do not interact: the core is shown
