@@ -1,0 +1,232 @@
+"""Who may call what: every operation of the published API against every kind of caller, with the exact status.
+
+The table has one row per operation of `app.openapi()` (a new operation without a row fails the test) and one
+column per caller:
+
+- `anon`: no token; `bad`: a token nobody holds;
+- `member`: dave, a member of lab `physics`, tied to nothing the request names;
+- `other`: carol, a member of lab `nlp` only (the job's lab is `vision`);
+- `mate`: bob, a member of `vision` like the job's owner, but not its owner;
+- `owner`: alice, who owns the job and is the user the path names (`/users/alice/...`);
+- `admin`; `node`: the node token of `gpu-01`.
+
+Users act on their own jobs only (cancel, checkpoint, logs); admins on everything; everyone sees the queue, the
+nodes, labs and usage; node tokens reach only the agent endpoint. Every cell runs against a fresh resource where
+the call changes one, and a refused call must leave what it aimed at unchanged.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from nanum.server.context import ServerContext
+from nanum.server.schemas import UserIn
+from nanum.server.services import accounts
+from tests.server.asgiclient import AsgiClient
+from tests.server.conftest import ADMIN, ALICE, BOB, auth, submit, tick
+from tests.server.fakeagent import FakeAgent
+
+CAROL, DAVE = "carol-token", "dave-token"
+CALLERS = ("anon", "bad", "member", "other", "mate", "owner", "admin", "node")
+
+
+@dataclass
+class World:
+    """The resources a cell acts on, and fresh ones on demand."""
+
+    client: AsgiClient
+    agent: FakeAgent
+    job: int
+    serial: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def fresh_name(self, prefix: str) -> str:
+        return f"{prefix}{next(self.serial)}"
+
+    def fresh_job(self, *, running: bool = False) -> int:
+        j = int(submit(self.client, ALICE, gpus=0, name=self.fresh_name("j"))["id"])  # type: ignore[arg-type]
+        if running:
+            tick(self.client)
+            self.agent.beat()
+            got = self.read(f"/api/v1/jobs/{j}")
+            assert got["state"] == "running", got
+        return j
+
+    def read(self, url: str) -> Any:
+        r = self.client.get(url, headers=auth(ADMIN))
+        assert r.status_code == 200, r.text
+        return r.json()
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request, and what it aims at: `witness()` reads that; a refused call must leave it unchanged."""
+
+    url: str
+    body: Any = None
+    raw: bytes | None = None
+    witness: Callable[[], Any] | None = None
+
+
+def job_state(w: World, j: int) -> Callable[[], Any]:
+    return lambda: {k: w.read(f"/api/v1/jobs/{j}")[k] for k in ("state", "last_checkpoint", "reason")}
+
+
+def names(w: World, url: str) -> Callable[[], Any]:
+    return lambda: sorted(x["name"] for x in w.read(url))
+
+
+def heartbeat(w: World) -> Call:
+    return Call("/api/v1/agent/heartbeat", raw=w.agent.heartbeat().model_dump_json().encode())
+
+
+def lab_quota(w: World) -> Callable[[], Any]:
+    keys = ("guaranteed_gpus", "max_gpus", "max_running_jobs", "monthly_gpu_hours", "weight", "grace_s")
+    return lambda: {k: w.read("/api/v1/labs/vision")[k] for k in keys}
+
+
+def user_limits(w: World) -> Callable[[], Any]:
+    return lambda: [u for u in w.read("/api/v1/users") if u["name"] == "alice"]
+
+
+def cancel(w: World) -> Call:
+    j = w.fresh_job()
+    return Call(f"/api/v1/jobs/{j}/cancel", witness=job_state(w, j))
+
+
+def checkpoint(w: World) -> Call:
+    j = w.fresh_job(running=True)
+    return Call(f"/api/v1/jobs/{j}/checkpoint", witness=job_state(w, j))
+
+
+def submit_job(w: World) -> Call:
+    return Call("/api/v1/jobs", {"command": ["true"], "gpus": 0}, witness=lambda: len(w.read("/api/v1/jobs?all=1")))
+
+
+Make = Callable[[World], Call]
+
+
+def at(url: str, body: Any = None, witness: Callable[[World], Callable[[], Any]] | None = None) -> Make:
+    return lambda w: Call(url.format(job=w.job), body, witness=witness(w) if witness else None)
+
+
+@dataclass(frozen=True)
+class Row:
+    method: str
+    path: str
+    make: Make
+    expect: tuple[int, ...]
+
+    @property
+    def id(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+def row(method: str, path: str, make: Make, *expect: int) -> Row:
+    assert len(expect) == len(CALLERS), path
+    return Row(method, path, make, expect)
+
+
+V1 = "/api/v1"
+JOB = V1 + "/jobs/{job}"
+TABLE = [
+    #                                                                         anon bad memb othr mate ownr admn node
+    row("GET", "/api/v1/health", at(V1 + "/health"),                           200, 200, 200, 200, 200, 200, 200, 200),
+    row("POST", "/api/v1/jobs", submit_job,                                    401, 401, 201, 201, 201, 201, 201, 401),
+    row("GET", "/api/v1/jobs", at(V1 + "/jobs"),                               401, 401, 200, 200, 200, 200, 200, 401),
+    row("GET", "/api/v1/jobs/{job_id}", at(JOB),                               401, 401, 200, 200, 200, 200, 200, 401),
+    row("POST", "/api/v1/jobs/{job_id}/cancel", cancel,                        401, 401, 403, 403, 403, 200, 200, 401),
+    row("POST", "/api/v1/jobs/{job_id}/checkpoint", checkpoint,                401, 401, 403, 403, 403, 200, 200, 401),
+    row("GET", "/api/v1/jobs/{job_id}/logs", at(JOB + "/logs"),                401, 401, 403, 403, 403, 200, 200, 401),
+    row("GET", "/api/v1/jobs/{job_id}/usage", at(JOB + "/usage"),              401, 401, 200, 200, 200, 200, 200, 401),
+    row("GET", "/api/v1/nodes", at(V1 + "/nodes"),                             401, 401, 200, 200, 200, 200, 200, 401),
+    row("POST", "/api/v1/nodes",
+        lambda w: Call(V1 + "/nodes", {"name": w.fresh_name("n")}, witness=names(w, V1 + "/nodes")),
+                                                                               401, 401, 403, 403, 403, 403, 201, 401),
+    row("GET", "/api/v1/nodes/{name}/gpus/{index}/history", at(V1 + "/nodes/gpu-01/gpus/0/history"),
+                                                                               401, 401, 200, 200, 200, 200, 200, 401),
+    row("GET", "/api/v1/me", at(V1 + "/me"),                                   401, 401, 200, 200, 200, 200, 200, 401),
+    row("GET", "/api/v1/users", at(V1 + "/users"),                             401, 401, 403, 403, 403, 403, 200, 401),
+    row("POST", "/api/v1/users",
+        lambda w: Call(V1 + "/users", {"name": w.fresh_name("u"), "labs": ["vision"], "admin": True},
+                       witness=names(w, V1 + "/users")),
+                                                                               401, 401, 403, 403, 403, 403, 201, 401),
+    row("PATCH", "/api/v1/users/{name}", at(V1 + "/users/alice", {"max_gpus": 64}, user_limits),
+                                                                               401, 401, 403, 403, 403, 403, 200, 401),
+    row("PUT", "/api/v1/users/{name}/contact",
+        at(V1 + "/users/alice/contact", {"email": "x@example.org"}),           401, 401, 403, 403, 403, 200, 200, 401),
+    row("GET", "/api/v1/labs", at(V1 + "/labs"),                               401, 401, 200, 200, 200, 200, 200, 401),
+    row("POST", "/api/v1/labs",
+        lambda w: Call(V1 + "/labs", {"name": w.fresh_name("lab")}, witness=names(w, V1 + "/labs")),
+                                                                               401, 401, 403, 403, 403, 403, 201, 401),
+    row("GET", "/api/v1/labs/{name}", at(V1 + "/labs/vision"),                 401, 401, 200, 200, 200, 200, 200, 401),
+    row("PATCH", "/api/v1/labs/{name}", at(V1 + "/labs/vision", {"max_gpus": 64}, lab_quota),
+                                                                               401, 401, 403, 403, 403, 403, 200, 401),
+    row("GET", "/api/v1/labs/{name}/idle", at(V1 + "/labs/vision/idle"),       401, 401, 200, 200, 200, 200, 200, 401),
+    row("PATCH", "/api/v1/labs/{name}/idle",
+        at(V1 + "/labs/vision/idle", {"util_percent": 1.0}, lambda w: lambda: w.read(V1 + "/labs/vision/idle")),
+                                                                               401, 401, 403, 403, 403, 403, 200, 401),
+    row("GET", "/api/v1/monitoring/idle", at(V1 + "/monitoring/idle"),         401, 401, 200, 200, 200, 200, 200, 401),
+    row("PATCH", "/api/v1/monitoring/idle",
+        at(V1 + "/monitoring/idle", {"util_percent": 1.0}, lambda w: lambda: w.read(V1 + "/monitoring/idle")),
+                                                                               401, 401, 403, 403, 403, 403, 200, 401),
+    row("GET", "/api/v1/monitoring/notify", at(V1 + "/monitoring/notify"),     401, 401, 403, 403, 403, 403, 200, 401),
+    row("PATCH", "/api/v1/monitoring/notify",
+        at(V1 + "/monitoring/notify", {"public_url": "https://gpu.example.org"},
+           lambda w: lambda: w.read(V1 + "/monitoring/notify")),               401, 401, 403, 403, 403, 403, 200, 401),
+    row("GET", "/api/v1/usage", at(V1 + "/usage"),                             401, 401, 200, 200, 200, 200, 200, 401),
+    row("GET", "/api/v1/priority", at(V1 + "/priority"),                       401, 401, 200, 200, 200, 200, 200, 401),
+    row("POST", "/api/v1/agent/heartbeat", heartbeat,                          401, 401, 401, 401, 401, 401, 401, 200),
+]
+
+
+@pytest.fixture
+def world(client: AsgiClient, ctx: ServerContext, agent: FakeAgent) -> World:
+    accounts.create_user(ctx, UserIn(name="carol", labs=["nlp"]), CAROL)
+    accounts.create_user(ctx, UserIn(name="dave", labs=["physics"]), DAVE)
+    w = World(client, agent, job=0)
+    w.job = w.fresh_job(running=True)
+    return w
+
+
+def token_of(caller: str, w: World) -> str | None:
+    tokens = {"bad": "no-such-token", "member": DAVE, "other": CAROL, "mate": BOB, "owner": ALICE, "admin": ADMIN}
+    return w.agent.token if caller == "node" else tokens.get(caller)
+
+
+def send(w: World, method: str, call: Call, token: str | None) -> int:
+    headers = auth(token) if token else {}
+    if call.raw is not None:
+        json_headers = {**headers, "Content-Type": "application/json"}
+        r = w.client.request(method, call.url, content=call.raw, headers=json_headers)
+    elif call.body is not None:
+        r = w.client.request(method, call.url, json=call.body, headers=headers)
+    else:
+        r = w.client.request(method, call.url, headers=headers)
+    if r.status_code >= 400:
+        assert r.headers["content-type"] == "application/json" and r.json()["detail"], r.text
+    return r.status_code
+
+
+def test_the_table_covers_every_operation_of_the_api(client: AsgiClient) -> None:
+    published = {f"{m.upper()} {p}" for p, ops in client.app.openapi()["paths"].items() for m in ops}
+    tabled = [r.id for r in TABLE]
+    assert len(tabled) == len(set(tabled)), "a row appears twice"
+    assert published - set(tabled) == set(), "add these operations to TABLE"
+    assert set(tabled) - published == set(), "these rows name operations the API no longer has"
+
+
+@pytest.mark.parametrize("entry", TABLE, ids=lambda r: r.id)
+def test_who_may_call_what(world: World, entry: Row) -> None:
+    got: dict[str, int] = {}
+    for caller in CALLERS:
+        call = entry.make(world)
+        before = call.witness() if call.witness else None
+        got[caller] = send(world, entry.method, call, token_of(caller, world))
+        if call.witness and got[caller] >= 400:
+            assert call.witness() == before, f"{caller}'s refused {entry.id} changed what it aimed at"
+    assert got == dict(zip(CALLERS, entry.expect, strict=True))
