@@ -275,21 +275,19 @@ _HOLD = AllocationRow.__table__.insert()
 def _start(s: Session, start: Start, plan: snapshot.Plan, now: float) -> set[str]:
     """Start one job on exactly the decided GPUs, if it is still pending. Returns the nodes to wake."""
     allocation = [{"node": p.node, "gpus": list(p.gpus)} for p in start.placements]
-    conn = s.connection()
+    params = {"job_id": start.job_id, "now": now, "borrowing": start.borrowing,
+              "over_reservation": start.over_reservation, "allocation": allocation}
+    holds = [
+        {"job_id": start.job_id, "node_id": plan.node_ids[p.node], "gpu_index": g}
+        for p in start.placements
+        for g in p.gpus or (None,)  # a part that needs no GPU holds its node with one NULL row
+    ]
     try:
         with s.begin_nested():
-            params = {"job_id": start.job_id, "now": now, "borrowing": start.borrowing,
-                      "over_reservation": start.over_reservation, "allocation": allocation}
+            conn = s.connection()  # taken inside the savepoint: statements on it are undone with it
             if conn.execute(_START, params).rowcount != 1:
                 return set()
-            conn.execute(
-                _HOLD,
-                [
-                    {"job_id": start.job_id, "node_id": plan.node_ids[p.node], "gpu_index": g}
-                    for p in start.placements
-                    for g in p.gpus
-                ],
-            )
+            conn.execute(_HOLD, holds)
     except IntegrityError:
         log.error("job %s: its GPUs are already held by another job; not starting it", start.job_id)
         return set()

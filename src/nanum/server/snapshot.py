@@ -90,7 +90,9 @@ def build(
     held: dict[int, list[Placement]] = defaultdict(list)
     by_job: dict[tuple[int, int], list[int]] = defaultdict(list)
     for job_id, node_id, gpu in s.execute(select(AllocationRow.job_id, AllocationRow.node_id, AllocationRow.gpu_index)):
-        by_job[(job_id, node_id)].append(gpu)
+        gpus = by_job[(job_id, node_id)]  # a job that needs no GPU on the node still holds its CPUs and memory
+        if gpu is not None:
+            gpus.append(gpu)
     for (job_id, node_id), gpus in sorted(by_job.items()):
         if node_id in names:
             held[job_id].append(Placement(names[node_id], tuple(sorted(gpus))))

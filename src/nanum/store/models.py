@@ -5,8 +5,8 @@ ISO 8601. The schema itself is created by the Alembic migrations in `nanum.store
 match them (a test compares the two).
 
 Invariant kept by the database itself: `allocations` holds one row per GPU currently held by a job, with
-UNIQUE (node_id, gpu_index), so no GPU can ever be held by two jobs. Rows are deleted when the job's process on that
-node has exited.
+UNIQUE (node_id, gpu_index), so no GPU can ever be held by two jobs; a job that needs no GPU on a node holds it with
+one row whose GPU is NULL. Rows are deleted when the job's process on that node has exited.
 """
 
 from __future__ import annotations
@@ -149,7 +149,8 @@ class JobRow(Base):
 
 
 class AllocationRow(Base):
-    """One GPU held by one job. UNIQUE (node_id, gpu_index): a GPU is never held twice."""
+    """One GPU held by one job, or (gpu_index None) a node where a job that needs no GPU runs.
+    UNIQUE (node_id, gpu_index): a GPU is never held twice (NULLs are distinct, so CPU-only jobs share a node)."""
 
     __tablename__ = "allocations"
     __table_args__ = (UniqueConstraint("node_id", "gpu_index", name="uq_allocations_gpu"),)
@@ -157,7 +158,7 @@ class AllocationRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
-    gpu_index: Mapped[int] = mapped_column(Integer)
+    gpu_index: Mapped[int | None] = mapped_column(Integer)
 
 
 class EventRow(Base):

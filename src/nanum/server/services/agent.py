@@ -97,11 +97,14 @@ def _record_node(ctx: ServerContext, node: NodeRow, hb: Heartbeat, now: float) -
 
 
 def _held(s: Session, node_id: int) -> dict[int, list[int]]:
+    """GPUs held on the node by job; a job that needs no GPU there maps to an empty list."""
     held: dict[int, list[int]] = defaultdict(list)
     for job_id, gpu in s.execute(
         select(AllocationRow.job_id, AllocationRow.gpu_index).where(AllocationRow.node_id == node_id)
     ):
-        held[job_id].append(gpu)
+        gpus = held[job_id]
+        if gpu is not None:
+            gpus.append(gpu)
     return held
 
 

@@ -57,7 +57,7 @@ def event(s: Session, job_id: int, now: float, kind: str, message: str = "") -> 
 
 
 def held_nodes(s: Session, job_id: int) -> list[tuple[int, str]]:
-    """(node id, node name) of every node where the job still holds GPUs."""
+    """(node id, node name) of every node where the job still holds GPUs (or, needing none, runs)."""
     rows = s.execute(
         select(NodeRow.id, NodeRow.name)
         .join(AllocationRow, AllocationRow.node_id == NodeRow.id)
@@ -176,7 +176,7 @@ def recover(s: Session, job: JobRow, node: NodeRow, now: float) -> bool:
         with s.begin_nested():
             s.execute(
                 AllocationRow.__table__.insert(),
-                [{"job_id": job.id, "node_id": node.id, "gpu_index": g} for g in placement[0]["gpus"]],
+                [{"job_id": job.id, "node_id": node.id, "gpu_index": g} for g in placement[0]["gpus"] or [None]],
             )
     except IntegrityError:
         return False  # its GPUs went to another job; the agent will stop this one
