@@ -132,6 +132,7 @@ class Node(TypedDict):
     simulated: bool
     cpus: int
     memory_mb: int
+    limits: str
     gpus: list[Gpu]
 
 

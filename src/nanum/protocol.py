@@ -33,6 +33,11 @@ class NodeInfo(BaseModel):
     unix_user: str = Field(description="the account the agent runs as")
     is_root: bool = False
     version: str = ""
+    limits: str = Field(
+        default="",
+        description="how the node holds jobs to their CPUs and memory: `cgroup v2`, `cgroup v1`, or "
+        "`not enforced (why)`; empty from agents that do not say",
+    )
 
 
 class JobStatus(BaseModel):
@@ -121,6 +126,8 @@ class JobLaunch(BaseModel):
     gpus: list[int]
     unix_user: str
     time_limit_s: float | None = None
+    cpus: int = Field(default=0, ge=0, description="CPU cores it may use on average (a CPU quota); 0: no limit")
+    memory_mb: int | None = Field(default=None, ge=0, description="memory (RAM and swap) it may use; None: no limit")
     checkpoint_dir: str
     grace_s: float = 60.0
     # Gang (multi-node) jobs: torchrun-style rendezvous.

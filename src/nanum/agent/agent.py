@@ -35,6 +35,8 @@ from pathlib import Path
 import httpx
 
 import nanum
+from nanum.agent.cgroups import ROOT as CGROUP_ROOT
+from nanum.agent.cgroups import probe as probe_cgroups
 from nanum.agent.executor import Executor
 from nanum.agent.gpus import discover
 from nanum.agent.monitor import JobView, Monitor, make_sampler
@@ -70,6 +72,8 @@ class AgentConfig:
     backoff_max_s: float = 10.0
     #: Seconds between readings of the GPUs and jobs (0: no readings).
     sample_interval_s: float = 5.0
+    #: Where the cgroup hierarchies are mounted; jobs get a cgroup with their limits where one is writable.
+    cgroup_root: Path = CGROUP_ROOT
 
 
 class Agent:
@@ -78,6 +82,7 @@ class Agent:
         if gpus is None:
             gpus, simulated = discover(config.simulate_gpus, config.name)
         self.node = _node_info(config.name, gpus, simulated)
+        self.cgroups, self.node.limits = probe_cgroups(config.name, config.state_dir, config.cgroup_root)
         sampler = make_sampler(gpus, simulated, config.state_dir) if config.sample_interval_s > 0 else None
         self.monitor = Monitor(sampler, config.sample_interval_s)
         self.executor: Executor | None = None
@@ -104,7 +109,10 @@ class Agent:
         self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
         loop, wake = self._loop, self._wake
         self.executor = Executor(
-            self.config.state_dir, self.config.name, on_change=lambda: loop.call_soon_threadsafe(wake.set)
+            self.config.state_dir,
+            self.config.name,
+            on_change=lambda: loop.call_soon_threadsafe(wake.set),
+            cgroups=self.cgroups,
         )
         sampling = asyncio.create_task(self.monitor.run(self._job_views, wake.set), name="nanum-monitor")
         try:

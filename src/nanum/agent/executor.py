@@ -28,6 +28,7 @@ from pathlib import Path
 
 from nanum.agent import procs
 from nanum.agent.accounts import Refused, agent_account, job_account
+from nanum.agent.cgroups import Cgroups, oom_reason
 from nanum.agent.jobrecord import JobRecord, read_exit_file, read_log, signal_of
 from nanum.agent.launch import find_setpriv, job_env, prepare, spawn
 from nanum.protocol import JobLaunch, JobStatus
@@ -45,8 +46,15 @@ _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 class Executor:
     def __init__(
-        self, state_dir: Path, node: str, *, on_change: Callable[[], object] | None = None, use_setpriv: bool = True
+        self,
+        state_dir: Path,
+        node: str,
+        *,
+        on_change: Callable[[], object] | None = None,
+        use_setpriv: bool = True,
+        cgroups: Cgroups | None = None,
     ) -> None:
+        """`cgroups`: where jobs get a cgroup holding them to their CPUs and memory (None: jobs run without)."""
         self.node = node
         self.jobs_dir = Path(state_dir) / "jobs"
         self.version = 0
@@ -54,6 +62,7 @@ class Executor:
         self._agent = agent_account()
         self._boot = procs.boot_id()
         self._setpriv = find_setpriv() if use_setpriv else None
+        self._cgroups = cgroups
         self._cond = threading.Condition(threading.RLock())
         self._jobs: dict[int, JobRecord] = {}
         self._fd_job: dict[int, int] = {}
@@ -66,6 +75,8 @@ class Executor:
         self._make_dirs()
         with self._cond:
             self._adopt()
+            if cgroups is not None:
+                cgroups.sweep(r.job_id for r in self._jobs.values() if r.state == "running")
         self._empty_trash()
         self._thread = threading.Thread(target=self._watch, name="nanum-executor", daemon=True)
         self._thread.start()
@@ -173,6 +184,8 @@ class Executor:
         self._epoll.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
+        if self._cgroups is not None:
+            self._cgroups.close()
 
     # --- starting -------------------------------------------------------------------------------------------
 
@@ -202,12 +215,26 @@ class Executor:
         switch = account.uid != self._agent.uid
         prepare(record, account, node=self.node, switch_user=switch)
         env = job_env(launch, record, account, switch_user=switch)
-        proc = spawn(record, account, env, switch_user=switch, setpriv=self._setpriv)
+        enter = self._make_cgroup(launch)
+        try:
+            proc = spawn(record, account, env, switch_user=switch, setpriv=self._setpriv, cgroup_procs=enter)
+        except Refused:
+            self._end_cgroup(record)
+            raise
         _CHILDREN[proc.pid] = proc
         record.pid, record.start_ticks = proc.pid, procs.start_ticks(proc.pid)
         record.state, record.started_at = "running", time.time()
         record.save()
         self._watch_pid(record)
+
+    def _make_cgroup(self, launch: JobLaunch) -> list[str]:
+        """The job's fresh cgroup (its cgroup.procs files), where the node enforces limits."""
+        if self._cgroups is None:
+            return []
+        try:
+            return self._cgroups.create(launch.job_id, cpus=launch.cpus, memory_mb=launch.memory_mb)
+        except OSError as exc:
+            raise Refused(f"cannot create its cgroup on node {self.node}: {exc.strerror}: {exc.filename}") from None
 
     def _watch_pid(self, record: JobRecord) -> None:
         assert record.pid is not None
@@ -327,10 +354,16 @@ class Executor:
         proc = _CHILDREN.pop(pid, None)
         returncode = proc.wait() if proc is not None else None
         self._set_result(record, read_exit_file(record.exit_path), returncode, lost)
+        self._end_cgroup(record)
         record.state, record.ended_at = "exited", time.time()
         record.save()
         log.info("job %d ended: %s", record.job_id, _describe_end(record))
         self._changed()
+
+    def _end_cgroup(self, record: JobRecord) -> None:
+        """Remove the job's cgroup; a job its memory limit killed says so."""
+        if self._cgroups is not None and self._cgroups.finish(record.job_id, sigkilled=record.signal == signal.SIGKILL):
+            record.reason = oom_reason(record.launch.memory_mb)
 
     def _unwatch(self, record: JobRecord) -> None:
         self._polled.discard(record.job_id)

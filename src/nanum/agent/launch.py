@@ -8,6 +8,10 @@ then writes the command's status to the exit file. That file is how a restarted 
 job that ended while it was down; being an inherited descriptor, it works even where the job's user cannot
 reach the state directory.
 
+Where the node enforces limits (`nanum.agent.cgroups`), the wrapper is started by `ENTER`, a shell (root, with the
+agent's `PATH` alone) that writes its own pid into the job's cgroup.procs files and then execs the rest, so the job
+is in its cgroup before it runs anything: a pid moved in from outside after the spawn could already have forked.
+
 A job stopped the moment it starts must still get SIGTERM: a signal that reaches the group after the trap is set
 but before the shell has started the command would be swallowed, and the command would run on until SIGKILL. So
 the wrapper starts the command in the background first and only then sets the trap (a signal before that ends
@@ -22,8 +26,9 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from nanum.agent.accounts import Account, Refused
@@ -43,6 +48,7 @@ BACKGROUND = (
     'wait "$nanum_job"; nanum_rc=$?; done; '
     'echo $nanum_rc >&3'
 )
+ENTER = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 SECRET_VARS = ("NANUM_TOKEN", "NANUM_NODE_TOKEN")
 PASSED_VARS = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
@@ -150,9 +156,16 @@ def wrapper() -> str:
 
 
 def spawn(
-    record: JobRecord, account: Account, env: dict[str, str], *, switch_user: bool, setpriv: str | None = None
+    record: JobRecord,
+    account: Account,
+    env: dict[str, str],
+    *,
+    switch_user: bool,
+    setpriv: str | None = None,
+    cgroup_procs: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     """Start the wrapper in a new session with output to the job's log; raise `Refused` if exec fails.
+    `cgroup_procs`: the cgroup.procs files of the job's cgroup, which it enters before anything else runs.
 
     To run as another account the wrapper is exec'd through `setpriv` when there is one: Python then spawns
     with vfork, about 0.2 ms, where switching ids in the child needs a full fork of the agent (several ms).
@@ -165,10 +178,12 @@ def spawn(
         drop = [f"--reuid={account.uid}", f"--regid={account.gid}"]
         drop.append(f"--groups={groups}" if groups else "--clear-groups")
         argv = [setpriv, *drop, "--", *argv]
+    if cgroup_procs and not fork_switch:
+        argv = ["/bin/sh", "-c", ENTER, f"nanum-cgroup-{launch.job_id}", *cgroup_procs, "--", *argv]
     log_fd = os.open(record.log_path, os.O_WRONLY | os.O_APPEND)
     exit_fd = os.open(record.exit_path, os.O_WRONLY | os.O_TRUNC)
     try:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             argv,
             cwd=launch.workdir,
             env=env,
@@ -187,3 +202,16 @@ def spawn(
     finally:
         os.close(log_fd)
         os.close(exit_fd)
+    if cgroup_procs and fork_switch:  # ENTER would already run as the job's user: move it in from here
+        _enter_cgroup(proc, cgroup_procs)
+    return proc
+
+
+def _enter_cgroup(proc: subprocess.Popen[bytes], cgroup_procs: Sequence[str]) -> None:
+    try:
+        for path in cgroup_procs:
+            Path(path).write_text(str(proc.pid))
+    except OSError as exc:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise Refused(f"could not put the job into its cgroup: {exc.strerror}: {exc.filename}") from None

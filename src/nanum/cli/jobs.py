@@ -226,6 +226,7 @@ def nodes(json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = Non
     if not found:
         note("No nodes yet: start `nanum up`, or `nanum agent` on a GPU server.")
         return
-    from nanum.cli.views import NODE_COLUMNS, node_rows, print_table
+    from nanum.cli.views import NODE_COLUMNS, limits_caption, node_rows, print_table
 
-    print_table(NODE_COLUMNS, node_rows(found), wide="USER")  # type: ignore[arg-type]
+    caption = limits_caption(found)  # type: ignore[arg-type]
+    print_table(NODE_COLUMNS, node_rows(found), caption, wide="USER")  # type: ignore[arg-type]

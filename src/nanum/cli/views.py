@@ -190,6 +190,13 @@ def node_rows(nodes: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
     return rows
 
 
+def limits_caption(nodes: Sequence[dict[str, Any]]) -> str | None:
+    """A line under the `nanum nodes` table for each node that runs jobs without holding them to their --cpus
+    and --mem (the agent found no cgroup it could write)."""
+    lines = [f"! {n['name']} limits: {n['limits']}" for n in nodes if n.get("limits", "").startswith("not ")]
+    return "\n".join(lines) or None
+
+
 RIGHT_ALIGNED = frozenset({"ID", "GPUS", "GPU", "JOB", "TIME", "MEMORY", "UTIL"})
 
 

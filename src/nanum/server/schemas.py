@@ -136,6 +136,10 @@ class NodeOut(BaseModel):
     simulated: bool
     cpus: int
     memory_mb: int
+    limits: str = Field(
+        default="",
+        description="how the node holds jobs to --cpus and --mem: `cgroup v2`, `cgroup v1` or `not enforced (why)`",
+    )
     gpus: list[GpuOut]
 
 

@@ -197,6 +197,8 @@ def _launch(
         gpus=gpus,
         unix_user=unix_user,
         time_limit_s=job.time_limit_s,
+        cpus=job.cpus or 0,
+        memory_mb=job.memory_mb or None,
         grace_s=grace,
         checkpoint_dir=str(ctx.settings.checkpoints_dir / str(job.id)),
         nproc_per_node=max(job.gpus, 1),

@@ -70,5 +70,6 @@ def _node_out(node: NodeRow, holders: dict[tuple[int, int], tuple[int, str]], no
         simulated=bool(inv.get("simulated")),
         cpus=int(inv.get("cpus", 0)),
         memory_mb=int(inv.get("memory_mb", 0)),
+        limits=str(inv.get("limits", "")),
         gpus=gpus,
     )

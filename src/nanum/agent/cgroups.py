@@ -1,0 +1,373 @@
+"""Per-job cgroups: how the agent holds each job to its `--cpus` and `--mem`.
+
+At start the agent probes which cgroup hierarchy it can write (`probe`): the unified one (cgroup v2: cpu.max,
+memory.max, memory.events) or the legacy cpu and memory ones (cgroup v1: cpu.cfs_quota_us,
+memory.limit_in_bytes, memory.oom_control). Each job gets a cgroup of its own, `job-ID`, under the agent's
+parent `nanum/NODE-XXXXXXXX` (XXXXXXXX from the state directory's path, so two agents on one machine never
+share one, while a restarted agent finds the cgroups of its jobs again):
+
+    /sys/fs/cgroup/nanum/gpu-01-1a2b3c4d/job-17          (v2)
+    /sys/fs/cgroup/{cpu,memory}/nanum/gpu-01-1a2b3c4d/job-17   (v1)
+
+The job's first process, still root, writes its own pid into the cgroup.procs files (`enter_files`) before it
+drops to the job's user, so everything the job runs is inside from its first instruction.
+
+Limits: `cpus` cores is a quota of cpus × 100 ms of CPU time per 100 ms period (any cores, no more than `cpus`
+of them on average); `memory_mb` bounds RAM and swap together, and past it the kernel's OOM killer kills the
+job's largest process. When a job ends the agent asks whether that happened (`finish`: v2 memory.events
+oom_kill, v1 memory.oom_control oom_kill), kills whatever the job left in its cgroup, and removes it; a cgroup
+still busy is retried when the next job ends.
+
+Where nothing is writable (not root, a container whose cgroup is not delegated) `probe` returns no `Cgroups`
+and a summary saying so; jobs then run without limits and the node reports `not enforced`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import logging
+import os
+import signal
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Protocol
+
+__all__ = [
+    "NOT_ENFORCED", "ROOT", "CgroupV1", "CgroupV2", "Cgroups", "CpuStats", "agent_cgroup_name", "memory_text",
+    "oom_reason", "probe",
+]
+
+log = logging.getLogger("nanum.agent")
+
+ROOT = Path("/sys/fs/cgroup")
+PERIOD_US = 100_000
+MIB = 1024 * 1024
+NOT_ENFORCED = "not enforced (no writable cgroup)"
+_REMOVE_TRIES = 20
+_REMOVE_PAUSE_S = 0.005
+
+
+@dataclass(frozen=True, slots=True)
+class CpuStats:
+    """CPU time of a job's cgroup: used, and how often and how long its quota held it back (microseconds)."""
+
+    usage_us: int | None
+    periods: int
+    throttled: int
+    throttled_us: int
+
+
+class Cgroups(Protocol):
+    """One cgroup hierarchy the agent can write. The executor calls these under its own lock, one at a time."""
+
+    #: `cgroup v2` or `cgroup v1`: what the node reports as its way of enforcing limits.
+    kind: ClassVar[str]
+    #: The agent's own cgroup in each tree the jobs' cgroups (`job-ID`) are made in.
+    parents: list[Path]
+
+    def create(self, job_id: int, *, cpus: int, memory_mb: int | None) -> list[str]:
+        """Make the job's cgroup afresh (killing what an earlier run of the same job left there) with its
+        limits (0 or None: none); return the cgroup.procs files its first process must write its pid into.
+        Raises OSError when the cgroup cannot be made."""
+        ...
+
+    def stats(self, job_id: int) -> CpuStats | None:
+        """The job's CPU use and throttling so far; None when it has no cgroup."""
+        ...
+
+    def finish(self, job_id: int, *, sigkilled: bool) -> bool:
+        """The job has ended: whether its memory limit killed it; then kill what it left and remove its
+        cgroup (later, if still busy). `sigkilled`: its command died of SIGKILL (v1 kernels before 4.13 keep
+        no OOM count, and a hit limit with a SIGKILL is then taken as the OOM killer's work). Idempotent."""
+        ...
+
+    def sweep(self, keep: Iterable[int]) -> None:
+        """Kill and remove the cgroups of jobs other than `keep` (left by an agent that stopped meanwhile)."""
+        ...
+
+    def close(self) -> None:
+        """The agent stops: remove its parent cgroup unless jobs (which keep running) are still in it."""
+        ...
+
+
+def probe(node: str, state_dir: Path, root: Path = ROOT) -> tuple[Cgroups | None, str]:
+    """The hierarchy this agent can create job cgroups in, first v2 then v1, and a summary for the node's
+    heartbeat: the hierarchy's kind, or `NOT_ENFORCED`. The reason for the latter is logged."""
+    parent = Path("nanum") / agent_cgroup_name(node, state_dir)
+    problems = []
+    for cls in (CgroupV2, CgroupV1):
+        try:
+            found: Cgroups = cls.open(root, parent)
+        except OSError as exc:
+            problems.append(f"{cls.kind}: {_oserror(exc)}")
+            continue
+        log.info("limits: --cpus and --mem enforced with %s under %s", found.kind, parent)
+        return found, found.kind
+    log.warning("limits: --cpus and --mem are not enforced on this node, no writable cgroup (%s)", "; ".join(problems))
+    return None, NOT_ENFORCED
+
+
+def agent_cgroup_name(node: str, state_dir: Path) -> str:
+    digest = hashlib.sha1(str(Path(state_dir).resolve()).encode()).hexdigest()[:8]
+    return f"{node.replace('/', '_')}-{digest}"
+
+
+def memory_text(memory_mb: int) -> str:
+    """`2048` → `2 GiB`, `1536` → `1.5 GiB`, `512` → `512 MiB`."""
+    if memory_mb < 1024:
+        return f"{memory_mb} MiB"
+    return f"{memory_mb / 1024:.1f}".removesuffix(".0") + " GiB"
+
+
+def oom_reason(memory_mb: int | None) -> str:
+    """Why a job whose memory limit killed it ended, as the server shows it."""
+    if memory_mb:
+        return f"killed: exceeded its memory limit of {memory_text(memory_mb)}"
+    return "killed: exceeded its memory limit"
+
+
+class _Hierarchy(ABC):
+    """What both hierarchies share: a job's cgroup is one directory per mounted controller tree."""
+
+    kind: ClassVar[str]
+
+    def __init__(self, parents: list[Path]) -> None:
+        self.parents = parents
+        self._pending: set[int] = set()
+
+    @classmethod
+    @abstractmethod
+    def open(cls, root: Path, parent: Path) -> _Hierarchy:
+        """Create the agent's parent cgroup(s) and prove a job cgroup can be made there, or raise OSError."""
+
+    @abstractmethod
+    def _limit(self, dirs: list[Path], cpus: int, memory_mb: int | None) -> None: ...
+
+    @abstractmethod
+    def oom_kills(self, job_id: int) -> int | None:
+        """How many processes of the job the OOM killer killed; None where the kernel does not count them."""
+
+    @abstractmethod
+    def _limit_hit(self, job_id: int) -> bool: ...
+
+    @abstractmethod
+    def stats(self, job_id: int) -> CpuStats | None: ...
+
+    def dirs(self, job_id: int) -> list[Path]:
+        return [p / f"job-{job_id}" for p in self.parents]
+
+    def create(self, job_id: int, *, cpus: int, memory_mb: int | None) -> list[str]:
+        self._pending.discard(job_id)
+        dirs = self.dirs(job_id)
+        if any(d.exists() for d in dirs) and not self._remove(job_id, wait=True):
+            raise OSError(errno.EBUSY, "an earlier run of this job still has processes in its cgroup", str(dirs[0]))
+        for d in dirs:
+            d.mkdir()
+        try:
+            self._limit(dirs, cpus, memory_mb)
+        except OSError:
+            self._remove(job_id, wait=False)
+            raise
+        return [str(d / "cgroup.procs") for d in dirs]
+
+    def finish(self, job_id: int, *, sigkilled: bool) -> bool:
+        if not any(d.exists() for d in self.dirs(job_id)):
+            return False
+        kills = self.oom_kills(job_id)
+        killed = kills > 0 if kills is not None else sigkilled and self._limit_hit(job_id)
+        if not self._remove(job_id, wait=True):
+            self._pending.add(job_id)
+        for other in list(self._pending - {job_id}):
+            if self._remove(other, wait=False):
+                self._pending.discard(other)
+        return killed
+
+    def sweep(self, keep: Iterable[int]) -> None:
+        kept = set(keep)
+        found = {int(d.name[4:]) for p in self.parents if p.is_dir() for d in p.iterdir()
+                 if d.name.startswith("job-") and d.name[4:].isdigit()}
+        for job_id in sorted(found - kept):
+            if not self._remove(job_id, wait=True):
+                self._pending.add(job_id)
+
+    def close(self) -> None:
+        for p in self.parents:
+            with contextlib.suppress(OSError):
+                p.rmdir()
+
+    def _remove(self, job_id: int, *, wait: bool) -> bool:
+        """Kill every process left in the job's cgroup and remove it; False while it is still busy."""
+        dirs = [d for d in self.dirs(job_id) if d.exists()]
+        for attempt in range(_REMOVE_TRIES if wait else 1):
+            self._kill(dirs)
+            for d in list(dirs):
+                try:
+                    d.rmdir()
+                    dirs.remove(d)
+                except FileNotFoundError:
+                    dirs.remove(d)
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY:
+                        log.warning("cannot remove cgroup %s: %s", d, _oserror(exc))
+                        return False
+            if not dirs:
+                return True
+            if attempt + 1 < _REMOVE_TRIES and wait:
+                time.sleep(_REMOVE_PAUSE_S)
+        return False
+
+    def _kill(self, dirs: list[Path]) -> None:
+        for d in dirs:
+            for pid in _pids(d / "cgroup.procs"):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+
+    @classmethod
+    def _prove(cls, parents: list[Path]) -> None:
+        """Make and remove a trial cgroup with limits: mkdir alone succeeds in places that refuse limits."""
+        trial = cls(parents)
+        name = -os.getpid()  # job ids are positive: a negative one never meets a real job
+        dirs = [p / f"job-{name}" for p in parents]
+        try:
+            for d in dirs:
+                d.mkdir(exist_ok=True)
+            trial._limit(dirs, 1, 64)
+        finally:
+            for d in dirs:
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+
+
+class CgroupV2(_Hierarchy):
+    """The unified hierarchy: one directory per job with cpu.max and memory.max (controllers cpu, memory)."""
+
+    kind = "cgroup v2"
+    CONTROLLERS = ("cpu", "memory")
+
+    @classmethod
+    def open(cls, root: Path, parent: Path) -> CgroupV2:
+        controllers = _read(root / "cgroup.controllers")
+        if controllers is None:
+            raise OSError(errno.ENOENT, "no unified cgroup hierarchy", str(root))
+        missing = [c for c in cls.CONTROLLERS if c not in controllers.split()]
+        if missing:
+            raise OSError(errno.ENOTSUP, f"controller {', '.join(missing)} not available", str(root))
+        enable = " ".join(f"+{c}" for c in cls.CONTROLLERS)
+        levels = [root, *(root / Path(*parent.parts[: i + 1]) for i in range(len(parent.parts)))]
+        for level in levels:  # every level above a job's cgroup hands the controllers down
+            level.mkdir(exist_ok=True)
+            if not set(cls.CONTROLLERS) <= set((_read(level / "cgroup.subtree_control") or "").split()):
+                (level / "cgroup.subtree_control").write_text(enable)
+        cls._prove(levels[-1:])
+        return cls(levels[-1:])
+
+    def _limit(self, dirs: list[Path], cpus: int, memory_mb: int | None) -> None:
+        (d,) = dirs
+        (d / "cpu.max").write_text(f"{cpus * PERIOD_US} {PERIOD_US}" if cpus else f"max {PERIOD_US}")
+        (d / "memory.max").write_text(str(memory_mb * MIB) if memory_mb else "max")
+        if memory_mb and (d / "memory.swap.max").exists():
+            (d / "memory.swap.max").write_text("0")
+
+    def oom_kills(self, job_id: int) -> int | None:
+        return _keyed(self.dirs(job_id)[0] / "memory.events").get("oom_kill")
+
+    def _limit_hit(self, job_id: int) -> bool:
+        return _keyed(self.dirs(job_id)[0] / "memory.events").get("max", 0) > 0
+
+    def stats(self, job_id: int) -> CpuStats | None:
+        values = _keyed(self.dirs(job_id)[0] / "cpu.stat")
+        if not values:
+            return None
+        return CpuStats(values.get("usage_usec"), values.get("nr_periods", 0), values.get("nr_throttled", 0),
+                        values.get("throttled_usec", 0))
+
+    def _kill(self, dirs: list[Path]) -> None:
+        for d in dirs:
+            if (d / "cgroup.kill").exists():  # Linux 5.14: the kernel kills every process, forks included
+                with contextlib.suppress(OSError):
+                    (d / "cgroup.kill").write_text("1")
+        super()._kill(dirs)
+
+
+class CgroupV1(_Hierarchy):
+    """The legacy hierarchies: a job has a directory in the memory tree and one in the cpu tree."""
+
+    kind = "cgroup v1"
+
+    @classmethod
+    def open(cls, root: Path, parent: Path) -> CgroupV1:
+        memory, cpu = root / "memory", root / "cpu"
+        if not (memory / "memory.limit_in_bytes").exists():
+            raise OSError(errno.ENOENT, "no memory controller", str(memory))
+        if not (cpu / "cpu.cfs_quota_us").exists():
+            raise OSError(errno.ENOENT, "no cpu controller", str(cpu))
+        trees = [memory] if memory.resolve() == cpu.resolve() else [memory, cpu]
+        parents = [tree / parent for tree in trees]
+        for p in parents:
+            p.mkdir(parents=True, exist_ok=True)
+        cls._prove(parents)
+        return cls(parents)
+
+    @property
+    def _memory(self) -> Path:
+        return self.parents[0]
+
+    @property
+    def _cpu(self) -> Path:
+        return self.parents[-1]
+
+    def _limit(self, dirs: list[Path], cpus: int, memory_mb: int | None) -> None:
+        memory, cpu = dirs[0], dirs[-1]
+        (cpu / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+        (cpu / "cpu.cfs_quota_us").write_text(str(cpus * PERIOD_US) if cpus else "-1")
+        if memory_mb:
+            (memory / "memory.limit_in_bytes").write_text(str(memory_mb * MIB))
+            if (memory / "memory.memsw.limit_in_bytes").exists():  # swap accounting on: no swapping past it
+                (memory / "memory.memsw.limit_in_bytes").write_text(str(memory_mb * MIB))
+
+    def oom_kills(self, job_id: int) -> int | None:
+        return _keyed(self._memory / f"job-{job_id}" / "memory.oom_control").get("oom_kill")
+
+    def _limit_hit(self, job_id: int) -> bool:
+        d = self._memory / f"job-{job_id}"
+        return any((_read(d / f) or "0").strip() not in ("", "0") for f in ("memory.failcnt", "memory.memsw.failcnt"))
+
+    def stats(self, job_id: int) -> CpuStats | None:
+        d = self._cpu / f"job-{job_id}"
+        values = _keyed(d / "cpu.stat")
+        if not values:
+            return None
+        usage = _read(d / "cpuacct.usage")  # where cpuacct is mounted with cpu (cpu,cpuacct)
+        return CpuStats(int(usage) // 1000 if usage and usage.strip().isdigit() else None, values.get("nr_periods", 0),
+                        values.get("nr_throttled", 0), values.get("throttled_time", 0) // 1000)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _keyed(path: Path) -> dict[str, int]:
+    """A flat-keyed cgroup file (`key value` per line) as numbers."""
+    values = {}
+    for line in (_read(path) or "").splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().lstrip("-").isdigit():
+            values[key] = int(value)
+    return values
+
+
+def _pids(path: Path) -> list[int]:
+    return [int(p) for p in (_read(path) or "").split() if p.isdigit()]
+
+
+def _oserror(exc: OSError) -> str:
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
