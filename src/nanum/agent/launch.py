@@ -1,12 +1,28 @@
 """Starting one job process: its directory, environment, account and the wrapper that records its exit status.
 
-Every job runs as `/bin/sh -c WRAPPER nanum-job-ID COMMAND...` (WRAPPER: `wrapper()`) in a session of its own,
-with its standard input open for writing on the job's `exit` file. The wrapper moves that descriptor to 3, gives
+Every job runs as `/bin/sh -c WRAPPER nanum-job-ID SETUP COMMAND...` (WRAPPER: `wrapper()`) in a session of its
+own, with its standard output open for writing on the job's `exit` file and its standard error on its log. The
+wrapper moves the exit file to descriptor 3 and the log to 1, reads SETUP from its standard input (below), gives
 the command /dev/null as input and no fd 3, and sets a trap *handler* (not `trap ''`, whose ignored signals the
 command would inherit), so that a SIGTERM sent to the process group stops the command but not the shell, which
-then writes the command's status to the exit file. That file is how a restarted agent learns the exit status of a
-job that ended while it was down; being an inherited descriptor, it works even where the job's user cannot
+then writes the command's status to the exit file. That file is how a restarted agent learns the exit status of
+a job that ended while it was down; being an inherited descriptor, it works even where the job's user cannot
 reach the state directory.
+
+Nothing the job's owner controls reaches a process that still runs as root. An agent running as root starts
+the wrapper as the job's user through `setpriv` with an environment it builds itself (`PATH` alone): the job's
+environment would otherwise be read by `setpriv` and its dynamic loader as root (`LD_PRELOAD` runs the user's
+code as uid 0). The job's own environment and working directory come in a small shell script on the wrapper's
+standard input (a memfd owned by the user, 0600; SETUP is `stdin`), which the wrapper sources as the user
+before anything else: it enters the working directory (so a directory the user may not enter, such as another
+user's 0700 home, is refused as the kernel refuses it to that user) and exports the variables, each value in
+single quotes. The variables never appear on a command line, where any user could read them in /proc. If the
+directory cannot be entered the script writes `workdir: ` and the reason to the exit file instead of a status,
+and the executor reports the job as failed to start with that reason. Where there is no `setpriv`, or a
+variable's name is not one a shell can export, the agent forks a child that switches ids and then execs the
+wrapper with the job's environment (no cwd: the kernel would enter it as root); the script then only enters the
+directory. A job run as the agent's own account needs no switch: it starts with its environment and working
+directory directly, and SETUP is `-`. The umask is the agent's, as before.
 
 Where the node enforces limits (`nanum.agent.cgroups`), the wrapper is started by `ENTER`, a shell (root, with the
 agent's `PATH` alone) that writes its own pid into the job's cgroup.procs files and then execs the rest, so the job
@@ -23,11 +39,14 @@ with that narrow race.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
+import re
 import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -35,23 +54,44 @@ from nanum.agent.accounts import Account, Refused
 from nanum.agent.jobrecord import JobRecord
 from nanum.protocol import JobLaunch
 
-__all__ = ["find_setpriv", "job_env", "prepare", "spawn", "wrapper"]
+__all__ = ["check_fields", "find_setpriv", "job_env", "prepare", "spawn", "wrapper"]
 
 ENV_COMMAND = ("/usr/bin/env", "--default-signal=INT,QUIT", "--")
-FOREGROUND = 'exec 3>&0 </dev/null; trap : TERM INT HUP; "$@" 3>&-; echo $? >&3'
-BACKGROUND = (
-    f'exec 3>&0 </dev/null; {" ".join(ENV_COMMAND)} "$@" 3>&- & nanum_job=$!; '
+# $1 is SETUP: `-`, or `stdin` for a script there that enters the working directory and sets the environment.
+SETUP = 'exec 3>&1 1>&2; [ "$1" = - ] || . /dev/stdin; exec </dev/null; shift; '
+FOREGROUND = SETUP + 'trap : TERM INT HUP; "$@" 3>&-; echo "$?" >&3'
+BACKGROUND = SETUP + (
+    f'{" ".join(ENV_COMMAND)} "$@" 3>&- & nanum_job=$!; '
     'trap : TERM INT HUP; wait "$nanum_job"; nanum_rc=$?; '
     # A trapped signal interrupts `wait` (status > 128): wait again while the command lives. Once it is gone,
     # `wait` once more: the interrupted wait may already have reaped it, and the shell keeps its real status.
     'while [ "$nanum_rc" -gt 128 ]; do kill -0 "$nanum_job" 2>/dev/null || { wait "$nanum_job"; nanum_rc=$?; break; }; '
     'wait "$nanum_job"; nanum_rc=$?; done; '
-    'echo $nanum_rc >&3'
+    'echo "$nanum_rc" >&3'
 )
 ENTER = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 SECRET_VARS = ("NANUM_TOKEN", "NANUM_NODE_TOKEN")
 PASSED_VARS = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
+SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_fields(launch: JobLaunch) -> None:
+    """Refuse a launch with a field no system call can take (a null byte), before any of it reaches one."""
+    fields = {
+        "command": launch.command,
+        "name": [launch.name],
+        "Unix user": [launch.unix_user],
+        "working directory": [launch.workdir],
+        "checkpoint directory": [launch.checkpoint_dir],
+        "rendezvous address": [launch.master_addr or ""],
+        "environment": [*launch.env, *launch.env.values()],
+    }
+    for what, texts in fields.items():
+        if any("\0" in text for text in texts):
+            raise Refused(f"the job's {what} contains a null byte, which cannot be passed to a program; remove it")
+    if any(not name or "=" in name for name in launch.env):
+        raise Refused("the job's environment has a variable whose name is empty or contains '='; rename it")
 
 
 def job_env(
@@ -104,40 +144,90 @@ def _nanum_vars(launch: JobLaunch, record: JobRecord) -> dict[str, str]:
 
 
 def prepare(record: JobRecord, account: Account, *, node: str, switch_user: bool) -> None:
-    """Check the working directory and create the job's files and checkpoint directory, or raise `Refused`."""
+    """Resolve the working directory and create the job's files and checkpoint directory, or raise `Refused`.
+
+    The working directory of a job run as another account is not looked at here, as root: the wrapper enters
+    it as the job's user (see the module docstring).
+    """
     launch = record.launch
     if not launch.command:
         raise Refused("the job has no command to run")
     if launch.workdir == "~" or launch.workdir.startswith("~/"):  # the owner's home, not the agent's
         launch.workdir = account.home + launch.workdir[1:]
-    if not os.path.isdir(launch.workdir):
+    elif not os.path.isabs(launch.workdir):  # relative to the owner's home, as in a login shell
+        launch.workdir = os.path.join(account.home, launch.workdir)
+    if not switch_user and not os.path.isdir(launch.workdir):
         raise Refused(f"working directory {launch.workdir} does not exist on node {node}")
     for path in (record.log_path, record.exit_path):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600))
     _make_activity_file(record.activity_path, account, switch_user)
     if switch_user:  # the job's own output belongs to its owner
-        os.chown(record.log_path, account.uid, account.gid)
+        os.chown(record.log_path, account.uid, account.gid, follow_symlinks=False)
     if launch.checkpoint_dir:
-        _make_owned_dirs(Path(launch.checkpoint_dir), account, switch_user)
+        make_checkpoint_dir(Path(launch.checkpoint_dir), account, switch_user=switch_user)
 
 
 def _make_activity_file(path: Path, account: Account, switch_user: bool) -> None:
     """The job's activity file, owned by its user so it can touch it; dated 1970 until it does."""
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
-    if switch_user:
-        os.chown(path, account.uid, account.gid)
-    os.utime(path, (0, 0))
-
-
-def _make_owned_dirs(path: Path, account: Account, switch_user: bool) -> None:
-    """Create `path` and missing parents; the job's own directory (not shared parents) belongs to its user."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     try:
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        path.mkdir(mode=0o755, exist_ok=True)
-        if switch_user and path.stat().st_uid != account.uid:
-            os.lchown(path, account.uid, account.gid)
+        if switch_user:
+            os.fchown(fd, account.uid, account.gid)
+        os.utime(fd, (0, 0))
+    finally:
+        os.close(fd)
+
+
+def make_checkpoint_dir(path: Path, account: Account, *, switch_user: bool) -> None:
+    """Create the job's own checkpoint directory, 0700 and owned by its user, under a shared parent.
+
+    The parent (the operator's checkpoint root) is created if missing, 0711: users reach their own directory
+    but cannot list the others. The job's directory itself is opened without following a symbolic link and
+    changed through that descriptor, so a link or file planted at its path is refused, never followed; one
+    that already belongs to another user is refused too. An existing directory of the job's user (a requeued
+    job resuming from its checkpoint) is kept as it is.
+    """
+    try:
+        path.parent.mkdir(mode=0o711, parents=True, exist_ok=True)
+        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            created = _mkdir_at(path.name, parent)
+            fd = os.open(path.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        finally:
+            os.close(parent)
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            what = f"checkpoint directory {path} is a symbolic link or a file, not a directory"
+            raise Refused(f"{what}; remove it") from None
         raise Refused(f"cannot create checkpoint directory {path}: {exc.strerror}") from None
+    try:
+        _own_checkpoint_dir(fd, path, account, switch_user=switch_user, created=created)
+    finally:
+        os.close(fd)
+
+
+def _mkdir_at(name: str, parent: int) -> bool:
+    try:
+        os.mkdir(name, 0o700, dir_fd=parent)
+    except FileExistsError:
+        return False
+    return True
+
+
+def _own_checkpoint_dir(fd: int, path: Path, account: Account, *, switch_user: bool, created: bool) -> None:
+    uid = os.fstat(fd).st_uid
+    if uid not in (account.uid, os.geteuid()):
+        raise Refused(
+            f"checkpoint directory {path} already exists and belongs to another user (uid {uid}); "
+            "an admin should remove it"
+        )
+    try:
+        if switch_user and uid != account.uid:
+            os.fchown(fd, account.uid, account.gid)
+        if created or uid != account.uid:
+            os.fchmod(fd, 0o700)
+    except OSError as exc:
+        raise Refused(f"cannot give checkpoint directory {path} to {account.name}: {exc.strerror}") from None
 
 
 def find_setpriv() -> str | None:
@@ -153,6 +243,29 @@ def wrapper() -> str:
     except (OSError, subprocess.TimeoutExpired):
         return FOREGROUND
     return BACKGROUND if probe.returncode == 0 else FOREGROUND
+
+
+def setup_script(workdir: str, env: Mapping[str, str]) -> str:
+    """The script the wrapper sources as the job's user: enter `workdir`, then export `env`.
+
+    When the directory cannot be entered, `env -C` (run as the user, in the C locale) says why in the kernel's
+    words, and the script writes `workdir: ` and that message to the exit file in place of a status
+    (`nanum.agent.jobrecord.read_workdir_failure` reads it).
+    """
+    where = _quote(workdir)
+    lines = [
+        f"cd -P -- {where} 2>/dev/null || {{ nanum_why=$(LC_ALL=C /usr/bin/env -C {where} true 2>&1); "
+        'echo "workdir: $nanum_why" >&3; exit 126; }',
+        "unset OLDPWD",
+    ]
+    if env:
+        # `command` keeps a variable the shell will not set (bash's read-only UID) from ending the wrapper.
+        lines += ["{", *(f"command export {name}={_quote(value)}" for name, value in env.items()), "} 2>/dev/null"]
+    return "\n".join(lines) + "\n"
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def spawn(
@@ -171,24 +284,33 @@ def spawn(
     with vfork, about 0.2 ms, where switching ids in the child needs a full fork of the agent (several ms).
     """
     launch = record.launch
-    argv = ["/bin/sh", "-c", wrapper(), f"nanum-job-{launch.job_id}", *launch.command]
-    fork_switch = switch_user and not setpriv
-    if switch_user and setpriv:
+    via_setpriv = switch_user and setpriv is not None and all(SHELL_NAME.fullmatch(name) for name in env)
+    fork_switch = switch_user and not via_setpriv
+    script_fd = _setup_fd(record, account, launch.workdir, env if via_setpriv else {}) if switch_user else None
+    argv = ["/bin/sh", "-c", wrapper(), f"nanum-job-{launch.job_id}", "-" if script_fd is None else "stdin"]
+    argv += launch.command
+    if via_setpriv:
+        assert setpriv is not None
         groups = ",".join(str(g) for g in account.groups)
         drop = [f"--reuid={account.uid}", f"--regid={account.gid}"]
         drop.append(f"--groups={groups}" if groups else "--clear-groups")
         argv = [setpriv, *drop, "--", *argv]
     if cgroup_procs and not fork_switch:
         argv = ["/bin/sh", "-c", ENTER, f"nanum-cgroup-{launch.job_id}", *cgroup_procs, "--", *argv]
-    log_fd = os.open(record.log_path, os.O_WRONLY | os.O_APPEND)
-    exit_fd = os.open(record.exit_path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        log_fd = os.open(record.log_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        exit_fd = os.open(record.exit_path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+    except BaseException:
+        if script_fd is not None:
+            os.close(script_fd)
+        raise
     try:
         proc = subprocess.Popen(
             argv,
-            cwd=launch.workdir,
-            env=env,
-            stdin=exit_fd,
-            stdout=log_fd,
+            cwd="/" if switch_user else launch.workdir,  # a switched job enters its own directory, as its user
+            env={"PATH": SAFE_PATH} if via_setpriv else env,
+            stdin=subprocess.DEVNULL if script_fd is None else script_fd,
+            stdout=exit_fd,
             stderr=log_fd,
             start_new_session=True,
             close_fds=True,
@@ -200,8 +322,9 @@ def spawn(
         where = f": {exc.filename}" if exc.filename else ""
         raise Refused(f"could not start the job as {account.name!r}: {exc.strerror}{where}") from None
     finally:
-        os.close(log_fd)
-        os.close(exit_fd)
+        for fd in (log_fd, exit_fd, script_fd):
+            if fd is not None:
+                os.close(fd)
     if cgroup_procs and fork_switch:  # ENTER would already run as the job's user: move it in from here
         _enter_cgroup(proc, cgroup_procs)
     return proc
@@ -215,3 +338,23 @@ def _enter_cgroup(proc: subprocess.Popen[bytes], cgroup_procs: Sequence[str]) ->
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         raise Refused(f"could not put the job into its cgroup: {exc.strerror}: {exc.filename}") from None
+
+
+def _setup_fd(record: JobRecord, account: Account, workdir: str, env: Mapping[str, str]) -> int:
+    """A descriptor on the setup script, readable by the job's user alone: a memfd, or an unlinked file."""
+    try:
+        fd = os.memfd_create(f"nanum-job-{record.job_id}", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        fd, name = tempfile.mkstemp(dir=record.dir)
+        os.unlink(name)
+    try:
+        os.fchmod(fd, 0o600)
+        os.fchown(fd, account.uid, account.gid)
+        data = setup_script(workdir, env).encode("utf-8", "surrogateescape")
+        while data:
+            data = data[os.write(fd, data) :]
+    except BaseException:
+        os.close(fd)
+        raise
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
