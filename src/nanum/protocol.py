@@ -5,7 +5,9 @@ agent holds (running, or exited and not yet acknowledged) and new log output. Th
 jobs that should be running on the node: the agent starts those it does not run, stops (SIGTERM, grace, SIGKILL)
 those it runs that are not listed, and forgets exited jobs once the server acknowledges them. The server may hold
 the reply up to `wait_s` seconds while it has nothing new to say, so starts and stops are prompt without busy
-polling. Endpoint: `POST /api/v1/agent/heartbeat`, authenticated with the node token.
+polling. A reply renews the agent's lease (`lease_s`, counted from when its heartbeat was sent); an agent whose
+lease runs out stops its jobs, since the server requeues a silent node's jobs once the lease and their grace
+have surely passed. Endpoint: `POST /api/v1/agent/heartbeat`, authenticated with the node token.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ class JobStatus(BaseModel):
     log_size: int | None = Field(default=None, description="bytes in the job's log when this was sent")
     checkpoint_at: float | None = Field(
         default=None, description="when the job last saved its state: mtime of $NANUM_CHECKPOINT_DIR/.checkpoint"
+    )
+    fenced: bool = Field(
+        default=False,
+        description="stopped on its node because the agent heard nothing from the server for longer than the lease",
     )
 
 
@@ -145,3 +151,9 @@ class HeartbeatReply(BaseModel):
     grace_s: float = 60.0
     allow_root: bool = False
     interval_s: float = 2.0
+    lease_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="an agent with no reply to a heartbeat sent this long ago stops its jobs: by then the server "
+        "may have requeued them",
+    )

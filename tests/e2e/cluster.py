@@ -213,3 +213,148 @@ class Cluster:
 
 def remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+# -- a server and separate agents, each its own process ---------------------------------------------------------
+
+
+@dataclass
+class ServerProc:
+    """`nanum server ARGS` on `host`:`port` (SQLite in `root/home`), for tests that kill, freeze or cut off its
+    parts one at a time."""
+
+    root: Path
+    args: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    admin_token: str = ""
+    starts: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NANUM_")}
+        env.update(XDG_CONFIG_HOME=str(self.root / "config"), NANUM_HOME=str(self.home))
+        return env
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.starts += 1
+        self.root.mkdir(parents=True, exist_ok=True)
+        with (self.root / f"server-{self.starts}.log").open("wb") as log:
+            self.proc = subprocess.Popen(
+                [*nanum_command(), "server", "--home", str(self.home), "--host", self.host, "--port", str(self.port),
+                 *self.args],
+                env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while not self.healthy():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"`nanum server` did not come up:\n{self.log_tail()}")
+            time.sleep(0.05)
+        self.admin_token = (self.home / "admin-token").read_text().strip()
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v1/health", timeout=1) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def log_tail(self, lines: int = 40) -> str:
+        path = self.root / f"server-{self.starts}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def api(self, method: str, path: str, body: Any = None, token: str | None = None, timeout: float = 10) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"{self.url}/api/v1{path}", data=data, method=method,
+                                     headers={"Authorization": f"Bearer {token or self.admin_token}",
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read() or b"null")
+
+
+@dataclass
+class AgentProc:
+    """`nanum agent` for one node with simulated GPUs, optionally inside a network namespace (`netns`)."""
+
+    name: str
+    server_url: str
+    token: str
+    root: Path
+    gpus: str = "1"
+    netns: str | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / f"agent-{self.name}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self) -> None:
+        self.starts += 1
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NANUM_")}
+        env["NANUM_NODE_TOKEN"] = self.token
+        argv = [*nanum_command(), "agent", "--server", self.server_url, "--name", self.name, "--simulate-gpus",
+                self.gpus, "--state-dir", str(self.state_dir), "--sample-interval", "0"]
+        if self.netns:
+            argv = ["ip", "netns", "exec", self.netns, *argv]
+        with (self.root / f"agent-{self.name}-{self.starts}.log").open("wb") as log:
+            self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        """SIGTERM (the agent leaves its jobs running), then SIGKILL if it lingers."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log_text(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.root.glob(f"agent-{self.name}-*.log")))
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZXx"
+
+
+def kill_job_processes(state_dir: Path) -> None:
+    """SIGKILL the process group of every job an agent's state directory records (cleanup after a test)."""
+    for record in state_dir.glob("jobs/*/job.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            pid = int(json.loads(record.read_text())["pid"])
+            if process_alive(pid):
+                os.killpg(pid, signal.SIGKILL)

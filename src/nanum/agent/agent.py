@@ -10,8 +10,12 @@ Each round the agent POSTs a `Heartbeat` (inventory, the status of every job it 
 When nothing is waiting to be reported the heartbeat asks the server to hold the reply (`wait_s`, a long
 poll), so a new job starts the moment the server decides it. If a job starts or ends meanwhile, the agent
 drops the held request and reports at once: exit latency is the time to notice the exit (a pidfd) plus one
-round trip. When the server is away the agent keeps its jobs running and retries with backoff. One agent
-at a time may use a state directory (an flock on STATE/agent.lock).
+round trip. When the server is away the agent keeps its jobs running and retries with backoff, for as long as
+its lease lasts: each reply renews it (`lease_s`, counted from when the heartbeat was sent); once it runs out
+the agent stops its jobs, which the server then requeues (`nanum.agent.fence`, whose guard process does the
+same while the agent is frozen or dead). A reply that arrives after the lease it would renew is ignored: the
+server may have given its jobs to other nodes since. One agent at a time may use a state directory (an flock on
+STATE/agent.lock).
 
 Every `sample_interval_s` the monitor (`nanum.agent.monitor`) reads the GPUs and jobs; readings ride on the
 next heartbeat and are kept until a reply arrives. While jobs run the server holds a heartbeat at most one
@@ -35,6 +39,7 @@ from pathlib import Path
 import httpx
 
 import nanum
+from nanum.agent import fence, procs
 from nanum.agent.cgroups import ROOT as CGROUP_ROOT
 from nanum.agent.cgroups import probe as probe_cgroups
 from nanum.agent.executor import Executor
@@ -49,6 +54,9 @@ log = logging.getLogger("nanum.agent")
 HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
 CHATTY_WAIT_S = 1.0
 OUTPUT_CHECK_S = 0.5
+#: How often the agent looks at its lease, and whether its guard process runs.
+LEASE_CHECK_S = 0.2
+GUARD_CHECK_S = 2.0
 
 
 class AgentError(Exception):
@@ -95,6 +103,10 @@ class Agent:
         self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
+        self._lease = fence.Lease(expires=0.0)
+        self._fenced_until = -1.0  # the lease expiry the running jobs were last fenced for
+        #: Jobs stopped because the lease ran out (for tests and logs).
+        self.fenced: list[int] = []
 
     def stop(self) -> None:
         """Ask the loop to end (from any thread). Jobs keep running; the next agent re-adopts them."""
@@ -114,17 +126,63 @@ class Agent:
             on_change=lambda: loop.call_soon_threadsafe(wake.set),
             cgroups=self.cgroups,
         )
+        self._take_lease()
         sampling = asyncio.create_task(self.monitor.run(self._job_views, wake.set), name="nanum-monitor")
+        leasing = asyncio.create_task(self._watch_lease(), name="nanum-lease")
         try:
             async with httpx.AsyncClient(base_url=self.config.server.rstrip("/"), headers=self._headers()) as client:
                 await self._loop_rounds(client)
         finally:
-            sampling.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampling
+            for task in (sampling, leasing):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            self._lease.stopped = True
+            self._lease.save(self.config.state_dir)
             self.executor.close()
             os.close(lock)
             log.info("agent stopped; running jobs keep running")
+
+    # --- the lease ------------------------------------------------------------------------------------------
+
+    def _take_lease(self) -> None:
+        """Carry on the lease of the agent before this one (a new agent earns none before its first reply)."""
+        state_dir = self.config.state_dir
+        held, boot = fence.Lease.load(state_dir), procs.boot_id()
+        fresh = held is None or held.boot != boot  # after a reboot no job of the old lease runs
+        expires = fence.boottime() + self._reply.lease_s if fresh or held is None else held.expires
+        self._lease = fence.Lease(expires=expires, agent=os.getpid(), boot=boot)
+        self._lease.save(state_dir)
+        fence.ensure_guard(state_dir)
+
+    def _renew(self, sent: float, lease_s: float) -> None:
+        self._lease.expires = sent + lease_s
+        self._lease.save(self.config.state_dir)
+
+    def _check_lease(self) -> None:
+        """Once the lease has run out, stop every running job (once per lapse)."""
+        assert self.executor is not None
+        expires = self._lease.expires
+        if self._fenced_until == expires or not self._lease.expired():
+            return
+        self._fenced_until = expires
+        stopped = self.executor.fence(expires)
+        if stopped:
+            self.fenced.extend(stopped)
+            log.warning(
+                "no reply from the server for longer than the lease (%.0f s): stopping jobs %s, which the server "
+                "requeues", self._reply.lease_s, ", ".join(map(str, stopped)),
+            )
+
+    async def _watch_lease(self) -> None:
+        """Look at the lease often (a frozen agent that resumes stops its jobs at once), and keep a guard."""
+        next_guard = fence.boottime() + GUARD_CHECK_S
+        while True:
+            self._check_lease()
+            if fence.boottime() >= next_guard:
+                next_guard = fence.boottime() + GUARD_CHECK_S
+                await asyncio.to_thread(fence.ensure_guard, self.config.state_dir)
+            await asyncio.sleep(LEASE_CHECK_S)
 
     # --- rounds ---------------------------------------------------------------------------------------------
 
@@ -153,12 +211,13 @@ class Agent:
     async def _round(self, client: httpx.AsyncClient) -> bool:
         """One heartbeat and its reply; False when the request was dropped for newer news."""
         assert self.executor is not None and self._wake is not None
+        self._check_lease()
         self._wake.clear()
         version = self.executor.version
         statuses = self.executor.statuses()
         chunks = self._log_chunks(statuses)
-        wait_s = self._wait_for(version, statuses, chunks)
-        started = time.monotonic()
+        wait_s = min(self._wait_for(version, statuses, chunks), self._reply.lease_s / 3)
+        started, sent = time.monotonic(), fence.boottime()
         samples = self.monitor.pending()
         beat = Heartbeat(node=self.node, jobs=statuses, logs=chunks, samples=samples, wait_s=wait_s)
         try:
@@ -169,6 +228,10 @@ class Agent:
             self._in_doubt = {c.job_id for c in chunks}
         if reply is None:
             return False
+        self._check_lease()  # a frozen agent that resumes stops its jobs before anything else
+        if fence.boottime() >= sent + reply.lease_s:
+            raise _Retry(f"the server's reply came after this agent's lease ({reply.lease_s:g} s) had run out")
+        self._renew(sent, reply.lease_s)
         self._in_doubt = set()
         self.monitor.sent(samples)
         self.heartbeats += 1

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from nanum.agent import procs
+from nanum.agent import fence, procs
 from nanum.agent.accounts import Refused, agent_account, job_account
 from nanum.agent.cgroups import Cgroups, oom_reason
 from nanum.agent.jobrecord import JobRecord, read_exit_file, read_log, signal_of
@@ -115,6 +115,19 @@ class Executor:
                 record.kill_at = time.time() + grace_s
                 record.save()
         self._wake()
+
+    def fence(self, expires: float) -> list[int]:
+        """The lease ran out at `expires` (boottime): stop every running job, SIGKILL once its grace after
+        `expires` has passed (at once if that is past), and mark it fenced. Returns the jobs stopped."""
+        now = fence.boottime()
+        with self._cond:
+            running = [r for r in self._jobs.values() if r.state == "running"]
+            for record in running:
+                with contextlib.suppress(OSError):
+                    (record.dir / fence.FENCED_MARK).touch()
+        for record in running:
+            self.stop(record.job_id, max(0.0, expires + record.launch.grace_s - now), reason="fenced")
+        return [r.job_id for r in running]
 
     def forget(self, job_id: int) -> bool:
         """Drop an ended job and its files (the server has its status and log). Running jobs are kept."""
@@ -353,6 +366,7 @@ class Executor:
                 os.killpg(pid, signal.SIGKILL)
         proc = _CHILDREN.pop(pid, None)
         returncode = proc.wait() if proc is not None else None
+        record.fenced = (record.dir / fence.FENCED_MARK).exists()
         self._set_result(record, read_exit_file(record.exit_path), returncode, lost)
         self._end_cgroup(record)
         record.state, record.ended_at = "exited", time.time()
@@ -387,6 +401,8 @@ class Executor:
         record.timed_out = record.stop_reason == "timeout"
         if record.timed_out:
             record.reason = f"time limit of {_duration(record.launch.time_limit_s or 0)} reached"
+        elif record.fenced:
+            record.reason = "stopped on its node: the agent heard nothing from the server for longer than the lease"
         elif launcher_failed:
             record.reason = "the job ended before its command could run; its log says why"
         elif code is None:

@@ -5,7 +5,8 @@ Files in a job's directory:
 - `output.log` stdout and stderr of the job;
 - `exit`      written by the wrapper shell with the job's exit status when the command ends;
 - `preempt`   created by the agent just before it sends SIGTERM, so the job can tell it should checkpoint;
-- `activity`  touched by the job (a notebook) whenever its user is at work: idle detection reads its mtime.
+- `activity`  touched by the job (a notebook) whenever its user is at work: idle detection reads its mtime;
+- `fenced`    created just before the job is stopped for want of a lease (`nanum.agent.fence`).
 
 A job marks a checkpoint by touching `.checkpoint` in its checkpoint directory (`nanum checkpoint` does); every
 status carries that file's modification time, so the server can choose victims that lose the least work.
@@ -52,6 +53,8 @@ class JobRecord:
     term_at: float | None = None
     kill_at: float | None = None
     killed: bool = False
+    #: Stopped because the agent's lease ran out (`nanum.agent.fence`): the server requeues rather than fails it.
+    fenced: bool = False
 
     @property
     def job_id(self) -> int:
@@ -95,6 +98,7 @@ class JobRecord:
             reason=self.reason,
             log_size=self.log_size(),
             checkpoint_at=self.checkpoint_at(),
+            fenced=self.fenced,
         )
 
     def checkpoint_at(self) -> float | None:

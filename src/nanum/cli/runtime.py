@@ -33,6 +33,11 @@ GraceOpt = Annotated[
     typer.Option("--grace", metavar="S", min=0, help="Seconds from SIGTERM to SIGKILL for labs without their own "
                  "(default: 60)."),
 ]
+LeaseOpt = Annotated[
+    float | None,
+    typer.Option("--lease", metavar="S", min=0.5, help="An agent that gets no reply from the server for S seconds "
+                 "stops its jobs; a silent node's jobs are requeued after S + their grace + a margin (default: 30)."),
+]
 
 
 @app.command()
@@ -49,9 +54,10 @@ def up(
     policy: PolicyOpt = None,
     half_life: HalfLifeOpt = None,
     grace: GraceOpt = None,
+    lease: LeaseOpt = None,
 ) -> None:
     """Start nanum on this machine: the server, the scheduler and an agent for this machine's GPUs."""
-    tuning = _scheduling(policy, half_life, grace)
+    tuning = _scheduling(policy, half_life, grace, lease)
     _run(home, host, port, db, allow_root_jobs, with_agent=True, simulate=simulate_gpus, tuning=tuning)
 
 
@@ -65,13 +71,16 @@ def server(
     policy: PolicyOpt = None,
     half_life: HalfLifeOpt = None,
     grace: GraceOpt = None,
+    lease: LeaseOpt = None,
 ) -> None:
     """Start only the server and scheduler; GPU machines join with `nanum agent`."""
-    tuning = _scheduling(policy, half_life, grace)
+    tuning = _scheduling(policy, half_life, grace, lease)
     _run(home, host, port, db, allow_root_jobs, with_agent=False, simulate=None, tuning=tuning)
 
 
-def _scheduling(policy: str | None, half_life: str | None, grace: float | None) -> dict[str, Any]:
+def _scheduling(
+    policy: str | None, half_life: str | None, grace: float | None, lease: float | None = None
+) -> dict[str, Any]:
     """Server settings from the scheduling options, checked now so a typo fails before anything starts."""
     from nanum.cli.common import fail
 
@@ -93,6 +102,8 @@ def _scheduling(policy: str | None, half_life: str | None, grace: float | None) 
             fail(str(exc), 2)
     if grace is not None:
         tuning["grace_s"] = grace
+    if lease is not None:
+        tuning["lease_s"] = lease
     return tuning
 
 

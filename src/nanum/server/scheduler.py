@@ -7,7 +7,8 @@ It runs on events (submit, cancel, an exit reported, a node change: `Signals.pok
 2. read a `Snapshot` (`nanum.server.snapshot.build`) in a read-only transaction, and feed the run-time predictor
    the jobs that completed since the last tick;
 3. `schedule(snapshot, policy, predictor)`;
-4. apply in one short write transaction: requeue the jobs of nodes that went silent; start jobs (state, allocation
+4. apply in one short write transaction: requeue the jobs of nodes silent for longer than their agents' lease
+   and the jobs' grace (their agents have stopped them by then: `nanum.agent.fence`); start jobs (state, allocation
    rows, event: each start only if the job is still pending, and the UNIQUE allocation rows make a GPU handed
    out twice impossible); mark preemption victims to stop; write the reasons and estimates that changed; note
    budgets that crossed 80 % or 100 % (`nanum.server.services.budgets`);
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import bindparam, or_, select, text
+from sqlalchemy import bindparam, func, or_, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
@@ -35,7 +36,7 @@ from nanum.core import Decisions, HistoryPredictor, Pending, Preempt, Start, sch
 from nanum.server import snapshot
 from nanum.server.context import ServerContext
 from nanum.server.services import budgets, lifecycle
-from nanum.store import AllocationRow, JobRow, NodeRow
+from nanum.store import AllocationRow, JobRow, LabRow, NodeRow
 from nanum.store.db import Database
 
 log = logging.getLogger("nanum.scheduler")
@@ -198,22 +199,33 @@ class Scheduler:
         return result, woken
 
     def _sweep(self, s: Session, now: float) -> tuple[set[str], int]:
-        """Nodes silent for longer than the timeout go down and their jobs are requeued."""
-        timeout = self.ctx.settings.node_timeout_s
-        if now - self.ctx.started < timeout:
-            return set(), 0  # just started: give every agent time to find the server again
-        cutoff = now - timeout
-        silent = s.scalars(
+        """Nodes silent for longer than their jobs need to be surely stopped go down, and their jobs are requeued.
+
+        A silent node's agent (or its guard) stops its jobs once its lease runs out, SIGKILLing each after its
+        grace; so a node is given up `requeue_after_s(grace)` after it was last heard from, with the longest
+        grace of the jobs it holds (none: no grace). Never sooner, or a job could run twice at once. Right after
+        a restart of the server too: a node silent for that long has stopped its jobs, whether the server was
+        there to hear it or not."""
+        st = self.ctx.settings
+        cutoff = now - st.requeue_after_s(0.0)
+        candidates = s.scalars(
             select(NodeRow)
             .where(NodeRow.state != "down", or_(NodeRow.last_seen.is_(None), NodeRow.last_seen < cutoff))
+            .order_by(NodeRow.id)
             .with_for_update()
         ).all()
+        graces = _graces(s, [n.id for n in candidates], st.grace_s) if candidates else {}
         woken: set[str] = set()
-        for node in silent:
-            log.warning("node %s has not been heard from for %.0f s; requeueing its jobs", node.name, timeout)
+        silent = 0
+        for node in candidates:
+            wait = st.requeue_after_s(graces.get(node.id, 0.0))
+            if node.last_seen is not None and now - node.last_seen <= wait:
+                continue
+            log.warning("node %s has not been heard from for %.0f s; requeueing its jobs", node.name, wait)
             node.state = "down"
-            woken |= lifecycle.node_lost(s, node, now, self.ctx.settings.half_life_s)
-        return woken, len(silent)
+            silent += 1
+            woken |= lifecycle.node_lost(s, node, now, st.half_life_s)
+        return woken, silent
 
     def _show_reasons(self, s: Session, plan: snapshot.Plan, pending: tuple[Pending, ...], now: float) -> None:
         """Write each pending job's reason and estimate where they changed (wording-only changes: now and then)."""
@@ -236,6 +248,19 @@ class Scheduler:
                 .values(reason=bindparam("r"), reason_code=bindparam("c"), estimated_start=bindparam("e"))
             )
             s.connection().execute(stmt, rows)
+
+
+def _graces(s: Session, node_ids: list[int], default: float) -> dict[int, float]:
+    """The longest grace (its lab's, else `default`) of the jobs holding GPUs on each of these nodes."""
+    grace = func.coalesce(LabRow.grace_s, default)
+    rows = s.execute(
+        select(AllocationRow.node_id, func.max(grace))
+        .join(JobRow, JobRow.id == AllocationRow.job_id)
+        .join(LabRow, LabRow.id == JobRow.lab_id)
+        .where(AllocationRow.node_id.in_(node_ids))
+        .group_by(AllocationRow.node_id)
+    )
+    return {node_id: float(g or 0.0) for node_id, g in rows}
 
 
 def _changed(

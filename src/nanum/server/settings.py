@@ -23,8 +23,12 @@ class ServerSettings:
     #: The scheduling policy, `ORDER[+PLACEMENT][+backfill|+nobackfill]...` (see `nanum.core.Policy`).
     policy: str = DEFAULT_POLICY
     estimate_depth: int = 50
-    #: A node not heard from for this long is down; its running jobs are requeued.
+    #: A node not heard from for this long gets no new jobs and is shown down.
     node_timeout_s: float = 60.0
+    #: An agent whose heartbeats get no reply for this long stops its jobs (it learns this from every reply). A
+    #: silent node's jobs are requeued only once its lease, their grace and a margin have passed
+    #: (`requeue_after_s`), so a job never runs twice at once. Longer survives longer server outages.
+    lease_s: float = 30.0
     #: The scheduler runs on every event and at least this often.
     tick_interval_s: float = 1.0
     #: Seconds between SIGTERM and SIGKILL when a job is stopped, for labs that do not set their own.
@@ -33,6 +37,16 @@ class ServerSettings:
     half_life_s: float = DEFAULT_HALF_LIFE
     heartbeat_interval_s: float = 2.0
     checkpoint_root: Path | None = None
+
+    @property
+    def fence_margin_s(self) -> float:
+        """Slack on top of a lease and a grace: a late SIGKILL, clocks that run at slightly different rates."""
+        return max(2.0, self.lease_s / 3)
+
+    def requeue_after_s(self, grace_s: float) -> float:
+        """How long a node must be silent before its jobs with `grace_s` of grace are surely stopped: its agent
+        (or the agent's guard) sent SIGTERM when the lease ran out and SIGKILL `grace_s` later."""
+        return self.lease_s + grace_s + self.fence_margin_s
 
     @property
     def database_url(self) -> str:

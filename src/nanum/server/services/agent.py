@@ -79,6 +79,7 @@ def _reply(ctx: ServerContext, desired: list[JobLaunch], acks: list[int], offset
         grace_s=st.grace_s,
         allow_root=st.allow_root_jobs,
         interval_s=st.heartbeat_interval_s,
+        lease_s=st.lease_s,
     )
 
 

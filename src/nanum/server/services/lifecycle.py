@@ -122,6 +122,8 @@ def _part_outcome(st: JobStatus) -> tuple[str | None, str | None, int | None]:
     code = st.exit_code if st.exit_code is not None else (128 + st.signal if st.signal else None)
     if st.state == "failed_to_start":
         return "fail", st.reason or "the job failed to start", code
+    if st.fenced:  # its agent lost the server for longer than the lease: requeued, as when its node goes silent
+        return "lost", st.reason or "stopped on its node, which lost contact with the server", code
     if st.timed_out:
         return "timeout", st.reason or "stopped at its time limit", code
     if st.signal:
