@@ -3,6 +3,7 @@ scheduling, idle jobs flagged, notified and released with evidence, efficiency s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import socketserver
@@ -20,7 +21,7 @@ from nanum.server.context import ServerContext
 from nanum.server.services import accounts, history
 from nanum.store import EventRow, GpuSampleRow
 from tests.server.asgiclient import AsgiClient
-from tests.server.conftest import ADMIN, ALICE, auth, job, submit, tick
+from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, submit, tick
 from tests.server.monitoredagent import MonitoredAgent
 
 
@@ -142,7 +143,9 @@ class Inbox:
 
 
 @pytest.fixture
-def inbox() -> Iterator[Inbox]:
+def inbox(ctx: ServerContext) -> Iterator[Inbox]:
+    """The receiver, on loopback: the server is told to allow that host (`--webhook-allow-host 127.0.0.1`)."""
+    ctx.settings = dataclasses.replace(ctx.settings, webhook_allow_hosts=frozenset({"127.0.0.1"}))
     box = Inbox()
     yield box
     box.httpd.shutdown()
@@ -246,7 +249,8 @@ def test_a_finished_job_keeps_its_efficiency_summary(client: AsgiClient, node: M
 # -- /metrics --------------------------------------------------------------------------------------------------
 
 
-def test_metrics_for_prometheus(client: AsgiClient, node: MonitoredAgent) -> None:
+def test_metrics_for_prometheus(client: AsgiClient, node: MonitoredAgent, ctx: ServerContext) -> None:
+    ctx.settings = dataclasses.replace(ctx.settings, metrics_names=True)  # nanum up --metrics-names
     run_job(client, node, gpus=2)
     submit(client, gpus=4)
     node.read(util=77.0)
@@ -262,6 +266,19 @@ def test_metrics_for_prometheus(client: AsgiClient, node: MonitoredAgent) -> Non
     assert 'nanum_queue_length{lab="vision"} 1.0' in text
     assert 'nanum_job_wait_seconds_bucket{lab="vision",le="+Inf"} 1.0' in text
     assert "nanum_scheduler_cycle_seconds_count" in text and "nanum_scheduler_cycle_seconds_count 0.0" not in text
+
+
+def test_metrics_name_no_user_or_lab_unless_the_server_allows_it(client: AsgiClient, node: MonitoredAgent) -> None:
+    run_job(client, node, gpus=2)
+    submit(client, gpus=4)
+    submit(client, token=BOB, lab="nlp", gpus=4)
+    node.beat()
+    tick(client)
+    text = client.get("/metrics").text
+    assert "alice" not in text and "vision" not in text and "nlp" not in text and "bob" not in text
+    assert 'nanum_gpu_allocated{gpu="0",node="gpu-01"} 1.0' in text
+    assert "nanum_queue_length 2.0" in text  # both labs' pending jobs, summed
+    assert 'nanum_job_wait_seconds_bucket{le="+Inf"} 1.0' in text and "nanum_job_wait_seconds_count 1.0" in text
 
 
 def test_the_grafana_dashboard_asks_only_for_metrics_nanum_exports(client: AsgiClient, node: MonitoredAgent) -> None:

@@ -11,7 +11,9 @@ from fastapi import APIRouter, FastAPI
 from nanum import __version__
 from nanum.server import errors, monitoring
 from nanum.server.api import accounts, agent, health, jobs, nodes, sharing
+from nanum.server.api.rendering import SafeJSONResponse
 from nanum.server.context import ServerContext
+from nanum.server.guard import RequestGuard
 from nanum.server.scheduler import Scheduler
 
 API_PREFIX = "/api/v1"
@@ -41,7 +43,9 @@ def create_app(ctx: ServerContext, *, run_scheduler: bool = True) -> FastAPI:
         description="One queue for your GPU servers. See docs/api.md.",
         lifespan=lifespan,
         openapi_url="/openapi.json",
+        default_response_class=SafeJSONResponse,
     )
+    app.add_middleware(RequestGuard)
     app.state.ctx = ctx
     app.state.scheduler = scheduler
     errors.install(app)

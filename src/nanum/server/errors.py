@@ -1,6 +1,6 @@
 """Typed service errors and the handlers that turn every error into `{"detail": "one sentence"}`.
 
-Services raise `BadRequest`, `Unauthorized`, `Forbidden`, `NotFound` or `Conflict`; routes never build error
+Services raise `BadRequest`, `Unauthorized`, `Forbidden`, `NotFound`, `Conflict` or `Invalid`; routes never build error
 responses themselves. Validation errors (422) name the field and what is wrong with it.
 """
 
@@ -43,6 +43,13 @@ class Conflict(ApiError):
     status = 409
 
 
+class Invalid(ApiError):
+    """A value that is well-formed but out of what the server accepts (an out-of-range date, a webhook host)."""
+
+    status = 422
+
+
+
 def validation_message(errors: Sequence[Any]) -> str:
     """The first validation error as one sentence: `gpus: input should be greater than or equal to 0`."""
     if not errors:
@@ -50,6 +57,8 @@ def validation_message(errors: Sequence[Any]) -> str:
     err = errors[0]
     if err.get("type") == "json_invalid":
         return "the request body is not valid JSON"
+    if err.get("type") == "nul_byte":
+        return str(err.get("msg"))
     loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path", "header")]
     field = ".".join(loc) or "request body"
     msg = str(err.get("msg", "is invalid"))

@@ -5,13 +5,17 @@ the scheduler's cycle time is observed by the scheduling server as it ticks. Met
 
 - `nanum_gpu_utilization_percent`, `nanum_gpu_memory_used_bytes`, `nanum_gpu_memory_total_bytes`,
   `nanum_gpu_power_watts`, `nanum_gpu_temperature_celsius` {node, gpu, model}: the latest reading;
-- `nanum_gpu_allocated` {node, gpu, lab, user}: 1 while a job holds the GPU (lab and user name the holder);
+- `nanum_gpu_allocated` {node, gpu[, lab, user]}: 1 while a job holds the GPU (lab and user name the holder);
 - `nanum_gpu_state` {node, gpu, state}: 1 for the GPU's state (busy, idle, free, rogue, down);
 - `nanum_gpus` {state}: GPUs per state; `nanum_node_up` {node};
-- `nanum_jobs` {state}: jobs per state; `nanum_queue_length` {lab}: pending jobs per lab;
-- `nanum_job_wait_seconds` {lab}: histogram of the time jobs waited before they (last) started;
+- `nanum_jobs` {state}: jobs per state; `nanum_queue_length` {[lab]}: pending jobs per lab;
+- `nanum_job_wait_seconds` {[lab]}: histogram of the time jobs waited before they (last) started;
 - `nanum_scheduler_cycle_seconds`: histogram of scheduling cycle times;
 - `nanum_idle_jobs` {stage}: running jobs flagged idle or being released.
+
+`/metrics` needs no token, so it names users and labs only when the server runs with `--metrics-names`
+(`ServerSettings.metrics_names`); otherwise the lab and user labels are left out and the per-lab series are
+summed into one.
 """
 
 from __future__ import annotations
@@ -57,6 +61,10 @@ class ClusterCollector(Collector):
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
 
+    @property
+    def names(self) -> bool:
+        return self.ctx.settings.metrics_names
+
     def collect(self) -> Iterator[Metric]:
         yield from self._gpus()
         yield from self._jobs()
@@ -69,9 +77,8 @@ class ClusterCollector(Collector):
         total = GaugeMetricFamily("nanum_gpu_memory_total_bytes", "GPU memory", labels=labels)
         power = GaugeMetricFamily("nanum_gpu_power_watts", "GPU power draw, latest reading", labels=labels)
         temp = GaugeMetricFamily("nanum_gpu_temperature_celsius", "GPU temperature, latest reading", labels=labels)
-        alloc = GaugeMetricFamily(
-            "nanum_gpu_allocated", "1 while a job holds the GPU", labels=["node", "gpu", "lab", "user"]
-        )
+        who = ["lab", "user"] if self.names else []
+        alloc = GaugeMetricFamily("nanum_gpu_allocated", "1 while a job holds the GPU", labels=["node", "gpu", *who])
         state = GaugeMetricFamily("nanum_gpu_state", "1 for the GPU's current state", labels=["node", "gpu", "state"])
         up = GaugeMetricFamily("nanum_node_up", "1 while the node is up", labels=["node"])
         for node in view.nodes:
@@ -83,7 +90,8 @@ class ClusterCollector(Collector):
                 _maybe(used, key, None if g.memory_used_mb is None else g.memory_used_mb * MIB)
                 _maybe(power, key, g.power_w)
                 _maybe(temp, key, g.temperature_c)
-                alloc.add_metric([node.name, str(g.index), g.lab or "", g.user or ""], 0.0 if g.job_id is None else 1.0)
+                holder = [g.lab or "", g.user or ""] if self.names else []
+                alloc.add_metric([node.name, str(g.index), *holder], 0.0 if g.job_id is None else 1.0)
                 state.add_metric([node.name, str(g.index), g.state], 1.0)
         states = GaugeMetricFamily("nanum_gpus", "GPUs per state", labels=["state"])
         for name in ("busy", "idle", "free", "rogue", "down"):
@@ -108,14 +116,17 @@ class ClusterCollector(Collector):
         jobs = GaugeMetricFamily("nanum_jobs", "Jobs per state", labels=["state"])
         for name, count in by_state:
             jobs.add_metric([name], count)
-        length = GaugeMetricFamily("nanum_queue_length", "Pending jobs per lab", labels=["lab"])
-        for lab, count in queue:
-            length.add_metric([lab], count)
+        length = GaugeMetricFamily("nanum_queue_length", "Pending jobs per lab", labels=["lab"] if self.names else [])
+        if self.names:
+            for lab, count in queue:
+                length.add_metric([lab], count)
+        else:
+            length.add_metric([], sum(count for _, count in queue))
         flagged = GaugeMetricFamily("nanum_idle_jobs", "Running jobs flagged idle, by stage", labels=["stage"])
         found = dict(idle)
         for stage in ("flagged", "released"):
             flagged.add_metric([stage], found.get(stage, 0))
-        yield from (jobs, length, _wait_histogram(waits), flagged)
+        yield from (jobs, length, _wait_histogram(waits if self.names else _summed(waits), self.names), flagged)
 
 
 def _maybe(family: GaugeMetricFamily, labels: list[str], value: float | None) -> None:
@@ -134,13 +145,19 @@ def _wait_query() -> Any:
     )
 
 
-def _wait_histogram(rows: Sequence[Any]) -> HistogramMetricFamily:
+def _summed(rows: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """The per-lab wait rows as one row for the whole cluster (no lab named)."""
+    columns = [list(r)[1:] for r in rows]
+    return [("", *(sum(float(v or 0) for v in col) for col in zip(*columns, strict=True)))] if columns else []
+
+
+def _wait_histogram(rows: Sequence[Any], names: bool) -> HistogramMetricFamily:
     family = HistogramMetricFamily(
-        "nanum_job_wait_seconds", "Time jobs waited in the queue before they started", labels=["lab"]
+        "nanum_job_wait_seconds", "Time jobs waited in the queue before they started", labels=["lab"] if names else []
     )
     for lab, count, total, *cumulative in rows:
         buckets = [(_le(b), float(c or 0)) for b, c in zip(WAIT_BUCKETS, cumulative, strict=True)]
-        family.add_metric([lab], [*buckets, ("+Inf", float(count))], float(total or 0.0))
+        family.add_metric([lab] if names else [], [*buckets, ("+Inf", float(count))], float(total or 0.0))
     return family
 
 

@@ -7,6 +7,25 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from nanum.server.inputs import ApiIn
+from nanum.server.limits import (
+    MAX_ARGS,
+    MAX_COMMAND_BYTES,
+    MAX_CPUS,
+    MAX_ENV_BYTES,
+    MAX_ENV_VARS,
+    MAX_GPU_HOURS,
+    MAX_GPUS,
+    MAX_GRACE_S,
+    MAX_MEMORY_MB,
+    MAX_NAME,
+    MAX_NODES,
+    MAX_PATH,
+    MAX_QUOTA,
+    MAX_TIME_LIMIT_S,
+    MAX_WEIGHT,
+)
+
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 NodeName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 
@@ -16,41 +35,57 @@ FINISHED_STATES = ("completed", "failed", "cancelled", "timeout")
 
 
 def iso(t: float | None) -> str | None:
-    """Epoch seconds as ISO 8601 UTC with milliseconds: `2026-11-29T17:20:41.123Z`."""
+    """Epoch seconds as ISO 8601 UTC with milliseconds: `2026-11-29T17:20:41.123Z`; None for None and for a
+    time no calendar date holds (beyond year 9999, NaN), which an old row may carry."""
     if t is None:
         return None
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    try:
+        return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    except (OverflowError, ValueError, OSError):
+        return None
 
 
-class JobSubmit(BaseModel):
-    command: list[str] = Field(min_length=1, description="the program and its arguments")
-    name: str | None = Field(default=None, max_length=255)
-    gpus: int = Field(default=1, ge=0, le=1024, description="GPUs on each node")
-    nodes: int = Field(default=1, ge=1, le=4096)
+def _size(texts: list[str]) -> int:
+    return sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+
+
+class JobSubmit(ApiIn):
+    command: list[str] = Field(min_length=1, max_length=MAX_ARGS, description="the program and its arguments")
+    name: str | None = Field(default=None, max_length=MAX_NAME)
+    gpus: int = Field(default=1, ge=0, le=MAX_GPUS, description="GPUs on each node")
+    nodes: int = Field(default=1, ge=1, le=MAX_NODES)
     gpu_model: str | None = Field(default=None, max_length=64)
-    cpus: int = Field(default=0, ge=0, le=100_000, description="cores to reserve on each node; 0: none reserved")
-    memory_mb: int | None = Field(default=None, ge=0)
-    time_limit_s: float | None = Field(default=None, gt=0)
+    cpus: int = Field(default=0, ge=0, le=MAX_CPUS, description="cores to reserve on each node; 0: none reserved")
+    memory_mb: int | None = Field(default=None, ge=0, le=MAX_MEMORY_MB)
+    time_limit_s: float | None = Field(default=None, gt=0, le=MAX_TIME_LIMIT_S)
     priority: int = Field(default=0, ge=0, le=100)
     lab: str | None = Field(default=None, max_length=64)
-    workdir: str | None = Field(default=None, max_length=4096)
-    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = Field(default=None, max_length=MAX_PATH)
+    env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
     kind: Literal["batch", "notebook"] = "batch"
     preemptible: bool = True
+    client_request_id: str | None = Field(
+        default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$",
+        description="the same id from the same user again returns the job it made instead of a second one",
+    )
 
     @field_validator("command")
     @classmethod
     def _program_named(cls, v: list[str]) -> list[str]:
         if not v[0].strip():
             raise ValueError("the program name must not be empty")
+        if (size := _size(v)) > MAX_COMMAND_BYTES:
+            raise ValueError(f"the command is {size} bytes; at most {MAX_COMMAND_BYTES} are accepted")
         return v
 
     @field_validator("env")
     @classmethod
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
         for key in v:
-            if not key or "=" in key or "\0" in key:
+            if not key or "=" in key:
                 raise ValueError(f"{key!r} is not a valid environment variable name")
+        if (size := _size([*v, *v.values()])) > MAX_ENV_BYTES:
+            raise ValueError(f"the environment is {size} bytes; at most {MAX_ENV_BYTES} are accepted")
         return v
 
 
@@ -89,7 +124,7 @@ class JobOut(BaseModel):
     exit_code: int | None
     command: list[str]
     workdir: str
-    env: dict[str, str]
+    env: dict[str, str] | None = Field(description="null for other users' jobs: only the owner and admins see it")
     runs: int
     preemptions: int = 0
     lost_gpu_hours: float = Field(default=0.0, description="work since the last checkpoint lost to preemptions")
@@ -152,11 +187,11 @@ class TokenOut(BaseModel):
     token: str
 
 
-class UserIn(BaseModel):
+class UserIn(ApiIn):
     name: Name
-    labs: list[Name] = Field(default_factory=list)
+    labs: list[Name] = Field(default_factory=list, max_length=256)
     admin: bool = False
-    unix_user: str | None = Field(default=None, max_length=64)
+    unix_user: str | None = Field(default=None, min_length=1, max_length=64)
 
 
 class UserOut(BaseModel):
@@ -170,40 +205,54 @@ class UserOut(BaseModel):
     monthly_gpu_hours: float | None = None
 
 
-class UserPatch(BaseModel):
+Quota = Annotated[int, Field(ge=0, le=MAX_QUOTA)]
+GpuHours = Annotated[float, Field(ge=0, le=MAX_GPU_HOURS)]
+Weight = Annotated[float, Field(gt=0, le=MAX_WEIGHT)]
+Grace = Annotated[float, Field(ge=0, le=MAX_GRACE_S, description="SIGTERM to SIGKILL when its jobs stop")]
+
+
+class UserPatch(ApiIn):
     """A user's own limits, on top of their lab's. Only the fields present change; an explicit null removes one."""
 
-    max_gpus: int | None = Field(default=None, ge=0)
-    max_running_jobs: int | None = Field(default=None, ge=0)
-    monthly_gpu_hours: float | None = Field(default=None, ge=0)
+    max_gpus: Quota | None = None
+    max_running_jobs: Quota | None = None
+    monthly_gpu_hours: GpuHours | None = None
 
 
-class LabLimits(BaseModel):
-    guaranteed_gpus: int | None = Field(default=None, ge=0)
-    max_gpus: int | None = Field(default=None, ge=0)
-    max_running_jobs: int | None = Field(default=None, ge=0)
-    monthly_gpu_hours: float | None = Field(default=None, ge=0)
-    weight: float = Field(default=1.0, gt=0)
-    grace_s: float | None = Field(default=None, ge=0, description="SIGTERM to SIGKILL when its jobs stop")
+class LabLimits(ApiIn):
+    guaranteed_gpus: Quota | None = None
+    max_gpus: Quota | None = None
+    max_running_jobs: Quota | None = None
+    monthly_gpu_hours: GpuHours | None = None
+    weight: Weight = 1.0
+    grace_s: Grace | None = None
 
 
 class LabIn(LabLimits):
     name: Name
 
 
-class LabPatch(BaseModel):
+class LabPatch(ApiIn):
     """Only the fields present are changed; an explicit null removes a limit."""
 
-    guaranteed_gpus: int | None = Field(default=None, ge=0)
-    max_gpus: int | None = Field(default=None, ge=0)
-    max_running_jobs: int | None = Field(default=None, ge=0)
-    monthly_gpu_hours: float | None = Field(default=None, ge=0)
-    weight: float | None = Field(default=None, gt=0)
-    grace_s: float | None = Field(default=None, ge=0)
+    guaranteed_gpus: Quota | None = None
+    max_gpus: Quota | None = None
+    max_running_jobs: Quota | None = None
+    monthly_gpu_hours: GpuHours | None = None
+    weight: Weight | None = None
+    grace_s: Grace | None = None
 
 
-class LabOut(LabIn):
-    pass
+class LabOut(BaseModel):
+    """A lab as stored: not bounded like `LabIn`, so rows written before a bound existed still read."""
+
+    name: str
+    guaranteed_gpus: int | None = None
+    max_gpus: int | None = None
+    max_running_jobs: int | None = None
+    monthly_gpu_hours: float | None = None
+    weight: float = 1.0
+    grace_s: float | None = None
 
 
 class BudgetOut(BaseModel):

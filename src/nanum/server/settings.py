@@ -37,6 +37,10 @@ class ServerSettings:
     half_life_s: float = DEFAULT_HALF_LIFE
     heartbeat_interval_s: float = 2.0
     checkpoint_root: Path | None = None
+    #: Hosts webhooks may reach although they resolve to loopback, private or link-local addresses (lower case).
+    webhook_allow_hosts: frozenset[str] = frozenset()
+    #: Whether `/metrics` (served without a token) names users and labs; off, it gives cluster totals only.
+    metrics_names: bool = False
 
     @property
     def fence_margin_s(self) -> float:

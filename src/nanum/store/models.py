@@ -67,7 +67,8 @@ class MembershipRow(Base):
 
 
 class NodeRow(Base):
-    """A GPU machine. `inventory` is the agent's last `NodeInfo` (GPUs, CPUs, memory); None until it reports.
+    """A GPU machine. `inventory` is the agent's last `NodeInfo` (GPUs, CPUs, memory), less GPUs that were never
+    accepted; None until it reports.
 
     `state` is what the server last concluded: `up` (heard from recently), `down` (silent), `draining`
     (an admin keeps new jobs off it). `desired_version` grows whenever the jobs the node should run change, so a
@@ -101,6 +102,7 @@ class JobRow(Base):
         Index("ix_jobs_state_end", "state", "end_time"),
         Index("ix_jobs_user_state", "user_id", "state"),
         Index("ix_jobs_user_submit", "user_id", "submit_time"),  # a new job's burst: its user's latest jobs
+        UniqueConstraint("user_id", "client_request_id", name="uq_jobs_user_request"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -146,6 +148,8 @@ class JobRow(Base):
     queued_at: Mapped[float | None] = mapped_column(Float)
     #: The first job of the burst it was submitted in (nanum.core.bursts); None: it is that first job, or alone.
     burst: Mapped[int | None] = mapped_column(Integer)
+    #: The id the client gave its submission, unique per user: sent again, it returns this job (idempotency).
+    client_request_id: Mapped[str | None] = mapped_column(String(64))
 
 
 class AllocationRow(Base):

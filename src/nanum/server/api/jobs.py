@@ -9,6 +9,8 @@ from fastapi.responses import Response
 
 from nanum.server.api import rendering
 from nanum.server.auth import CallerDep, Context
+from nanum.server.inputs import JobIdPath
+from nanum.server.limits import MAX_OFFSET
 from nanum.server.schemas import JobOut, JobSubmit
 from nanum.server.services import jobs
 
@@ -17,8 +19,10 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 @router.post("", status_code=201, response_model=JobOut)
 def submit_job(body: JobSubmit, ctx: Context, caller: CallerDep) -> Response:
-    """Queue a job. It starts when the scheduler admits it; a request that could never run is refused (400)."""
-    return rendering.json(jobs.submit(ctx, caller, body), 201)
+    """Queue a job. It starts when the scheduler admits it; a request that could never run is refused (400).
+    A `client_request_id` this user already sent returns the job it made (200) instead of a second one."""
+    job, created = jobs.submit(ctx, caller, body)
+    return rendering.json(job, 201 if created else 200)
 
 
 @router.get("", response_model=list[JobOut])
@@ -26,34 +30,37 @@ def list_jobs(
     ctx: Context,
     caller: CallerDep,
     all: bool = False,
-    user: str | None = None,
-    lab: str | None = None,
-    state: Annotated[list[str] | None, Query()] = None,
+    user: Annotated[str | None, Query(max_length=64)] = None,
+    lab: Annotated[str | None, Query(max_length=64)] = None,
+    state: Annotated[list[str] | None, Query(max_length=16)] = None,
 ) -> Response:
-    """Active jobs of every user (with `all=true`, finished ones too), ordered by id."""
-    return rendering.json(jobs.list_jobs(ctx, all=all, user=user, lab=lab, states=state or ()))
+    """Active jobs of every user (with `all=true`, finished ones too), ordered by id. `env` is shown only on the
+    caller's own jobs (every job's, to an admin)."""
+    return rendering.json(jobs.list_jobs(ctx, caller, all=all, user=user, lab=lab, states=state or ()))
 
 
 @router.get("/{job_id}", response_model=JobOut)
-def get_job(job_id: int, ctx: Context, caller: CallerDep) -> Response:
-    return rendering.json(jobs.get_job(ctx, job_id))
+def get_job(job_id: JobIdPath, ctx: Context, caller: CallerDep) -> Response:
+    return rendering.json(jobs.get_job(ctx, caller, job_id))
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut)
-def cancel_job(job_id: int, ctx: Context, caller: CallerDep) -> Response:
+def cancel_job(job_id: JobIdPath, ctx: Context, caller: CallerDep) -> Response:
     """Owner or admin only. A running job is stopped first and becomes `cancelled` once its process is gone."""
     return rendering.json(jobs.cancel(ctx, caller, job_id))
 
 
 @router.post("/{job_id}/checkpoint", response_model=JobOut)
-def checkpoint_job(job_id: int, ctx: Context, caller: CallerDep) -> Response:
+def checkpoint_job(job_id: JobIdPath, ctx: Context, caller: CallerDep) -> Response:
     """The running job has just saved its state (owner or admin): a preemption then loses only later work.
     Touching `$NANUM_CHECKPOINT_DIR/.checkpoint` inside the job says the same through its agent."""
     return rendering.json(jobs.checkpoint(ctx, caller, job_id))
 
 
 @router.get("/{job_id}/logs", response_class=Response)
-def job_logs(job_id: int, ctx: Context, caller: CallerDep, offset: Annotated[int, Query(ge=0)] = 0) -> Response:
+def job_logs(
+    job_id: JobIdPath, ctx: Context, caller: CallerDep, offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0
+) -> Response:
     """stdout and stderr from byte `offset`; `X-Nanum-Log-Offset` says where the next read starts."""
     got = jobs.read_logs(ctx, caller, job_id, offset)
     headers = {"X-Nanum-Log-Offset": str(got.next_offset), "X-Nanum-Job-State": got.state}

@@ -6,21 +6,41 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Path, Query
+from pydantic import Field, RootModel, StringConstraints, field_validator
 from sqlalchemy import select
 
 from nanum.server.auth import AdminDep, CallerDep, Context
 from nanum.server.errors import Forbidden, NotFound
+from nanum.server.inputs import ApiIn, JobIdPath, refuse_nul
+from nanum.server.limits import MAX_GPUS, MAX_SETTING_VALUE, MAX_SETTINGS
 from nanum.server.services import history, jobusage, monitor_settings
 from nanum.store import NodeRow
 
 router = APIRouter(tags=["monitoring"])
 
-IdleChanges = dict[str, float | int | str | None]
+SettingName = Annotated[str, StringConstraints(max_length=64)]
+SettingValue = (
+    Annotated[int, Field(ge=-MAX_SETTING_VALUE, le=MAX_SETTING_VALUE)]
+    | Annotated[float, Field(allow_inf_nan=False, ge=-MAX_SETTING_VALUE, le=MAX_SETTING_VALUE)]
+    | Annotated[str, StringConstraints(max_length=64)]
+    | None
+)
 
 
-class NotifyIn(BaseModel):
+class IdleChanges(RootModel[dict[SettingName, SettingValue]]):
+    """Idle policy fields to change: numbers (finite), `"inherit"`, or null."""
+
+    @field_validator("root", mode="before")
+    @classmethod
+    def _bounded(cls, v: Any) -> Any:
+        refuse_nul(v)
+        if isinstance(v, dict) and len(v) > MAX_SETTINGS:
+            raise ValueError(f"at most {MAX_SETTINGS} settings may change at once")
+        return v
+
+
+class NotifyIn(ApiIn):
     webhook_url: str | None = Field(default=None, max_length=1024)
     smtp_host: str | None = Field(default=None, max_length=255)
     smtp_port: int | None = Field(default=None, ge=1, le=65535)
@@ -31,13 +51,13 @@ class NotifyIn(BaseModel):
     public_url: str | None = Field(default=None, max_length=1024)
 
 
-class ContactIn(BaseModel):
+class ContactIn(ApiIn):
     email: str | None = Field(default=None, max_length=255, pattern=r"^[^@\s]+@[^@\s]+$")
     webhook: str | None = Field(default=None, max_length=1024, pattern=r"^https?://")
 
 
 @router.get("/jobs/{job_id}/usage")
-def job_usage(job_id: int, ctx: Context, _: CallerDep) -> dict[str, Any]:
+def job_usage(job_id: JobIdPath, ctx: Context, _: CallerDep) -> dict[str, Any]:
     """GPU utilisation now, on average and over time; the idle state; the efficiency summary once ended."""
     return jobusage.usage(ctx, job_id)
 
@@ -45,10 +65,10 @@ def job_usage(job_id: int, ctx: Context, _: CallerDep) -> dict[str, Any]:
 @router.get("/nodes/{name}/gpus/{index}/history")
 def gpu_history(
     name: str,
-    index: int,
+    index: Annotated[int, Path(ge=0, le=MAX_GPUS)],
     ctx: Context,
     _: CallerDep,
-    hours: Annotated[float, Query(gt=0, le=24 * 365)] = 1.0,
+    hours: Annotated[float, Query(gt=0, le=24 * 365, allow_inf_nan=False)] = 1.0,
 ) -> dict[str, Any]:
     """`[[t, util, memory_mb], ...]`: full rate for the last hour, per minute for a week, per hour beyond."""
     since = time.time() - hours * 3600
@@ -69,7 +89,7 @@ def get_idle(ctx: Context, _: CallerDep) -> dict[str, Any]:
 @router.patch("/monitoring/idle")
 def patch_idle(body: IdleChanges, ctx: Context, _: AdminDep) -> dict[str, Any]:
     """Change the server's idle policy: thresholds, and windows in seconds (null: never; "inherit": default)."""
-    return monitor_settings.set_idle(ctx, body)
+    return monitor_settings.set_idle(ctx, body.root)
 
 
 @router.get("/labs/{name}/idle")
@@ -80,7 +100,7 @@ def get_lab_idle(name: str, ctx: Context, _: CallerDep) -> dict[str, Any]:
 @router.patch("/labs/{name}/idle")
 def patch_lab_idle(name: str, body: IdleChanges, ctx: Context, _: AdminDep) -> dict[str, Any]:
     """Change a lab's idle policy; fields it does not set follow the server's."""
-    return monitor_settings.set_idle(ctx, body, name)
+    return monitor_settings.set_idle(ctx, body.root, name)
 
 
 @router.get("/monitoring/notify")

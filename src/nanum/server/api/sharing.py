@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import time
+from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from nanum.server.auth import AdminDep, CallerDep, Context
 from nanum.server.schemas import LabDetail, PriorityOut, UsageOut, UserOut, UserPatch
 from nanum.server.services import accounts, labs, priority, usage
 
 router = APIRouter(tags=["sharing"])
+
+#: A name or a date in a query.
+Short = Annotated[str | None, Query(max_length=64)]
 
 
 @router.get("/labs/{name}", response_model=LabDetail)
@@ -29,12 +33,12 @@ def patch_user(name: str, body: UserPatch, ctx: Context, admin: AdminDep) -> Use
 def get_usage(
     ctx: Context,
     _: CallerDep,
-    month: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
-    by: str | None = None,
-    lab: str | None = None,
-    user: str | None = None,
+    month: Short = None,
+    since: Short = None,
+    until: Short = None,
+    by: Short = None,
+    lab: Short = None,
+    user: Short = None,
 ) -> dict[str, object]:
     """GPU-hours, jobs, average wait and budget use in a window (`month=YYYY-MM`, or `since`/`until`, dates or
     times in UTC; default this month), grouped `by` day, user or lab (default: lab; user when `lab` is given;
@@ -45,6 +49,6 @@ def get_usage(
 
 
 @router.get("/priority", response_model=PriorityOut)
-def get_priority(ctx: Context, _: CallerDep, user: str | None = None, lab: str | None = None) -> dict[str, object]:
+def get_priority(ctx: Context, _: CallerDep, user: Short = None, lab: Short = None) -> dict[str, object]:
     """Each pending job's multifactor priority and its factors, with its place in the server's queue order."""
     return priority.report(ctx, user=user, lab=lab)

@@ -9,6 +9,7 @@ from pathlib import PurePath
 from typing import Any
 
 from sqlalchemy import Select, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from nanum.core import Limits, User, impossible
@@ -27,8 +28,12 @@ INSERT_JOB = JobRow.__table__.insert().returning(JobRow.__table__.c.id)
 LOG_CHUNK = 1 << 20
 
 
-def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> dict[str, Any]:
-    """Queue a job for `caller`. Raises BadRequest when no node or limit could ever satisfy it."""
+def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> tuple[dict[str, Any], bool]:
+    """Queue a job for `caller`; returns it and whether it is new. Raises BadRequest when no node or limit could
+    ever satisfy it. A `client_request_id` the caller already used returns that job, not new: the UNIQUE
+    (user_id, client_request_id) decides between two such requests at once, and the loser returns the winner's."""
+    if spec.client_request_id is not None and (first := _requested(ctx, caller, spec.client_request_id)):
+        return first, False
     lab = _lab_for(ctx, caller, spec.lab)
     now = time.time()
     values = dict(
@@ -55,15 +60,31 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> dict[str, Any
         submit_time=now,
         runs=0,
         attained_gpu_seconds=0.0,
+        client_request_id=spec.client_request_id,
     )
     row = JobRow(**values)
     _refuse_impossible(ctx, row, caller, lab.lab.name)
-    with ctx.db.write() as s:
-        values["burst"] = row.burst = _burst(s, row)
-        row.id = s.connection().execute(INSERT_JOB, values).scalar_one()
-        lifecycle.event(s, row.id, now, "submitted", f"by {caller.name}")
+    try:
+        with ctx.db.write() as s:
+            values["burst"] = row.burst = _burst(s, row)
+            row.id = s.connection().execute(INSERT_JOB, values).scalar_one()
+            lifecycle.event(s, row.id, now, "submitted", f"by {caller.name}")
+    except IntegrityError:
+        first = _requested(ctx, caller, spec.client_request_id) if spec.client_request_id is not None else None
+        if first is None:
+            raise
+        return first, False
     ctx.signals.poke(new_gpu_job=spec.gpus > 0)
-    return job_out(row, caller.name, lab.lab.name)
+    return job_out(row, caller.name, lab.lab.name), True
+
+
+def _requested(ctx: ServerContext, caller: Caller, request_id: str) -> dict[str, Any] | None:
+    """The caller's job submitted with `request_id`, as `get_job` shows it; None when there is none."""
+    with ctx.db.read() as s:
+        found = s.scalar(
+            select(JobRow.id).where(JobRow.user_id == caller.id, JobRow.client_request_id == request_id)
+        )
+    return None if found is None else get_job(ctx, caller, found)
 
 
 def _burst(s: Session, row: JobRow) -> int | None:
@@ -123,6 +144,7 @@ def _select() -> Select[Any]:
 
 def list_jobs(
     ctx: ServerContext,
+    caller: Caller,
     *,
     all: bool = False,
     user: str | None = None,
@@ -142,12 +164,20 @@ def list_jobs(
     if lab:
         query = query.where(LabRow.name == lab)
     with ctx.db.read() as s:
-        out = [job_out(row, row.user_name, row.lab_name) for row in s.connection().execute(query)]
+        out = [_shown(job_out(row, row.user_name, row.lab_name), row, caller) for row in s.connection().execute(query)]
     return jobusage.attach(ctx, _with_budget_warnings(ctx, out))
 
 
-def get_job(ctx: ServerContext, job_id: int) -> dict[str, Any]:
-    """One job, with its allocations so far (`segments`)."""
+def _shown(out: dict[str, Any], row: Any, caller: Caller) -> dict[str, Any]:
+    """`out` as `caller` may see it: a job's environment (where people keep API keys) is its owner's and admins'
+    alone; others get null."""
+    if not caller.may_manage(row.user_id):
+        out["env"] = None
+    return out
+
+
+def get_job(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
+    """One job, with its allocations so far (`segments`), as `caller` may see it."""
     with ctx.db.read() as s:
         found = s.connection().execute(_select().where(JobRow.id == job_id)).first()
         if found is None:
@@ -155,7 +185,7 @@ def get_job(ctx: ServerContext, job_id: int) -> dict[str, Any]:
         segments = (
             s.execute(select(SegmentRow).where(SegmentRow.job_id == job_id).order_by(SegmentRow.start)).scalars().all()
         )
-    out = job_out(found, found.user_name, found.lab_name)
+    out = _shown(job_out(found, found.user_name, found.lab_name), found, caller)
     out["segments"] = [segment_out(seg) for seg in segments]
     if found.state == "running" and found.start_time is not None:
         since = found.charged_until or found.start_time
@@ -208,7 +238,7 @@ def cancel(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
         woken = _cancel(s, job, caller, now)
     ctx.signals.wake(woken)
     ctx.signals.poke()
-    return get_job(ctx, job_id)
+    return get_job(ctx, caller, job_id)
 
 
 def _owned(s: Session, caller: Caller, job_id: int, *, lock: bool = False) -> JobRow:
@@ -245,7 +275,7 @@ def checkpoint(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any
         if job.state != "running":
             raise Conflict(f"job {job_id} is {job.state}, not running; only a running job can checkpoint")
         job.last_checkpoint = now
-    return get_job(ctx, job_id)
+    return get_job(ctx, caller, job_id)
 
 
 # -- logs ------------------------------------------------------------------------------------------------------

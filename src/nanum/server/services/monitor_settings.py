@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from nanum.monitor.idle import IdlePolicy, PolicyError
 from nanum.server.context import ServerContext
 from nanum.server.errors import BadRequest, NotFound
+from nanum.server.services import webhooks
 from nanum.store import ContactRow, LabRow, MonitorSettingRow, UserRow
 
 IDLE = "idle"
@@ -131,6 +132,8 @@ def set_notify(ctx: ServerContext, changes: dict[str, Any]) -> NotifySettings:
     unknown = sorted(set(changes) - known)
     if unknown:
         raise BadRequest(f"unknown notification setting {unknown[0]!r}; known: {', '.join(sorted(known))}")
+    if changes.get("webhook_url"):
+        webhooks.check_url(str(changes["webhook_url"]), ctx.settings.webhook_allow_hosts)
     with ctx.db.write() as s:
         merged = {**(get(s, NOTIFY, {}) or {}), **changes}
         try:
@@ -157,6 +160,9 @@ def contacts(s: Session) -> dict[str, tuple[str | None, str | None]]:
 
 
 def set_contact(ctx: ServerContext, user: str, email: str | None, webhook: str | None) -> None:
+    """Raises Invalid (422) for a webhook to a loopback, private or link-local address no admin allowed."""
+    if webhook:
+        webhooks.check_url(webhook, ctx.settings.webhook_allow_hosts)
     with ctx.db.write() as s:
         user_id = s.scalar(select(UserRow.id).where(UserRow.name == user))
         if user_id is None:

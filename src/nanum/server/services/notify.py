@@ -2,22 +2,23 @@
 
 Notices are sent from a thread of their own, so a slow webhook never holds up a heartbeat. A webhook gets
 `{"text", "event", "job": {...}, "url"}` as JSON (the `text` field makes Slack and Mattermost incoming webhooks
-show it as is). A failed delivery is logged and dropped.
+show it as is). A failed delivery is logged and dropped; so is one to an address the server refuses
+(`nanum.server.services.webhooks`, checked again at each delivery).
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import queue
 import smtplib
 import threading
-import urllib.request
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from email.message import EmailMessage
 
 from nanum.server.context import ServerContext
-from nanum.server.services import monitor_settings
+from nanum.server.services import monitor_settings, webhooks
 from nanum.server.services.monitor_settings import NotifySettings
 from nanum.server.services.samples import Notice
 
@@ -80,22 +81,23 @@ class Notifier:
             "url": url,
         }
         for target in dict.fromkeys(t for t in (settings.webhook_url, webhook) if t):
-            _post(target, payload)
+            _post(target, payload, self.ctx.settings.webhook_allow_hosts)
             self.sent += 1
         if email and settings.smtp_host:
             _mail(settings, email, notice, url)
             self.sent += 1
 
 
-def _post(url: str, payload: Mapping[str, object]) -> None:
-    request = urllib.request.Request(
-        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
+def _post(url: str, payload: Mapping[str, object], allowed: Collection[str]) -> None:
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            response.read()
-    except OSError as exc:
+        status = webhooks.post(url, json.dumps(payload).encode(), allowed, TIMEOUT_S)
+    except webhooks.Refused as exc:
+        log.warning("webhook not sent: %s", exc)
+    except (OSError, http.client.HTTPException) as exc:
         log.warning("webhook %s failed: %s", url, exc)
+    else:
+        if status >= 300:
+            log.warning("webhook %s answered %d", url, status)
 
 
 def _mail(settings: NotifySettings, to: str, notice: Notice, url: str | None) -> None:

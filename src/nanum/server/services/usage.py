@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import Select, select
 
 from nanum.server.context import ServerContext
-from nanum.server.errors import BadRequest
+from nanum.server.errors import BadRequest, Invalid
 from nanum.server.schemas import iso
 from nanum.server.services.lifecycle import month_end, month_start
 from nanum.store import JobRow, LabRow, SegmentRow, UserRow
@@ -31,6 +31,8 @@ from nanum.store import JobRow, LabRow, SegmentRow, UserRow
 DAY = 86400.0
 Query = Select[*tuple[Any, ...]]
 GROUPS = ("day", "user", "lab")
+#: Windows lie within [1970-01-01, 3000-01-01) UTC; a date outside is refused (422).
+EARLIEST, LATEST = 0.0, float(calendar.timegm((3000, 1, 1, 0, 0, 0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +89,7 @@ def window(month: str | None, since: str | None, until: str | None, now: float) 
             first = datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC).timestamp()
         except ValueError:
             raise BadRequest(f"invalid month {month!r}: write YYYY-MM, e.g. 2026-11") from None
-        return Window(first, month_end(first), month=True)
+        return Window(_in_range(first, "month", month), _in_range(month_end(first), "month", month), month=True)
     if since is None and until is None:
         return Window(month_start(now), month_end(now), month=True)
     start = _when(since, "since", end_of_day=False) if since is not None else 0.0
@@ -103,12 +105,19 @@ def _when(text: str, name: str, *, end_of_day: bool) -> float:
     except ValueError:
         pass
     else:
-        return float(calendar.timegm(day.timetuple())) + (DAY if end_of_day else 0.0)
+        return _in_range(float(calendar.timegm(day.timetuple())) + (DAY if end_of_day else 0.0), name, text)
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+        when = (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+    except (ValueError, OverflowError):
         raise BadRequest(f"invalid {name} {text!r}: write a date (2026-11-01) or a time (2026-11-01T09:00)") from None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+    return _in_range(when, name, text)
+
+
+def _in_range(when: float, name: str, text: str) -> float:
+    if not EARLIEST <= when <= LATEST:
+        raise Invalid(f"{name} {text} is out of range; give a date from 1970-01-01 to 2999-12-31")
+    return when
 
 
 def report(

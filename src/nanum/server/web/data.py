@@ -99,6 +99,8 @@ def job_page(ctx: ServerContext, caller: Caller, job_id: int, log_offset: int | 
         ]
     job = dict(found._mapping)
     may = caller.may_manage(job["user_id"])
+    if not may:
+        job["env"] = None  # its owner's and admins' alone, as in the API
     log, offset = _log(ctx, job_id, log_offset) if may else (None, 0)
     return JobPage(job, events, jobusage.usage(ctx, job_id), may, log, offset)
 

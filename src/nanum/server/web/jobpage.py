@@ -6,12 +6,14 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Form, Request
+from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from nanum.server.auth import Caller
 from nanum.server.errors import ApiError, NotFound
+from nanum.server.inputs import JobIdPath
+from nanum.server.limits import MAX_OFFSET
 from nanum.server.services import jobs
 from nanum.server.web import charts, data, session
 from nanum.server.web.render import clock, duration, page
@@ -19,6 +21,7 @@ from nanum.server.web.render import clock, duration, page
 router = APIRouter(include_in_schema=False)
 WebCaller = Annotated[Caller, Depends(session.caller)]
 
+LogOffset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 FINISHED = ("completed", "failed", "cancelled", "timeout")
 
 
@@ -49,7 +52,7 @@ def job_json(found: data.JobPage) -> dict[str, Any]:
 
 
 @router.get("/jobs/{job_id}")
-async def job_page(request: Request, job_id: int, who: WebCaller) -> Response:
+async def job_page(request: Request, job_id: JobIdPath, who: WebCaller) -> Response:
     return await _render(request, who, job_id)
 
 
@@ -65,7 +68,7 @@ async def _render(request: Request, who: Caller, job_id: int, error: str | None 
 
 
 @router.get("/ui/jobs/{job_id}.json")
-async def job_live(request: Request, job_id: int, who: WebCaller, log: int = 0) -> Response:
+async def job_live(request: Request, job_id: JobIdPath, who: WebCaller, log: LogOffset = 0) -> Response:
     try:
         found = await run_in_threadpool(data.job_page, request.app.state.ctx, who, job_id, log)
     except NotFound as exc:
@@ -74,7 +77,7 @@ async def job_live(request: Request, job_id: int, who: WebCaller, log: int = 0) 
 
 
 @router.post("/jobs/{job_id}/cancel")
-async def cancel(request: Request, job_id: int, who: WebCaller, csrf: Annotated[str, Form()] = "") -> Response:
+async def cancel(request: Request, job_id: JobIdPath, who: WebCaller, csrf: Annotated[str, Form()] = "") -> Response:
     """Owner or admin: stop the job. Anyone else gets the job page back with the refusal (403)."""
     session.check_csrf(request, csrf)
     try:

@@ -1,0 +1,61 @@
+"""The base of every input model: no NUL byte in any string, no NaN or Infinity in any number.
+
+Every body a user or admin sends is parsed into an `ApiIn` (or checked with `refuse_nul`), so a string the store
+cannot hold (PostgreSQL refuses NUL in text) or a job could not use (an argument or environment variable cut at
+the NUL) is refused at the edge with 422 and one sentence naming where it is: `command[1] contains a NUL byte;
+remove it`. Each field carries its own bounds (`nanum.server.limits`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import Depends, Path
+from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic_core import PydanticCustomError
+
+from nanum.server.errors import NotFound
+from nanum.server.limits import MAX_ID, MAX_STORED_ID
+
+
+def _job_id(job_id: Annotated[int, Path(ge=0, le=MAX_ID)]) -> int:
+    if job_id > MAX_STORED_ID:
+        raise NotFound(f"no job {job_id}")
+    return job_id
+
+
+#: A job id in a path: a signed 64-bit integer (anything else is 422); one no job can have is 404 at once.
+JobIdPath = Annotated[int, Depends(_job_id)]
+
+
+class ApiIn(BaseModel):
+    """The base of every input model: no NaN or Infinity, and no NUL byte in any string it holds."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul(cls, data: Any) -> Any:
+        refuse_nul(data)
+        return data
+
+
+def refuse_nul(data: Any, where: str = "") -> None:
+    """Raise a validation error naming the first string in `data` (keys included) that holds a NUL byte."""
+    for place in _nul_places(data, where):
+        raise PydanticCustomError("nul_byte", "{where} contains a NUL byte; remove it", {"where": place})
+
+
+def _nul_places(data: Any, where: str) -> Iterator[str]:
+    if isinstance(data, str):
+        if "\0" in data:
+            yield where or "a value"
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(key, str) and "\0" in key:
+                yield f"a key of {where}" if where else f"field name {key!r}"
+            yield from _nul_places(value, f"{where}[{key!r}]" if where else str(key))
+    elif isinstance(data, list | tuple):
+        for i, value in enumerate(data):
+            yield from _nul_places(value, f"{where}[{i}]")
