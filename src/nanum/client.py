@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
@@ -53,6 +54,8 @@ __all__ = [
 
 _T = TypeVar("_T")
 TERMINAL_STATES = frozenset({"completed", "failed", "cancelled", "timeout"})
+#: How long `Client.submit` keeps sending a submission the server did not answer.
+_SUBMIT_RETRY_S = 5.0
 
 
 class Allocation(TypedDict):
@@ -88,7 +91,7 @@ class Job(TypedDict):
     exit_code: int | None
     command: list[str]
     workdir: str
-    env: dict[str, str]
+    env: dict[str, str] | None  # None on other users' jobs: only the owner and admins see it
     runs: int
     preemptions: int
     lost_gpu_hours: float
@@ -114,6 +117,7 @@ class SubmitFields(TypedDict, total=False):
     env: dict[str, str]
     kind: str
     preemptible: bool
+    client_request_id: str
 
 
 class Gpu(TypedDict):
@@ -192,6 +196,10 @@ class ServerUnreachable(NanumError, ConnectionError):
 
 
 class WaitTimeout(NanumError, TimeoutError):
+class _NoAnswer(NanumError):
+    """The server took the request but did not answer in time."""
+
+
     """`Client.wait` gave up before the job ended; `job` is its last known state."""
 
     def __init__(self, job: Job, timeout: float) -> None:
@@ -262,9 +270,23 @@ class Client:
     # -- jobs -------------------------------------------------------------------------------------------
 
     def submit(self, command: Sequence[str], **fields: Unpack[SubmitFields]) -> Job:
-        """Queue `command` (argv list) with the given fields; returns the new job."""
+        """Queue `command` (argv list) with the given fields; returns the new job.
+
+        Each call sends a fresh `client_request_id` (unless one is given), and sends the same request again
+        when the server did not answer (a dropped connection, a restart, a timeout): the server returns the job
+        the first attempt made, so a retry never queues the job twice."""
         body: dict[str, Any] = {"command": list(command), **fields}
-        return self._call("POST", "/jobs", json=body).json()  # type: ignore[no-any-return]
+        body.setdefault("client_request_id", uuid.uuid4().hex)
+        give_up, pause, tries = time.monotonic() + _SUBMIT_RETRY_S, 0.2, 0
+        while True:
+            tries += 1
+            try:
+                return self._call("POST", "/jobs", json=body).json()  # type: ignore[no-any-return]
+            except (ServerUnreachable, _NoAnswer):
+                if tries >= 2 and time.monotonic() >= give_up:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
 
     def jobs(
         self,
@@ -438,7 +460,7 @@ class Client:
         except ConnectFailed as exc:
             raise ServerUnreachable(self.server) from exc
         except Timeout as exc:
-            raise NanumError(f"the nanum server at {self.server} did not answer in time") from exc
+            raise _NoAnswer(f"the nanum server at {self.server} did not answer in time") from exc
         if response.status >= 400:
             raise ApiError(response.status, _detail(response))
         return response

@@ -31,7 +31,28 @@ def test_submit_posts_the_command_and_only_the_fields_given() -> None:
     assert created["id"] == 9
     assert seen[0].url == "http://nanum.test:8470/api/v1/jobs"
     assert seen[0].headers["Authorization"] == "Bearer tok"
-    assert json.loads(seen[0].content) == {"command": ["python", "train.py"], "gpus": 2, "time_limit_s": 600}
+    sent = json.loads(seen[0].content)
+    assert len(sent.pop("client_request_id")) == 32
+    assert sent == {"command": ["python", "train.py"], "gpus": 2, "time_limit_s": 600}
+
+
+def test_a_submit_that_got_no_answer_is_sent_again_with_the_same_request_id() -> None:
+    seen: list[dict[str, object]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        if len(seen) == 1:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        if len(seen) == 2:
+            raise httpx.ReadTimeout("timed out")
+        return httpx.Response(200, json=job(id=9))
+
+    with client(handler) as nanum:
+        assert nanum.submit(["python", "train.py"])["id"] == 9
+        nanum.submit(["python", "train.py"])
+    assert len(seen) == 4
+    assert seen[0]["client_request_id"] == seen[1]["client_request_id"] == seen[2]["client_request_id"]
+    assert seen[3]["client_request_id"] != seen[0]["client_request_id"]  # a new submission, a new id
 
 
 def test_job_filters_become_query_parameters() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ def test_submit_sends_the_request_and_prints_the_id(api: FakeApi, nanum: Nanum, 
                    "--priority", "5", "--", "python", "train.py", "--lr", "3e-4")
     assert (result.exit_code, result.stdout) == (0, "Submitted job 42\n")
     (sent,) = api.sent("POST", "/jobs")
+    assert re.fullmatch(r"[0-9a-f]{32}", sent.body.pop("client_request_id"))  # one per submission
     assert sent.body == {"command": ["python", "train.py", "--lr", "3e-4"], "name": "python",
                          "workdir": str(tmp_path), "env": {"SEED": "1"}, "gpus": 2, "memory_mb": 32768,
                          "time_limit_s": 14400, "priority": 5}
@@ -56,6 +58,11 @@ def test_submit_a_script_with_headers_and_json_output(api: FakeApi, nanum: Nanum
         pytest.param(["--env", "1=2", "--", "true"], "nanum: error: --env: '1=2' is not NAME=",
                      id="env"),
         pytest.param([], "nanum: error: nothing to run", id="no-command"),
+        pytest.param(["--time", "3000000d", "--", "true"],
+                     "nanum: error: --time: at most 365 days may be asked for; give less", id="time-too-long"),
+        pytest.param(["--gpus", "5000", "--", "true"], "nanum: error: --gpus: at most 1024 may be", id="gpus"),
+        pytest.param(["--mem", "100T", "--", "true"], "nanum: error: --mem: at most 64T may be", id="mem-too-big"),
+        pytest.param(["--nodes", "0", "--", "true"], "nanum: error: --nodes: 0 is below 1", id="no-nodes"),
     ],
 )
 def test_bad_submissions_are_refused_before_reaching_the_server(api: FakeApi, nanum: Nanum, args: list[str],
@@ -139,6 +146,17 @@ def test_show_prints_every_field(api: FakeApi, nanum: Nanum) -> None:
     assert fields["exit_code"].strip() == "0"
     assert fields["command"].strip() == "python train.py"
     assert json.loads(nanum("show", "7", "--json").stdout)["allocation"] == allocation
+
+
+def test_show_prints_the_environment_to_its_owner_and_says_when_it_is_hidden(api: FakeApi, nanum: Nanum) -> None:
+    api.on("GET", "/jobs/7", job(env={"WANDB_API_KEY": "k1"}))
+    api.on("GET", "/jobs/8", job(id=8, user="bob", env=None))  # another user's job: the server hides it
+    mine = nanum("show", "7")
+    theirs = nanum("show", "8")
+    assert mine.exit_code == theirs.exit_code == 0
+    assert "env:" in mine.stdout and "WANDB_API_KEY=k1" in mine.stdout
+    env = dict(line.split(":", 1) for line in theirs.stdout.splitlines())["env"]
+    assert env.strip() == "(hidden: only the job's owner and admins see it)"
 
 
 def test_show_of_a_missing_job_exits_2(api: FakeApi, nanum: Nanum) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from nanum.cli.common import UsageProblem
+from nanum.server.limits import MAX_CPUS, MAX_GPUS, MAX_MEMORY_MB, MAX_NODES, MAX_TIME_LIMIT_S
 
 _MEM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _MEM_FACTOR = {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024 * 1024}
@@ -234,11 +235,30 @@ def build_request(command: list[str], cli: SubmitOptions, cwd: Path) -> dict[str
     for key in _PASSED_AS_IS:
         if (value := getattr(options, key)) is not None:
             body[key] = value
+    _check_bounds(body)
     return body
 
 
 _PASSED_AS_IS = ("gpus", "nodes", "gpu_model", "cpus", "memory_mb", "time_limit_s", "priority", "lab",
                  "preemptible")
+
+# field -> (option, least, most, the most in words): the server's limits (docs/api.md), checked before sending.
+_BOUNDS: dict[str, tuple[str, int, int, str]] = {
+    "gpus": ("--gpus", 0, MAX_GPUS, f"{MAX_GPUS}"),
+    "nodes": ("--nodes", 1, MAX_NODES, f"{MAX_NODES}"),
+    "cpus": ("--cpus", 0, MAX_CPUS, f"{MAX_CPUS:,}"),
+    "memory_mb": ("--mem", 1, MAX_MEMORY_MB, f"{MAX_MEMORY_MB >> 20}T"),
+    "time_limit_s": ("--time", 1, MAX_TIME_LIMIT_S, f"{MAX_TIME_LIMIT_S // 86400} days"),
+}
+
+
+def _check_bounds(body: dict[str, Any]) -> None:
+    for key, (option, least, most, words) in _BOUNDS.items():
+        value = body.get(key)
+        if value is not None and value > most:
+            raise UsageProblem(f"{option}: at most {words} may be asked for; give less")
+        if value is not None and value < least:
+            raise UsageProblem(f"{option}: {value} is below {least}; give {least} or more")
 
 
 def _on_path(name: str) -> bool:

@@ -136,6 +136,8 @@ def show_lines(job: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _show_value(key: str, value: Any) -> str:
+    if key == "env" and value is None:
+        return "(hidden: only the job's owner and admins see it)"
     if value is None:
         return "-"
     if key == "allocation":

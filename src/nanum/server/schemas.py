@@ -178,7 +178,7 @@ class NodeOut(BaseModel):
     gpus: list[GpuOut]
 
 
-class NodeIn(BaseModel):
+class NodeIn(ApiIn):
     name: NodeName
 
 
