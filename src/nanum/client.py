@@ -195,11 +195,11 @@ class ServerUnreachable(NanumError, ConnectionError):
         self.server = server
 
 
-class WaitTimeout(NanumError, TimeoutError):
 class _NoAnswer(NanumError):
     """The server took the request but did not answer in time."""
 
 
+class WaitTimeout(NanumError, TimeoutError):
     """`Client.wait` gave up before the job ended; `job` is its last known state."""
 
     def __init__(self, job: Job, timeout: float) -> None:
