@@ -29,8 +29,8 @@ from pathlib import Path
 from nanum.agent import fence, procs
 from nanum.agent.accounts import Refused, agent_account, job_account
 from nanum.agent.cgroups import Cgroups, oom_reason
-from nanum.agent.jobrecord import JobRecord, read_exit_file, read_log, signal_of
-from nanum.agent.launch import find_setpriv, job_env, prepare, spawn
+from nanum.agent.jobrecord import JobRecord, read_exit_file, read_log, read_workdir_failure, signal_of
+from nanum.agent.launch import check_fields, find_setpriv, job_env, prepare, spawn
 from nanum.protocol import JobLaunch, JobStatus
 
 __all__ = ["Executor"]
@@ -84,18 +84,22 @@ class Executor:
     # --- what the agent calls -------------------------------------------------------------------------------
 
     def start(self, launch: JobLaunch, *, allow_root: bool = False) -> JobStatus:
-        """Start `launch` unless this executor already holds that job; a refusal becomes `failed_to_start`."""
+        """Start `launch` unless this executor already holds that job. A job that cannot start, whatever the
+        reason (a refusal, a field no system call takes, an error of the system), becomes `failed_to_start` with
+        that reason, alone: the executor goes on serving the other jobs."""
         with self._cond:
             held = self._jobs.get(launch.job_id)
             if held is not None:
                 return held.status()
-            record = self._new_record(launch)
+            record = JobRecord(launch=launch, dir=self.jobs_dir / str(launch.job_id), boot_id=self._boot)
             try:
+                self._new_dir(record)
                 self._launch(record, allow_root)
             except Refused as exc:
-                record.state, record.reason, record.ended_at = "failed_to_start", str(exc), time.time()
-                record.save()
-                log.info("job %d failed to start: %s", launch.job_id, exc)
+                self._failed_to_start(record, str(exc))
+            except Exception as exc:  # one job's bad launch must not stop the agent
+                log.exception("job %d could not be started", launch.job_id)
+                self._failed_to_start(record, f"the agent could not start the job: {exc}")
             self._jobs[launch.job_id] = record
             self._changed()
             return record.status()
@@ -216,14 +220,21 @@ class Executor:
                     closed[0],
                 )
 
-    def _new_record(self, launch: JobLaunch) -> JobRecord:
-        job_dir = self.jobs_dir / str(launch.job_id)
-        shutil.rmtree(job_dir, ignore_errors=True)
-        job_dir.mkdir(mode=0o711)
-        return JobRecord(launch=launch, dir=job_dir, boot_id=self._boot)
+    def _new_dir(self, record: JobRecord) -> None:
+        shutil.rmtree(record.dir, ignore_errors=True)
+        record.dir.mkdir(mode=0o711)
+
+    def _failed_to_start(self, record: JobRecord, reason: str) -> None:
+        record.state, record.reason, record.ended_at = "failed_to_start", reason, time.time()
+        try:
+            record.save()
+        except OSError as exc:  # still reported from memory; a restarted agent will not know the job
+            log.warning("job %d: cannot record its failure to start in %s: %s", record.job_id, record.dir, exc)
+        log.info("job %d failed to start: %s", record.job_id, reason)
 
     def _launch(self, record: JobRecord, allow_root: bool) -> None:
         launch = record.launch
+        check_fields(launch)
         account = job_account(launch.unix_user, node=self.node, allow_root=allow_root, agent=self._agent)
         switch = account.uid != self._agent.uid
         prepare(record, account, node=self.node, switch_user=switch)
@@ -231,14 +242,23 @@ class Executor:
         enter = self._make_cgroup(launch)
         try:
             proc = spawn(record, account, env, switch_user=switch, setpriv=self._setpriv, cgroup_procs=enter)
-        except Refused:
+        except BaseException:
             self._end_cgroup(record)
             raise
         _CHILDREN[proc.pid] = proc
-        record.pid, record.start_ticks = proc.pid, procs.start_ticks(proc.pid)
-        record.state, record.started_at = "running", time.time()
-        record.save()
-        self._watch_pid(record)
+        try:
+            record.pid, record.start_ticks = proc.pid, procs.start_ticks(proc.pid)
+            record.state, record.started_at = "running", time.time()
+            record.save()
+            self._watch_pid(record)
+        except BaseException:  # a job the agent cannot keep track of must not run on unseen
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            _CHILDREN.pop(proc.pid, None)
+            proc.wait()
+            record.pid = record.start_ticks = record.started_at = None
+            self._end_cgroup(record)
+            raise
 
     def _make_cgroup(self, launch: JobLaunch) -> list[str]:
         """The job's fresh cgroup (its cgroup.procs files), where the node enforces limits."""
@@ -370,6 +390,10 @@ class Executor:
         self._set_result(record, read_exit_file(record.exit_path), returncode, lost)
         self._end_cgroup(record)
         record.state, record.ended_at = "exited", time.time()
+        why = read_workdir_failure(record.exit_path)
+        if why is not None:  # the wrapper, as the job's user, could not enter the working directory
+            record.state, record.reason = "failed_to_start", _workdir_failure(record, why)
+            record.exit_code = record.signal = None
         record.save()
         log.info("job %d ended: %s", record.job_id, _describe_end(record))
         self._changed()
@@ -432,6 +456,12 @@ def _describe_end(record: JobRecord) -> str:
     else:
         text = f"exit code {record.exit_code}" if record.exit_code is not None else "exit status unknown"
     return f"{text}; {record.reason}" if record.reason else text
+
+
+def _workdir_failure(record: JobRecord, why: str) -> str:
+    launch = record.launch
+    text = f"cannot enter working directory {launch.workdir} as {launch.unix_user}"
+    return f"{text}: {why}" if why else f"{text}; check that it exists and that {launch.unix_user} may enter it"
 
 
 def _duration(seconds: float) -> str:

@@ -3,7 +3,8 @@
 Files in a job's directory:
 - `job.json`  this record: the launch request, pid and process start time, stop requests, and the result;
 - `output.log` stdout and stderr of the job;
-- `exit`      written by the wrapper shell with the job's exit status when the command ends;
+- `exit`      written by the wrapper shell with the job's exit status when the command ends, or with
+              `workdir: ` and the reason when the job's user could not enter its working directory;
 - `preempt`   created by the agent just before it sends SIGTERM, so the job can tell it should checkpoint;
 - `activity`  touched by the job (a notebook) whenever its user is at work: idle detection reads its mtime;
 - `fenced`    created just before the job is stopped for want of a lease (`nanum.agent.fence`).
@@ -24,12 +25,14 @@ from typing import Literal
 
 from nanum.protocol import JobLaunch, JobStatus
 
-__all__ = ["CHECKPOINT_MARK", "JobRecord", "read_exit_file", "read_log", "signal_of"]
+__all__ = ["CHECKPOINT_MARK", "JobRecord", "read_exit_file", "read_log", "read_workdir_failure", "signal_of"]
 
 log = logging.getLogger("nanum.agent")
 
 State = Literal["starting", "running", "exited", "failed_to_start"]
 MAX_SIGNAL = 64
+WORKDIR_FAILED = "workdir: "
+ENV_CD_ERROR = ": cannot change directory to "  # what `env -C` says, after its name
 #: The file in a job's checkpoint directory whose modification time says when it last saved its state.
 CHECKPOINT_MARK = ".checkpoint"
 
@@ -108,7 +111,7 @@ class JobRecord:
             return None
         try:
             return os.stat(os.path.join(self.launch.checkpoint_dir, CHECKPOINT_MARK)).st_mtime
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a path no system call takes (a null byte)
             return None
 
     def log_size(self) -> int:
@@ -148,6 +151,23 @@ def read_exit_file(path: Path) -> int | None:
         return int(text)
     except ValueError:
         return None
+
+
+def read_workdir_failure(path: Path) -> str | None:
+    """When the wrapper could not enter the job's working directory as its user: why, in the kernel's words
+    (`Permission denied`), or '' when it could not tell; None when the exit file says nothing of the kind."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    if not text.startswith(WORKDIR_FAILED):
+        return None
+    said = text[len(WORKDIR_FAILED) :].splitlines()
+    _, found, after = (said[0] if said else "").partition(ENV_CD_ERROR)
+    if not found or ": " not in after:
+        return ""
+    why = after.rsplit(": ", 1)[1].strip()
+    return why if len(why) <= 100 and why.isprintable() else ""
 
 
 def signal_of(code: int) -> int | None:
