@@ -25,11 +25,23 @@ def alembic_config(db: Database) -> Config:
 
 
 def upgrade(db: Database, revision: str = "head") -> None:
-    """Run every migration up to `revision` in one transaction."""
+    """Run every migration up to `revision` in one transaction.
+
+    On SQLite a batch migration rebuilds a table (copy, drop, rename); with foreign keys enforced, dropping the old
+    `jobs` would cascade to every allocation and event. So foreign keys are off while migrations run (SQLite
+    ignores that pragma inside a transaction: it is set on the raw connection first) and on again after."""
     cfg = alembic_config(db)
-    with db.engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+    with db.engine.connect() as conn:
+        raw = conn.connection.dbapi_connection if db.is_sqlite else None
+        if raw is not None:
+            raw.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with conn.begin():
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, revision)
+        finally:
+            if raw is not None:
+                raw.execute("PRAGMA foreign_keys=ON")
 
 
 def downgrade(db: Database, revision: str) -> None:
