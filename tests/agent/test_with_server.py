@@ -103,3 +103,21 @@ def test_jobs_run_as_their_owner_report_back_and_survive_an_agent_restart(
             assert alice.logs(slow["id"]).text == "finished\n"
     finally:
         remove(workdir)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: jobs run as another account")
+def test_a_job_whose_user_cannot_enter_its_directory_fails_with_the_reason(
+    server: tuple[str, str], tmp_path: Path
+) -> None:
+    url, admin = server
+    account = job_account()
+    with Client(url, admin) as c:
+        node_token = c.add_node(NODE)["token"]
+        user_token = c.add_user("alice", ["vision"], unix_user=account)["token"]
+    with Client(url, user_token) as alice, running_agent(url, node_token, tmp_path / "agent"):
+        job = alice.submit(["ls"], gpus=1, workdir="/root")
+        done = alice.wait(job["id"], timeout=30)
+        log = alice.logs(job["id"]).text
+    assert done["state"] == "failed"
+    assert done["reason"] == f"cannot enter working directory /root as {account}: Permission denied"
+    assert log == ""
