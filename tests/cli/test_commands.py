@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -278,3 +279,17 @@ def test_non_admins_are_refused_clearly(api: FakeApi, nanum: Nanum) -> None:
     api.on("POST", "/users", {"detail": "only admins may add users"}, status=403)
     result = nanum("user", "add", "eve")
     assert (result.exit_code, result.stderr) == (2, "nanum: error: only admins may add users\n")
+
+
+def test_server_opens_webhooks_to_named_hosts_and_names_in_metrics_only_when_asked(
+    nanum: Nanum, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import nanum.server.runtime as runtime
+
+    started: list[Any] = []
+    monkeypatch.setattr(runtime, "start", lambda settings, *args: started.append(settings))
+    assert nanum("server", "--home", str(tmp_path)).exit_code == 0
+    args = ["--webhook-allow-host", "Hooks.Lab.internal.", "--webhook-allow-host", "[::1]", "--metrics-names"]
+    assert nanum("server", "--home", str(tmp_path), *args).exit_code == 0
+    assert (started[0].webhook_allow_hosts, started[0].metrics_names) == (frozenset(), False)
+    assert started[1].webhook_allow_hosts == {"hooks.lab.internal", "::1"} and started[1].metrics_names

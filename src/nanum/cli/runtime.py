@@ -28,6 +28,15 @@ PolicyOpt = Annotated[
 HalfLifeOpt = Annotated[
     str | None, typer.Option("--half-life", metavar="D", help="Fair-share usage counts half after D (default: 7d).")
 ]
+WebhookHostOpt = Annotated[
+    list[str] | None,
+    typer.Option("--webhook-allow-host", metavar="HOST", help="Let webhooks reach HOST although it is a loopback, "
+                 "private or link-local address (refused by default); repeat for more hosts."),
+]
+MetricsNamesOpt = Annotated[
+    bool, typer.Option("--metrics-names", help="Name users and labs in /metrics, served without a token (off by "
+                       "default).")
+]
 GraceOpt = Annotated[
     float | None,
     typer.Option("--grace", metavar="S", min=0, help="Seconds from SIGTERM to SIGKILL for labs without their own "
@@ -55,9 +64,11 @@ def up(
     half_life: HalfLifeOpt = None,
     grace: GraceOpt = None,
     lease: LeaseOpt = None,
+    webhook_allow_host: WebhookHostOpt = None,
+    metrics_names: MetricsNamesOpt = False,
 ) -> None:
     """Start nanum on this machine: the server, the scheduler and an agent for this machine's GPUs."""
-    tuning = _scheduling(policy, half_life, grace, lease)
+    tuning = _scheduling(policy, half_life, grace, lease) | _exposure(webhook_allow_host, metrics_names)
     _run(home, host, port, db, allow_root_jobs, with_agent=True, simulate=simulate_gpus, tuning=tuning)
 
 
@@ -72,9 +83,11 @@ def server(
     half_life: HalfLifeOpt = None,
     grace: GraceOpt = None,
     lease: LeaseOpt = None,
+    webhook_allow_host: WebhookHostOpt = None,
+    metrics_names: MetricsNamesOpt = False,
 ) -> None:
     """Start only the server and scheduler; GPU machines join with `nanum agent`."""
-    tuning = _scheduling(policy, half_life, grace, lease)
+    tuning = _scheduling(policy, half_life, grace, lease) | _exposure(webhook_allow_host, metrics_names)
     _run(home, host, port, db, allow_root_jobs, with_agent=False, simulate=None, tuning=tuning)
 
 
@@ -105,6 +118,12 @@ def _scheduling(
     if lease is not None:
         tuning["lease_s"] = lease
     return tuning
+
+
+def _exposure(webhook_hosts: list[str] | None, metrics_names: bool) -> dict[str, Any]:
+    """Server settings that open what is closed by default: webhooks to internal hosts, names in /metrics."""
+    hosts = frozenset(h.strip().lower().strip("[]").rstrip(".") for h in webhook_hosts or () if h.strip())
+    return {"webhook_allow_hosts": hosts, "metrics_names": metrics_names}
 
 
 def _run(
