@@ -3,20 +3,25 @@ fails alone: the environment (LD_PRELOAD), the working directory, the checkpoint
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from nanum.agent import procs
 from nanum.agent.executor import Executor
+from nanum.agent.monitor import JobView, last_activity
 from tests.agent.conftest import NODE, make_launch
 from tests.agent.fakeserver import FakeServer
 from tests.agent.test_agent_loop import make_agent, running
@@ -322,3 +327,45 @@ def test_a_checkpoint_directory_of_another_user_is_refused(
     assert status.reason == (f"checkpoint directory {ckpt} already exists and belongs to another user "
                              f"(uid {bob.pw_uid}); an admin should remove it")
     assert ckpt.stat().st_uid == bob.pw_uid
+
+
+# --- the job's environment as the monitor reads it ---------------------------------------------------------------
+
+
+def test_a_notebooks_jupyter_url_never_makes_the_agent_read_a_local_file(tmp_path: Path) -> None:
+    status = tmp_path / "private" / "api" / "status"
+    status.parent.mkdir(parents=True)
+    status.write_text(json.dumps({"last_activity": "2024-05-01T10:00:00Z"}))
+    status.chmod(0o600)
+
+    class Jupyter(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/moved/api/status":
+                self.send_response(302)
+                self.send_header("Location", f"file://{status}")
+                self.end_headers()
+                return
+            body = json.dumps({"last_activity": "2024-06-01T10:00:00Z"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Jupyter)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        def seen(url: str) -> float | None:
+            return last_activity(JobView(1, None, (), env={"NANUM_JUPYTER_URL": url}))
+
+        assert seen(base) == datetime(2024, 6, 1, 10, tzinfo=UTC).timestamp()
+        assert seen(f"file://{status.parent.parent}") is None
+        assert seen(f"{base}/moved") is None
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)

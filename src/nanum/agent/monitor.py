@@ -268,15 +268,38 @@ def last_activity(job: JobView) -> float | None:
 
 
 def _jupyter_activity(url: str, token: str | None) -> float | None:
-    request = urllib.request.Request(url.rstrip("/") + "/api/status")
+    """Jupyter's last activity from its /api/status. The URL is the job's (its environment) and the agent may
+    run as root: only http(s) is fetched, redirects included, so a job cannot make it read a local file."""
+    try:
+        request = urllib.request.Request(url.rstrip("/") + "/api/status")
+    except ValueError:
+        return None
+    if request.type not in ("http", "https"):
+        return None
     if token:
         request.add_header("Authorization", f"token {token}")
     try:
-        with urllib.request.urlopen(request, timeout=1.0) as response:
+        with _HTTP_ONLY.open(request, timeout=1.0) as response:
             stamp = json.loads(response.read()).get("last_activity")
         return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
     except (OSError, ValueError, AttributeError):
         return None
+
+
+def _http_only() -> urllib.request.OpenerDirector:
+    opener = urllib.request.OpenerDirector()
+    for handler in (
+        urllib.request.HTTPHandler(),
+        urllib.request.HTTPSHandler(),
+        urllib.request.HTTPRedirectHandler(),
+        urllib.request.HTTPErrorProcessor(),
+        urllib.request.HTTPDefaultErrorHandler(),
+    ):
+        opener.add_handler(handler)
+    return opener
+
+
+_HTTP_ONLY = _http_only()
 
 
 # -- the loop --------------------------------------------------------------------------------------------------
