@@ -357,7 +357,7 @@ class Client:
         return self._call("GET", "/nodes").json()  # type: ignore[no-any-return]
 
     def add_node(self, name: str) -> NewToken:
-        """Register a node (admin); the token is what `nanum agent --token` needs."""
+        """Register a node (admin); the token is what `nanum agent --token-file FILE` reads."""
         return self._call("POST", "/nodes", json={"name": name}).json()  # type: ignore[no-any-return]
 
     def me(self) -> Me:

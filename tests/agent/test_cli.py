@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.agent.fakeserver import FakeServer
+from tests.agent.fakeserver import TOKEN, FakeServer
 from tests.e2e.cluster import free_port, nanum_command
 
 
@@ -16,14 +16,15 @@ def agent_cmd(*args: str) -> list[str]:
     return [*nanum_command(), "agent", *args]
 
 
-def env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("NANUM_")}
+def env(token: str | None = "t") -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("NANUM_")}
+    return clean if token is None else {**clean, "NANUM_NODE_TOKEN": token}
 
 
 def test_a_bad_gpu_spec_is_one_line_and_exit_2(tmp_path: Path) -> None:
     result = subprocess.run(
         agent_cmd(
-            "--server", "http://127.0.0.1:1", "--token", "t", "--simulate-gpus", "lots", "--state-dir", str(tmp_path)
+            "--server", "http://127.0.0.1:1", "--simulate-gpus", "lots", "--state-dir", str(tmp_path)
         ),
         capture_output=True,
         text=True,
@@ -42,8 +43,6 @@ def test_a_refused_token_is_one_line_and_exit_1(tmp_path: Path) -> None:
             agent_cmd(
                 "--server",
                 server.url,
-                "--token",
-                "wrong",
                 "--simulate-gpus",
                 "2",
                 "--state-dir",
@@ -52,7 +51,7 @@ def test_a_refused_token_is_one_line_and_exit_1(tmp_path: Path) -> None:
             ),
             capture_output=True,
             text=True,
-            env=env(),
+            env=env("wrong"),
             timeout=30,
         )
     finally:
@@ -66,7 +65,7 @@ def test_a_refused_token_is_one_line_and_exit_1(tmp_path: Path) -> None:
 def test_without_a_server_it_waits_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     proc = subprocess.Popen(
-        agent_cmd("--server", url, "--token", "t", "--name", "n1", "--state-dir", str(tmp_path)),
+        agent_cmd("--server", url, "--name", "n1", "--state-dir", str(tmp_path)),
         stderr=subprocess.PIPE,
         text=True,
         env=env(),
@@ -82,3 +81,54 @@ def test_without_a_server_it_waits_and_stops_cleanly_on_sigterm(tmp_path: Path) 
     assert proc.returncode == 0, err
     assert f"cannot reach the server at {url}" in err and "jobs keep running" in err
     assert "Traceback" not in err
+
+
+def run_agent(*args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+    argv = agent_cmd("--server", "http://127.0.0.1:1", "--simulate-gpus", "2", *args)
+    return subprocess.run(argv, capture_output=True, text=True, env=env(token), timeout=30)
+
+
+def test_a_token_file_other_users_could_read_or_write_is_refused_like_an_ssh_key(tmp_path: Path) -> None:
+    path = tmp_path / "node-token"
+    path.write_text("secret-node-token\n")
+    for mode in (0o644, 0o620, 0o604):
+        path.chmod(mode)
+        result = run_agent("--token-file", str(path), "--state-dir", str(tmp_path / "state"), token=None)
+        assert result.returncode == 2
+        assert result.stderr == (
+            f"nanum: error: token file {path} can be read or written by other users (mode {mode:03o}); "
+            f"run `chmod 600 {path}`\n"
+        )
+
+
+def test_the_token_is_never_taken_from_the_command_line(tmp_path: Path) -> None:
+    result = run_agent("--token", "secret-node-token", "--state-dir", str(tmp_path), token=None)
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith("nanum: error: --token would show the node token to every user of this machine")
+    assert "--token-file FILE" in line and "NANUM_NODE_TOKEN" in line
+    missing = run_agent("--state-dir", str(tmp_path), token=None)
+    assert missing.returncode == 2 and "--token-file FILE" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_the_token_from_a_private_file_reaches_the_server_and_not_the_process_list(tmp_path: Path) -> None:
+    path = tmp_path / "agent.secret"
+    path.write_text(f"{TOKEN}\n")
+    path.chmod(0o600)
+    server = FakeServer()
+    proc = subprocess.Popen(
+        agent_cmd("--server", server.url, "--token-file", str(path), "--simulate-gpus", "1", "--name", "n1",
+                  "--state-dir", str(tmp_path / "state"), "--sample-interval", "0", "--quiet"),
+        stderr=subprocess.PIPE, text=True, env=env(None),
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not server.beats and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert server.beats, "the server never accepted the agent's token"
+        for what in ("cmdline", "environ"):
+            assert TOKEN.encode() not in Path(f"/proc/{proc.pid}/{what}").read_bytes(), what
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=15)
+        server.close()

@@ -256,4 +256,5 @@ def node_add(name: NameArg, json: JsonOpt = False, server: ServerOpt = None, tok
         return
     print(created["token"])
     if sys.stdout.isatty():
-        note(f"on {name} run: nanum agent --server {client.server} --token {created['token']} --name {name}")
+        note(f"on {name}, save this token in a file only you can read (chmod 600 FILE) and run: "
+             f"nanum agent --server {client.server} --token-file FILE --name {name}")

@@ -22,16 +22,16 @@ def agent(
             help="The nanum server to join, e.g. http://head:8080.",
         ),
     ],
-    token: Annotated[
-        str,
+    token_file: Annotated[
+        Path | None,
         typer.Option(
-            "--token",
-            envvar="NANUM_NODE_TOKEN",
-            show_envvar=False,
-            metavar="TOKEN",
-            help="This node's token, from `nanum node add NAME`.",
+            "--token-file",
+            metavar="PATH",
+            help="A file holding this node's token (from `nanum node add NAME`), readable by you alone "
+            "(chmod 600). Default: $NANUM_NODE_TOKEN.",
         ),
-    ],
+    ] = None,
+    token: Annotated[str | None, typer.Option("--token", hidden=True)] = None,
     name: Annotated[str | None, typer.Option("--name", help="Node name (default: the host name).")] = None,
     simulate_gpus: Annotated[
         str | None,
@@ -67,14 +67,27 @@ def agent(
     running jobs keep running and are picked up again when it restarts."""
     import asyncio
     import logging
+    import os
     import signal
     import socket
 
+    from nanum.agent import nodetoken
     from nanum.agent.agent import Agent, AgentConfig, AgentError
     from nanum.agent.gpus import SpecError, parse_spec
     from nanum.cli.common import fail
     from nanum.config import default_home
 
+    if token is not None:
+        fail(
+            "--token would show the node token to every user of this machine (`ps`); put it in a file only you can "
+            "read (chmod 600 FILE) and pass --token-file FILE, or set NANUM_NODE_TOKEN",
+            2,
+        )
+    try:
+        secret = nodetoken.resolve(token_file, os.environ)
+    except nodetoken.TokenError as exc:
+        fail(str(exc), 2)
+    os.environ.pop(nodetoken.ENV_VAR, None)  # nothing this agent starts inherits it
     node = name or socket.gethostname().split(".")[0]
     if simulate_gpus is not None:
         try:
@@ -91,7 +104,7 @@ def agent(
         logging.getLogger("nanum.agent").setLevel(logging.DEBUG)
     config = AgentConfig(
         server=server,
-        token=token,
+        token=secret,
         name=node,
         simulate_gpus=simulate_gpus,
         state_dir=state_dir or default_home() / f"agent-{node}",

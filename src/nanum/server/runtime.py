@@ -346,6 +346,9 @@ def _announce(ctx: ServerContext, url: str, started: Started, agent: LocalAgent 
         "Add people:     nanum user add NAME --lab LAB",
     ]
     if agent is None:
-        lines.append("Add GPU nodes:  nanum node add NAME; on that machine: nanum agent --server URL --token TOKEN")
+        lines.append(
+            "Add GPU nodes:  nanum node add NAME; on that machine save the token in a file only you can read "
+            "(chmod 600 FILE) and run: nanum agent --server URL --token-file FILE"
+        )
     lines.append("Ctrl-C stops nanum; running jobs keep running.")
     print("\n".join(lines), flush=True)

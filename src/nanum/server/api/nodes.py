@@ -18,5 +18,5 @@ def list_nodes(ctx: Context, _: CallerDep) -> list[NodeOut]:
 
 @router.post("", status_code=201)
 def add_node(body: NodeIn, ctx: Context, _: AdminDep) -> TokenOut:
-    """Register a node; the token is what `nanum agent --token` needs on that machine."""
+    """Register a node; the token is what `nanum agent --token-file FILE` reads on that machine."""
     return TokenOut(name=body.name, token=accounts.add_node(ctx, body.name))
