@@ -11,17 +11,41 @@ from __future__ import annotations
 
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+
+T = TypeVar("T")
+
+#: PostgreSQL's SQLSTATE for a transaction it rolled back to break a deadlock.
+DEADLOCK_DETECTED = "40P01"
 
 #: Base of the PostgreSQL advisory lock held by the server that is scheduling (mixed with the schema's name).
 SCHEDULER_LOCK_BASE = 0x6E616E756D  # "nanum"
+
+
+def is_deadlock(exc: BaseException) -> bool:
+    """PostgreSQL rolled this transaction back to break a deadlock: it changed nothing and may simply run again."""
+    return isinstance(exc, OperationalError) and getattr(exc.orig, "sqlstate", None) == DEADLOCK_DETECTED
+
+
+def retry_deadlocks(work: Callable[[], T], attempts: int = 3) -> T:
+    """Run `work` (one or more whole write transactions), again when PostgreSQL picked it as a deadlock's victim.
+    Two transactions that lock the same rows in opposite orders (two heartbeats charging the same labs' usage
+    for jobs that ended) can deadlock; the one rolled back succeeds when it runs again."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return work()
+        except OperationalError as exc:
+            if attempt == attempts or not is_deadlock(exc):
+                raise
+    raise AssertionError("unreachable")
 
 
 def sqlite_url(home: Path) -> str:

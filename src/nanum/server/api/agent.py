@@ -16,6 +16,7 @@ from nanum.protocol import Heartbeat, HeartbeatReply
 from nanum.server.auth import Context, NodeCaller, NodeDep
 from nanum.server.context import ServerContext
 from nanum.server.services import agent
+from nanum.store.db import retry_deadlocks
 
 router = APIRouter(prefix="/agent", tags=["agent"])
 
@@ -32,7 +33,7 @@ async def heartbeat(body: Heartbeat, ctx: Context, node: NodeDep, request: Reque
     changed = signals.event(node.name)
     if body.samples:
         await run_in_threadpool(request.app.state.monitoring.record, node.id, body.samples)
-    outcome = await run_in_threadpool(agent.heartbeat, ctx, node, body)
+    outcome = await run_in_threadpool(retry_deadlocks, lambda: agent.heartbeat(ctx, node, body))
     if outcome.poke:
         signals.poke()
     signals.wake(outcome.woken - {node.name})
