@@ -138,6 +138,7 @@ class Node(TypedDict):
     memory_mb: int
     limits: str
     gpus: list[Gpu]
+    unaccepted_gpus: list[Gpu]
 
 
 class Me(TypedDict):
@@ -355,6 +356,10 @@ class Client:
 
     def nodes(self) -> list[Node]:
         return self._call("GET", "/nodes").json()  # type: ignore[no-any-return]
+
+    def accept_node(self, name: str) -> Node:
+        """Schedule the GPUs a node reports beyond those it was accepted with (admin)."""
+        return self._call("POST", f"/nodes/{name}/accept").json()  # type: ignore[no-any-return]
 
     def add_node(self, name: str) -> NewToken:
         """Register a node (admin); the token is what `nanum agent --token-file FILE` reads."""

@@ -103,6 +103,18 @@ def checkpoint(w: World) -> Call:
     return Call(f"/api/v1/jobs/{j}/checkpoint", witness=job_state(w, j))
 
 
+def accept_gpus(w: World) -> Call:
+    """gpu-01's agent reports one GPU more than it was accepted with; the call accepts it."""
+    w.agent.gpus += 1
+    w.agent.beat()
+
+    def inventory() -> Any:
+        node = next(n for n in w.read(V1 + "/nodes") if n["name"] == "gpu-01")
+        return [[g["index"] for g in node[k]] for k in ("gpus", "unaccepted_gpus")]
+
+    return Call(V1 + "/nodes/gpu-01/accept", witness=inventory)
+
+
 def submit_job(w: World) -> Call:
     return Call("/api/v1/jobs", {"command": ["true"], "gpus": 0}, witness=lambda: len(w.read("/api/v1/jobs?all=1")))
 
@@ -147,6 +159,7 @@ TABLE = [
     row("POST", "/api/v1/nodes",
         lambda w: Call(V1 + "/nodes", {"name": w.fresh_name("n")}, witness=names(w, V1 + "/nodes")),
                                                                                401, 401, 403, 403, 403, 403, 201, 401),
+    row("POST", "/api/v1/nodes/{name}/accept", accept_gpus,                   401, 401, 403, 403, 403, 403, 200, 401),
     row("GET", "/api/v1/nodes/{name}/gpus/{index}/history", at(V1 + "/nodes/gpu-01/gpus/0/history"),
                                                                                401, 401, 200, 200, 200, 200, 200, 401),
     row("GET", "/api/v1/me", at(V1 + "/me"),                                   401, 401, 200, 200, 200, 200, 200, 401),

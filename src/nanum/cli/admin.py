@@ -245,6 +245,18 @@ def lab_list(json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = 
         print(f"{lab['name']}\t{quota_text(dict(lab))}")
 
 
+@node_app.command("accept", cls=Command)
+@clean_errors
+def node_accept(name: NameArg, json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None) -> None:
+    """Schedule the GPUs a node reports beyond those it was registered with (see `nanum nodes`)."""
+    with connect(server, token) as client:
+        node = client.accept_node(name)
+    if json:
+        print_json(node)
+        return
+    print(f"Node {name} now schedules {len(node['gpus'])} GPUs.")
+
+
 @node_app.command("add", cls=Command)
 @clean_errors
 def node_add(name: NameArg, json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None) -> None:

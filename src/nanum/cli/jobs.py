@@ -226,7 +226,8 @@ def nodes(json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = Non
     if not found:
         note("No nodes yet: start `nanum up`, or `nanum agent` on a GPU server.")
         return
-    from nanum.cli.views import NODE_COLUMNS, limits_caption, node_rows, print_table
+    from nanum.cli.views import NODE_COLUMNS, inventory_caption, limits_caption, node_rows, print_table
 
-    caption = limits_caption(found)  # type: ignore[arg-type]
+    captions = (limits_caption(found), inventory_caption(found))  # type: ignore[arg-type]
+    caption = "\n".join(c for c in captions if c) or None
     print_table(NODE_COLUMNS, node_rows(found), caption, wide="USER")  # type: ignore[arg-type]

@@ -199,6 +199,18 @@ def limits_caption(nodes: Sequence[dict[str, Any]]) -> str | None:
     return "\n".join(lines) or None
 
 
+def inventory_caption(nodes: Sequence[dict[str, Any]]) -> str | None:
+    """A line under the `nanum nodes` table for each node whose agent reports GPUs it was not accepted with."""
+    lines = []
+    for n in nodes:
+        extra = n.get("unaccepted_gpus") or []
+        if extra:
+            models = ", ".join(sorted({str(g.get("model") or "unknown") for g in extra}))
+            lines.append(f"! {n['name']} reports {len(extra)} GPUs it was not accepted with ({models}); they are not "
+                         f"used until an admin runs `nanum node accept {n['name']}`")
+    return "\n".join(lines) or None
+
+
 RIGHT_ALIGNED = frozenset({"ID", "GPUS", "GPU", "JOB", "TIME", "MEMORY", "UTIL"})
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from types import FrameType
 
 import uvicorn
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -158,6 +158,8 @@ def bootstrap_node(ctx: ServerContext) -> tuple[str, str]:
     if token is None or row is None or row.token_hash != hash_token(token):
         token = accounts.add_node(ctx, name, new_token(), replace=True)
         _write_secret(path, token)
+    with ctx.db.write() as s:  # whoever starts `nanum up` is its admin: the local agent's next report is accepted
+        s.execute(update(NodeRow).where(NodeRow.name == name).values(accepted_gpus=None, unaccepted_gpus=None))
     return name, token
 
 

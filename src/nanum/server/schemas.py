@@ -176,6 +176,11 @@ class NodeOut(BaseModel):
         description="how the node holds jobs to --cpus and --mem: `cgroup v2`, `cgroup v1` or `not enforced (why)`",
     )
     gpus: list[GpuOut]
+    unaccepted_gpus: list[GpuOut] = Field(
+        default_factory=list,
+        description="GPUs its agent reports beyond those it was accepted with: never scheduled until an admin "
+        "accepts them (POST /nodes/{name}/accept)",
+    )
 
 
 class NodeIn(ApiIn):

@@ -84,6 +84,11 @@ class NodeRow(Base):
     state: Mapped[str] = mapped_column(String(16), default="down")
     last_seen: Mapped[float | None] = mapped_column(Float)
     desired_version: Mapped[int] = mapped_column(Integer, default=0)
+    #: The GPUs ({index, uuid, model}) the node was taken into service with: from its first heartbeat, or an
+    #: admin's `nanum node accept`. Only reported GPUs among these are in `inventory` (nanum.server.services.inventory).
+    accepted_gpus: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON(none_as_null=True))
+    #: GPUs the last heartbeat reported beyond the accepted ones: shown, never scheduled. None: there are none.
+    unaccepted_gpus: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON(none_as_null=True))
     created: Mapped[float] = mapped_column(Float)
 
 
@@ -212,8 +217,9 @@ class SegmentRow(Base):
 
 
 class AuditRow(Base):
-    """Who changed what, when: a lab's or user's (`kind`) quota set by `actor`, or a budget warning (actor
-    `nanum`). `changes` maps each field to `[old, new]` (for warnings: month, level and figures)."""
+    """Who changed what, when: a lab's or user's (`kind`) quota set by `actor`, a budget warning (actor
+    `nanum`), or a node's GPUs: reported beyond those accepted (`mismatch`, actor `nanum`), or accepted by an
+    admin. `changes` maps each field to `[old, new]` (for warnings: month, level and figures)."""
 
     __tablename__ = "audit"
     __table_args__ = (Index("ix_audit_subject", "kind", "name", "time"),)

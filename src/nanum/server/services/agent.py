@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from nanum.protocol import Heartbeat, HeartbeatReply, JobLaunch, JobStatus, LogChunk
 from nanum.server.auth import NodeCaller
 from nanum.server.context import ServerContext
+from nanum.server.services import inventory as nodeinventory
 from nanum.server.services import lifecycle
 from nanum.store import AllocationRow, JobRow, LabRow, NodeRow, UserRow
 
@@ -44,7 +45,7 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
     with ctx.db.write() as s:
         node = s.get(NodeRow, who.id, with_for_update=True)
         assert node is not None
-        poke = _record_node(ctx, node, hb, now)
+        poke = _record_node(ctx, s, node, hb, now)
         held = _held(s, node.id)
         acks, woken, freed = _record_jobs(s, node, hb, held, now, ctx.settings.half_life_s)
         poke = poke or bool(acks) or bool(woken) or freed
@@ -83,9 +84,11 @@ def _reply(ctx: ServerContext, desired: list[JobLaunch], acks: list[int], offset
     )
 
 
-def _record_node(ctx: ServerContext, node: NodeRow, hb: Heartbeat, now: float) -> bool:
-    """Store inventory and liveness. True when the scheduler should look again (node came up, hardware changed)."""
+def _record_node(ctx: ServerContext, s: Session, node: NodeRow, hb: Heartbeat, now: float) -> bool:
+    """Store inventory (its accepted GPUs only) and liveness. True when the scheduler should look again (node came
+    up, hardware changed)."""
     inventory = hb.node.model_dump(exclude={"name"})
+    inventory["gpus"] = nodeinventory.record(s, node, inventory["gpus"], now)
     changed = node.inventory != inventory
     came_up = node.state == "down"
     if changed:

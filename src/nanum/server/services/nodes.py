@@ -72,4 +72,8 @@ def _node_out(node: NodeRow, holders: dict[tuple[int, int], tuple[int, str]], no
         memory_mb=int(inv.get("memory_mb", 0)),
         limits=str(inv.get("limits", "")),
         gpus=gpus,
+        unaccepted_gpus=[
+            GpuOut(index=g["index"], uuid=g.get("uuid", ""), model=g.get("model", ""), memory_mb=g.get("memory_mb", 0))
+            for g in node.unaccepted_gpus or ()
+        ],
     )
