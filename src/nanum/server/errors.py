@@ -84,3 +84,29 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(HTTPException, on_http)
+    _publish_error_shape(app)
+
+
+#: What every error body is, as the OpenAPI schema publishes it.
+ERROR_SCHEMA = {
+    "title": "Error",
+    "type": "object",
+    "properties": {"detail": {"title": "Detail", "type": "string", "description": "what went wrong, in one sentence"}},
+    "required": ["detail"],
+}
+
+
+def _publish_error_shape(app: FastAPI) -> None:
+    """Make the published schema describe 422 bodies as they are sent (`{"detail": "one sentence"}`), not as
+    FastAPI's default list of validation errors, so clients generated from it can read them."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schemas = generate().get("components", {}).get("schemas", {})
+            if "HTTPValidationError" in schemas:
+                schemas["HTTPValidationError"] = ERROR_SCHEMA
+                schemas.pop("ValidationError", None)
+        return app.openapi_schema or generate()
+
+    app.openapi = openapi  # type: ignore[method-assign]
