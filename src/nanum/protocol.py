@@ -12,17 +12,23 @@ have surely passed. Endpoint: `POST /api/v1/agent/heartbeat`, authenticated with
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
+#: Integers a heartbeat carries into the store (ids, GPU indices, pids, exit codes, MiB) fit its 32-bit integer
+#: columns; byte counts of logs stay within 2**62. A heartbeat with one out of range is refused (422), not a 500.
+Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
+Count32 = Annotated[int, Field(ge=0, le=2**31 - 1)]
+ByteCount = Annotated[int, Field(ge=0, le=2**62)]
+
 
 class GpuInfo(BaseModel):
-    index: int
+    index: Count32
     uuid: str
     model: str
-    memory_mb: int
-    island: int = 0
+    memory_mb: Count32
+    island: Int32 = 0
 
 
 class NodeInfo(BaseModel):
@@ -45,16 +51,16 @@ class NodeInfo(BaseModel):
 class JobStatus(BaseModel):
     """One job the agent holds. `reason` explains a failure to start or an abnormal end in words."""
 
-    job_id: int
+    job_id: Count32
     state: Literal["running", "exited", "failed_to_start"]
-    pid: int | None = None
+    pid: Count32 | None = None
     started_at: float | None = None
     ended_at: float | None = None
-    exit_code: int | None = None
-    signal: int | None = None
+    exit_code: Int32 | None = None
+    signal: Int32 | None = None
     timed_out: bool = False
     reason: str | None = None
-    log_size: int | None = Field(default=None, description="bytes in the job's log when this was sent")
+    log_size: ByteCount | None = Field(default=None, description="bytes in the job's log when this was sent")
     checkpoint_at: float | None = Field(
         default=None, description="when the job last saved its state: mtime of $NANUM_CHECKPOINT_DIR/.checkpoint"
     )
@@ -62,15 +68,20 @@ class JobStatus(BaseModel):
         default=False,
         description="stopped on its node because the agent heard nothing from the server for longer than the lease",
     )
+    stopped: bool | None = Field(
+        default=None,
+        description="whether the agent had sent the job SIGTERM (a stop, its time limit) before it ended; "
+        "None from agents that do not say",
+    )
 
 
 class LogChunk(BaseModel):
     """Output of a job from byte `offset` of its log (stdout and stderr together), decoded as UTF-8."""
 
-    job_id: int
-    offset: int
+    job_id: Count32
+    offset: ByteCount
     data: str
-    nbytes: int | None = Field(
+    nbytes: ByteCount | None = Field(
         default=None, description="log bytes this chunk covers (`data` differs where bytes were not UTF-8)"
     )
 
@@ -78,9 +89,9 @@ class LogChunk(BaseModel):
 class GpuProcess(BaseModel):
     """A process using a GPU. `job_id` None: no nanum job owns it (someone bypassing the queue)."""
 
-    pid: int
-    memory_mb: int = 0
-    job_id: int | None = None
+    pid: Count32
+    memory_mb: Count32 = 0
+    job_id: Count32 | None = None
     user: str | None = None
     command: str | None = None
 
@@ -88,9 +99,9 @@ class GpuProcess(BaseModel):
 class GpuSample(BaseModel):
     """One reading of one GPU: utilisation (percent), memory in use (MiB), power (W) and temperature (°C)."""
 
-    index: int
+    index: Count32
     util: float = Field(ge=0, le=100)
-    memory_mb: int = Field(default=0, ge=0)
+    memory_mb: Count32 = 0
     power_w: float | None = None
     temperature_c: float | None = None
     processes: list[GpuProcess] = []
@@ -100,7 +111,7 @@ class JobSample(BaseModel):
     """What a job's processes did since the previous reading: CPU (percent of one core, summed over its
     processes) and, for notebooks where known, when its kernel was last active (epoch seconds)."""
 
-    job_id: int
+    job_id: Count32
     cpu_percent: float = Field(default=0.0, ge=0)
     last_activity: float | None = None
 
