@@ -1,5 +1,5 @@
 """Fuzzing the whole published API (schemathesis): no request may get a server error, and every response must
-match the schema the API publishes. About 1,700 cases on each database; `benchmarks/fuzz.py` runs many more."""
+match the schema the API publishes. About 1,400 cases on each database; `benchmarks/fuzz.py` runs many more."""
 
 from __future__ import annotations
 
