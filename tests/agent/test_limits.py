@@ -82,14 +82,21 @@ def test_a_job_within_its_memory_limit_runs_to_its_end(limited: Executor) -> Non
 
 
 def test_a_busy_job_gets_no_more_cpu_than_its_cpus(limited: Executor, cgroups: Cgroups) -> None:
-    limited.start(_launch(3, PYTHON, "-c", SPIN, cpus=1))
-    time.sleep(1.0)
-    stats = cgroups.stats(3)
-    status = limited.wait(3, 20)
-    assert status is not None and status.exit_code == 0, limited.read_log(3, 0, 10_000)[0]
-    assert stats is not None and stats.throttled > 0 and stats.throttled_us > 0
-    cpu_seconds = float(limited.read_log(3, 0, 10_000)[0].split()[-1])
-    assert cpu_seconds < 1.5 * 1.3  # two spinners for 1.5 s held to one core (unlimited: up to 3 s)
+    # Throttling shows only while the spinners could get more than one core: on a machine busy with other work
+    # they may not, so a few tries are allowed for that evidence; the CPU-time bound must hold on every try.
+    throttled = False
+    for job_id in (3, 5, 6):
+        limited.start(_launch(job_id, PYTHON, "-c", SPIN, cpus=1))
+        time.sleep(1.0)
+        stats = cgroups.stats(job_id)
+        status = limited.wait(job_id, 20)
+        assert status is not None and status.exit_code == 0, limited.read_log(job_id, 0, 10_000)[0]
+        cpu_seconds = float(limited.read_log(job_id, 0, 10_000)[0].split()[-1])
+        assert cpu_seconds < 1.5 * 1.3  # two spinners for 1.5 s held to one core (unlimited: up to 3 s)
+        throttled = stats is not None and stats.throttled > 0 and stats.throttled_us > 0
+        if throttled:
+            break
+    assert throttled, "the job's cgroup never throttled two spinners held to one core"
 
 
 def test_what_a_job_leaves_behind_in_another_session_is_killed_when_it_ends(limited: Executor) -> None:
