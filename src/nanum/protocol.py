@@ -73,6 +73,11 @@ class JobStatus(BaseModel):
         description="whether the agent had sent the job SIGTERM (a stop, its time limit) before it ended; "
         "None from agents that do not say",
     )
+    stopped: bool | None = Field(
+        default=None,
+        description="whether the agent had sent the job SIGTERM (a stop, its time limit) before it ended; "
+        "None from agents that do not say",
+    )
 
 
 class LogChunk(BaseModel):

@@ -193,7 +193,9 @@ class Agent:
                 await self._round(client)
             except _Retry as exc:
                 failures += 1
-                pause = min(self.config.backoff_max_s, 0.25 * 2 ** min(failures, 10))
+                # Retry well within the lease, so that a server back from a restart hears from this node (and
+                # of the jobs that ended meanwhile) before it gives the node up.
+                pause = min(self.config.backoff_max_s, self._reply.lease_s / 4, 0.25 * 2 ** min(failures, 10))
                 if failures == 1 or failures % 10 == 0:
                     log.warning("%s; retrying in %.1fs (jobs keep running)", exc, pause)
                 await self._sleep(pause, wake_on_events=False)

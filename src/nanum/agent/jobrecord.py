@@ -102,6 +102,7 @@ class JobRecord:
             log_size=self.log_size(),
             checkpoint_at=self.checkpoint_at(),
             fenced=self.fenced,
+            stopped=self.stop_reason is not None if self.state in ("exited", "failed_to_start") else None,
         )
 
     def checkpoint_at(self) -> float | None:

@@ -203,10 +203,12 @@ class Scheduler:
 
         A silent node's agent (or its guard) stops its jobs once its lease runs out, SIGKILLing each after its
         grace; so a node is given up `requeue_after_s(grace)` after it was last heard from, with the longest
-        grace of the jobs it holds (none: no grace). Never sooner, or a job could run twice at once. Right after
-        a restart of the server too: a node silent for that long has stopped its jobs, whether the server was
-        there to hear it or not."""
+        grace of the jobs it holds (none: no grace). Never sooner, or a job could run twice at once. After a
+        restart the server first gives every agent a lease and a margin to report what ended while it was away
+        (the agents retry well within their lease): a job that completed meanwhile must not be run again."""
         st = self.ctx.settings
+        if now - self.ctx.started < st.requeue_after_s(0.0):
+            return set(), 0
         cutoff = now - st.requeue_after_s(0.0)
         candidates = s.scalars(
             select(NodeRow)

@@ -48,6 +48,8 @@ OUTCOME = {
 }
 #: The outcome a run segment records, by `stop`, where it differs from the job's outcome.
 SEGMENT_OUTCOME = {"preempt": "preempted", "lost": "lost"}
+#: Stop reasons after which a job is requeued.
+REQUEUED = frozenset(k for k, v in OUTCOME.items() if v == "pending")
 #: A stop reason may be replaced by a stronger one (a user's cancel beats a preemption).
 STRENGTH = {"preempt": 1, "lost": 1, "fail": 2, "timeout": 2, "cancel": 3}
 
@@ -94,6 +96,8 @@ def part_exited(
     woken: set[str] = set()
     why, message, code = _part_outcome(status)
     rest = _holds_any(s, job.id)
+    if job.stop in REQUEUED and why is None and status.stopped is False and not rest:
+        job.stop = None  # it ran to a successful end before its agent could stop it: it completed, not requeued
     if job.stop is None:
         job.exit_code, job.reason = code, message
         if why is not None and rest:
