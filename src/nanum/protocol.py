@@ -12,9 +12,9 @@ have surely passed. Endpoint: `POST /api/v1/agent/heartbeat`, authenticated with
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: Integers a heartbeat carries into the store (ids, GPU indices, pids, exit codes, MiB) fit its 32-bit integer
 #: columns; byte counts of logs stay within 2**62. A heartbeat with one out of range is refused (422), not a 500.
@@ -23,7 +23,13 @@ Count32 = Annotated[int, Field(ge=0, le=2**31 - 1)]
 ByteCount = Annotated[int, Field(ge=0, le=2**62)]
 
 
-class GpuInfo(BaseModel):
+class Report(BaseModel):
+    """The base of what an agent reports: numbers are finite (NaN or Infinity is refused, 422)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
+class GpuInfo(Report):
     index: Count32
     uuid: str
     model: str
@@ -31,7 +37,7 @@ class GpuInfo(BaseModel):
     island: Int32 = 0
 
 
-class NodeInfo(BaseModel):
+class NodeInfo(Report):
     name: str
     hostname: str
     gpus: list[GpuInfo]
@@ -48,7 +54,7 @@ class NodeInfo(BaseModel):
     )
 
 
-class JobStatus(BaseModel):
+class JobStatus(Report):
     """One job the agent holds. `reason` explains a failure to start or an abnormal end in words."""
 
     job_id: Count32
@@ -73,14 +79,9 @@ class JobStatus(BaseModel):
         description="whether the agent had sent the job SIGTERM (a stop, its time limit) before it ended; "
         "None from agents that do not say",
     )
-    stopped: bool | None = Field(
-        default=None,
-        description="whether the agent had sent the job SIGTERM (a stop, its time limit) before it ended; "
-        "None from agents that do not say",
-    )
 
 
-class LogChunk(BaseModel):
+class LogChunk(Report):
     """Output of a job from byte `offset` of its log (stdout and stderr together), decoded as UTF-8."""
 
     job_id: Count32
@@ -91,7 +92,7 @@ class LogChunk(BaseModel):
     )
 
 
-class GpuProcess(BaseModel):
+class GpuProcess(Report):
     """A process using a GPU. `job_id` None: no nanum job owns it (someone bypassing the queue)."""
 
     pid: Count32
@@ -101,7 +102,7 @@ class GpuProcess(BaseModel):
     command: str | None = None
 
 
-class GpuSample(BaseModel):
+class GpuSample(Report):
     """One reading of one GPU: utilisation (percent), memory in use (MiB), power (W) and temperature (°C)."""
 
     index: Count32
@@ -112,7 +113,7 @@ class GpuSample(BaseModel):
     processes: list[GpuProcess] = []
 
 
-class JobSample(BaseModel):
+class JobSample(Report):
     """What a job's processes did since the previous reading: CPU (percent of one core, summed over its
     processes) and, for notebooks where known, when its kernel was last active (epoch seconds)."""
 
@@ -121,7 +122,7 @@ class JobSample(BaseModel):
     last_activity: float | None = None
 
 
-class Sample(BaseModel):
+class Sample(Report):
     """Every GPU of the node and every running job, read at one instant `time` (epoch seconds)."""
 
     time: float
@@ -129,12 +130,32 @@ class Sample(BaseModel):
     jobs: list[JobSample] = []
 
 
-class Heartbeat(BaseModel):
+def _without_nul(data: Any) -> Any:
+    """`data` with every NUL byte in its strings (keys too) replaced by U+FFFD."""
+    if isinstance(data, str):
+        return data.replace("\0", "\ufffd") if "\0" in data else data
+    if isinstance(data, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_without_nul(v) for v in data]
+    return data
+
+
+class Heartbeat(Report):
+    """What an agent reports. A NUL byte in any string (a job's log, a process's command) becomes U+FFFD: the
+    store cannot hold NUL (PostgreSQL refuses it in text), and refusing the heartbeat would cut the node off for
+    one job's output. Numbers are finite."""
+
     node: NodeInfo
     jobs: list[JobStatus] = []
     logs: list[LogChunk] = []
     samples: list[Sample] = Field(default=[], description="readings taken since the last heartbeat, oldest first")
     wait_s: float = Field(default=0.0, ge=0, le=30, description="hold the reply this long if nothing changes")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replace_nul(cls, data: Any) -> Any:
+        return _without_nul(data)
 
 
 class JobLaunch(BaseModel):

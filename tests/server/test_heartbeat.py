@@ -6,6 +6,7 @@ import time
 
 from sqlalchemy import select
 
+from nanum.protocol import LogChunk
 from nanum.server.context import ServerContext
 from nanum.server.services import accounts
 from nanum.store import EventRow
@@ -268,3 +269,29 @@ def test_a_requeued_jobs_next_run_logs_from_zero_after_a_header(
     assert agent.beat().log_offsets[j["id"]] == 11
     text = client.get(f"/api/v1/jobs/{j['id']}/logs", headers=auth(ALICE)).text
     assert text == "first run\n\n--- run 2 on gpu-01 ---\nsecond run\n"
+
+
+def test_a_nul_byte_in_a_report_does_not_cut_the_node_off(client: AsgiClient, agent: FakeAgent) -> None:
+    """A job that prints a NUL byte, or a process whose command holds one, must not make the node's heartbeats fail
+    (PostgreSQL refuses NUL in text): the byte is shown as U+FFFD and the node goes on being served."""
+    j = submit(client)
+    tick(client)
+    agent.beat()
+    agent.logs = [LogChunk(job_id=j["id"], offset=0, data="a\0b\n", nbytes=4)]
+    body = agent.heartbeat().model_dump(mode="json")
+    body["node"]["hostname"] = "gpu-01\0.lan"
+    body["samples"] = [{"time": time.time(), "gpus": [{"index": 0, "util": 50, "processes": [
+        {"pid": 4242, "user": "mallory\0", "command": "python\0-c"}]}]}]
+    r = client.post("/api/v1/agent/heartbeat", json=body, headers={"Authorization": f"Bearer {agent.token}"})
+    assert r.status_code == 200, r.text
+    assert client.get(f"/api/v1/jobs/{j['id']}/logs", headers=auth(ALICE)).text == "a\ufffdb\n"
+    agent.exit(j["id"], code=0)
+    agent.beat()
+    assert job(client, j["id"])["state"] == "completed"
+
+
+def test_a_report_with_nan_or_infinity_is_refused_with_a_sentence(client: AsgiClient, agent: FakeAgent) -> None:
+    body = agent.heartbeat().model_dump(mode="json")
+    body["samples"] = [{"time": "Infinity", "gpus": [{"index": 0, "util": "NaN"}]}]
+    r = client.post("/api/v1/agent/heartbeat", json=body, headers={"Authorization": f"Bearer {agent.token}"})
+    assert r.status_code == 422 and "finite" in r.json()["detail"]
