@@ -11,7 +11,8 @@ kills the server and starts it again, kills an agent and starts it again (at onc
 lease so that its jobs are fenced and requeued), or freezes an agent (SIGSTOP) for a while.
 
 A job that finished while its node was cut off, and that the server then gave up with its node, rightly runs
-again (the server cannot know it finished); every other job must run to its end exactly once.
+again (the server cannot know it finished), and so does one the server asked to stop (preemption) just as it
+finished (its agent's SIGTERM reached it before it exited); every other job must run to its end exactly once.
 
 Every run of a job appends `start JOB NODE GPUS PID TIME` and, when it finishes, `end JOB NODE GPUS PID TIME` to
 its own file, and holds an flock on a file per job and one per (node, GPU) while it runs: a run that cannot take
@@ -269,8 +270,10 @@ def _check(server: ServerProc, submitter: Submitter, rundir: Path, result: SeedR
         ends = [ln for ln in lines if ln[0] == "end"]
         result.runs += len(starts)
         result.requeued += len(starts) > 1
-        lost_at = [t for t, kind, _ in _events(server, job_id) if kind == "lost"]
-        excused = [e for e in ends[:-1] if _unreported(e, result.outages, lost_at)]
+        events = _events(server, job_id)
+        lost_at = [t for t, kind, _ in events if kind == "lost"]
+        stops_at = [t for t, kind, _ in events if kind in ("preempting", "lost")]
+        excused = [e for e in ends[:-1] if _unreported(e, result.outages, lost_at) or _raced(e, starts, stops_at)]
         if len(ends) - len(excused) != 1:
             v.append(f"job {job_id} ran to its end {len(ends)} times ({len(starts)} runs): {lines}; server: "
                      f"{[(round(t, 2), k) for t, k, _ in _events(server, job_id)]}; outages {result.outages}")
@@ -290,6 +293,14 @@ def _unreported(end: list[str], outages: list[tuple[str, float, float]], lost_at
     node, at = end[2], float(end[5])
     cut_off = any(n == node and start - 1.0 <= at <= stop for n, start, stop in outages)
     return cut_off and any(t > at for t in lost_at)
+
+
+def _raced(end: list[str], starts: list[list[str]], stops_at: list[float]) -> bool:
+    """Whether the server asked this run to stop while it was finishing: its agent's SIGTERM may have reached the
+    process after it wrote its end but before it exited, and a stopped job is requeued (it may have exited on
+    SIGTERM after saving its work)."""
+    began = next((float(s[5]) for s in starts if s[4] == end[4]), float(end[5]))
+    return any(began <= t <= float(end[5]) + 0.5 for t in stops_at)
 
 
 def _events(server: ServerProc, job_id: int) -> list[tuple[float, str, str]]:
