@@ -59,7 +59,7 @@ def test_compare_prints_one_table_and_json(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "args, message",
     [
-        pytest.param(("sim", "--cluster", "1x4"), "missing --trace, --out, --policy (or --compare)", id="missing"),
+        pytest.param(("sim", "--cluster", "1x4"), "missing --trace, --out", id="missing"),
         pytest.param(("sim", "-t", "nope.csv", "-c", "1x4", "-p", "fifo", "-o", "x"), "nope.csv does not exist",
                      id="no-trace"),
         pytest.param(("sim", "-t", str(GOLDEN / "backfill.csv"), "-c", "4", "-p", "fifo", "-o", "x"),
@@ -72,8 +72,8 @@ def test_compare_prints_one_table_and_json(tmp_path: Path) -> None:
 )
 def test_errors_are_one_line(args: tuple[str, ...], message: str) -> None:
     done = nanum(*args)
-    assert done.exit_code == 1
-    assert message in done.output
+    assert done.exit_code == 2  # a bad input, as for every other command
+    assert done.output.startswith("nanum: error: ") and message in done.output
     assert "Traceback" not in done.output and len(done.output.strip().splitlines()) == 1
 
 
@@ -85,4 +85,17 @@ def test_check_reports_a_broken_run(tmp_path: Path) -> None:
     (out / "allocations.csv").write_text("\n".join(allocs) + "\n")
     done = nanum("sim", "check", str(out))
     assert done.exit_code == 1
+    assert "nanum: error: " in done.output
     assert "job A held GPUs for 90.000 s" in done.output
+
+
+def test_without_policy_runs_the_default(tmp_path: Path) -> None:
+    """The README says `nanum sim` replays with nanum's default policy when none is named."""
+    from nanum.cli.sim import DEFAULT_POLICY
+    from nanum.core.policy import DEFAULT_POLICY as CORE_DEFAULT
+
+    assert DEFAULT_POLICY == CORE_DEFAULT
+    out = tmp_path / "run"
+    done = nanum("sim", "-t", str(GOLDEN / "backfill.csv"), "-c", "1x4", "-o", str(out), "--no-plots", "--json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["policy_text"] == CORE_DEFAULT

@@ -10,9 +10,10 @@ import pytest
 
 from nanum.sim import Filter, ImportOptions, TraceError, import_trace, read_trace, write_trace
 from nanum.sim.importers import parse_time
+from tests.sim.traces import shared_traces
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
-needs_shared = pytest.mark.skipif(not SHARED.exists(), reason=f"shared traces not found at {SHARED}")
+SHARED = shared_traces()
+needs_shared = pytest.mark.skipif(not SHARED.exists(), reason=f"shared traces not found at {SHARED} (set NANUM_TRACES)")
 
 
 def write(path: Path, text: str) -> Path:
@@ -147,3 +148,10 @@ def test_shared_alibaba_default_pod_list() -> None:
                                 ImportOptions(nodes=base / "openb_node_list_gpu_node.csv.gz"))
     assert report.rows == 8152 and len(jobs) + len(report.problems) == 8152
     assert report.reasons()["requests no GPU (CPU-only job)"] == 1088
+
+
+def test_nanum_traces_points_the_trace_tests_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NANUM_TRACES", str(tmp_path))
+    assert shared_traces() == tmp_path
+    monkeypatch.delenv("NANUM_TRACES")
+    assert shared_traces().parts[-2:] == ("shared", "traces")

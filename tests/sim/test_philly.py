@@ -16,11 +16,12 @@ from nanum.core import Policy
 from nanum.sim import Filter, ImportOptions, SimOptions, import_trace, parse_cluster, simulate
 from nanum.sim.importers import parse_time
 from nanum.sim.metrics import summarize
+from tests.sim.traces import shared_traces
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "traces"
+SHARED = shared_traces()
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not SHARED.exists(), reason=f"shared traces not found at {SHARED}")]
+              pytest.mark.skipif(not SHARED.exists(), reason=f"shared traces not found at {SHARED} (set NANUM_TRACES)")]
 
 
 @pytest.fixture(scope="module")

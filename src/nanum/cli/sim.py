@@ -10,6 +10,10 @@ from typing import Any
 import typer
 
 from nanum.cli.app import app
+from nanum.cli.common import fail
+
+#: nanum.core.policy.DEFAULT_POLICY, spelled out so that `nanum` starts without importing the core (a test pins it).
+DEFAULT_POLICY = "gittins+binpack+backfill+preempt"
 
 trace_app = typer.Typer(help="Import public GPU-cluster traces into nanum's trace format.", no_args_is_help=True)
 sim_app = typer.Typer(help="Replay a trace through nanum's scheduler on a simulated cluster.",
@@ -18,9 +22,9 @@ app.add_typer(trace_app, name="trace")
 app.add_typer(sim_app, name="sim")
 
 
-def _fail(message: str) -> None:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(1)
+def _fail(message: str, code: int = 2) -> None:
+    """One `nanum: error:` line, as every other command: exit 2 for a bad input, 1 for a run found unsound."""
+    fail(message, code)
 
 
 def _err(line: str) -> None:
@@ -101,7 +105,7 @@ def sim(
     cluster: str | None = typer.Option(None, "--cluster", "-c", help="NxG[:MODEL] (e.g. 16x8:A100) or a TOML "
                                        "cluster file."),
     policy: str | None = typer.Option(None, "--policy", "-p", help="ORDER[+PLACEMENT][+backfill|+nobackfill], "
-                                      "e.g. las+binpack+backfill."),
+                                      f"e.g. las+binpack+backfill (default: {DEFAULT_POLICY}, as `nanum up`)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Output directory."),
     compare: str | None = typer.Option(None, "--compare", help="Several policies, comma-separated: one run "
                                        "each (in OUT/<policy>/), one table."),
@@ -119,10 +123,10 @@ def sim(
     if ctx.invoked_subcommand is not None:
         return
     missing = [name for name, v in (("--trace", trace), ("--cluster", cluster), ("--out", out)) if v is None]
-    if policy is None and compare is None:
-        missing.append("--policy (or --compare)")
     if missing:
-        _fail(f"missing {', '.join(missing)}; e.g. nanum sim --trace t.csv.gz --cluster 8x8 --policy fifo --out run")
+        _fail(f"missing {', '.join(missing)}; e.g. nanum sim --trace t.csv.gz --cluster 8x8 --out run")
+    if policy is None and compare is None:
+        policy = DEFAULT_POLICY
     assert trace is not None and cluster is not None and out is not None
     policies = ([policy] if policy else []) + [p.strip() for p in (compare or "").split(",") if p.strip()]
     summaries = _run_all(trace, cluster, policies, out, compare is not None, as_json, quiet, plots,
@@ -215,6 +219,6 @@ def check(out: Path = typer.Argument(..., help="Output directory of a `nanum sim
     if problems:
         for p in problems:
             _err(p)
-        _fail(f"{out}: {len(problems)} problem(s) found")
+        _fail(f"{out}: {len(problems)} problem(s) found", 1)
     typer.echo(f"{out}: sound (no GPU held twice, no node over capacity, run times exact, no early start)")
     sys.stdout.flush()
