@@ -1,4 +1,5 @@
-# nanum: `make run` starts nanum on this machine, `make test` runs the whole test suite.
+# nanum: `make run` starts nanum on this machine (`make run PORT=9000` on another port), `make test` runs the
+# whole test suite.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -13,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/nanum up
+	$(BIN)/nanum up$(if $(PORT), --port $(PORT))
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -242,7 +242,7 @@ class Client:
             try:
                 self._http: HttpTransport = StdlibTransport(base, headers, timeout)
             except ValueError:
-                raise NanumError(f"{server!r} is not a server URL; give one like http://127.0.0.1:8470") from None
+                raise NanumError(f"{server!r} is not a server URL; give one like http://127.0.0.1:8765") from None
         else:
             from nanum._http import HttpxTransport
 

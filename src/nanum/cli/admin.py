@@ -37,15 +37,20 @@ app.add_typer(node_app, name="node")
 @app.command(cls=Command)
 @clean_errors
 def login(
-    server: Annotated[str, _Opt("--server", envvar="NANUM_SERVER", help="Server URL, e.g. http://gpu-head:8470",
-                                show_default=False)],
+    url: Annotated[str | None, typer.Argument(metavar="[URL]", show_default=False,
+                                              help="Server URL, e.g. http://gpu-head:8765 (or --server).")] = None,
+    server: Annotated[str | None, _Opt("--server", envvar="NANUM_SERVER", metavar="URL",
+                                       help="Server URL, e.g. http://gpu-head:8765", show_default=False)] = None,
     token: Annotated[str | None, _Opt("--token", envvar="NANUM_TOKEN",
                                       help="Your API token (default: asked for, hidden).")] = None,
 ) -> None:
-    """Check a server URL and token and save them for the other commands."""
+    """Check a server URL and token and save them for the other commands: `nanum login http://gpu-head:8765`."""
     from nanum.client import Client
     from nanum.config import save_credentials
 
+    server = url or server
+    if not server:
+        raise UsageProblem("give the server's URL: `nanum login http://HOST:8765`")
     if not token:
         token = typer.prompt("API token", hide_input=True)
     with Client(server, token) as client:
