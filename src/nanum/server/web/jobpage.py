@@ -16,13 +16,15 @@ from nanum.server.inputs import JobIdPath
 from nanum.server.limits import MAX_OFFSET
 from nanum.server.services import jobs
 from nanum.server.web import charts, data, session
-from nanum.server.web.render import clock, duration, page
+from nanum.server.web.render import clock, clock_s, duration, page
 
 router = APIRouter(include_in_schema=False)
 WebCaller = Annotated[Caller, Depends(session.caller)]
 
 LogOffset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 FINISHED = ("completed", "failed", "cancelled", "timeout")
+#: States in which a job holds no GPU: what it held and when it started belong to an earlier run, if any.
+WAITING = ("pending", "held")
 
 
 def chart(found: data.JobPage) -> charts.Timeline:
@@ -38,16 +40,29 @@ def job_json(found: data.JobPage) -> dict[str, Any]:
         "state": job["state"],
         "finished": job["state"] in FINISHED,
         "reason": job["reason"] or "",
-        "runtime": duration((job["end_time"] or now) - job["start_time"]) if job["start_time"] else "",
+        "runtime": duration((job["end_time"] or now) - job["start_time"])
+        if job["start_time"] and job["state"] not in WAITING else "",
         "ended": clock(job["end_time"]) or "–",
         "util": "–" if usage.get("gpu_util") is None else f"{usage['gpu_util']:.0f}%",
         "util_avg": "–" if usage.get("gpu_util_avg") is None else f"{usage['gpu_util_avg']:.0f}%",
         "idle": usage.get("idle"),
-        "events": [{"time": clock(e["time"]), "kind": e["kind"], "message": e["message"]} for e in found.events],
+        "events": [{"time": clock_s(e["time"]), "kind": e["kind"], "message": e["message"]} for e in found.events],
         "chart": {"util": line.util, "memory": line.memory, "empty": line.empty},
         "log": found.log,
         "log_offset": found.log_offset,
         "may_cancel": found.may_manage and job["state"] not in FINISHED,
+        "waiting": _waiting_note(job),
+    }
+
+
+def _waiting_note(job: dict[str, Any]) -> dict[str, str] | None:
+    """For a job back in the queue (preempted, lost, held): its allocation and start are those of its last run."""
+    if job["state"] not in WAITING:
+        return None
+    where = "; ".join(f"{a['node']} GPU {', '.join(map(str, a['gpus']))}" for a in job["allocation"])
+    return {
+        "allocation": f"– (waiting; last ran on {where})" if where else "–",
+        "started": f"– (last run started {clock(job['start_time'])})" if job["start_time"] else "–",
     }
 
 

@@ -13,7 +13,10 @@ from nanum.server.web.render import page
 
 router = APIRouter(include_in_schema=False)
 
-UNKNOWN_TOKEN = "That token is not known here. Use the token `nanum user add` printed, or DIR/admin-token."
+UNKNOWN_TOKEN = (
+    "That token is not known here: paste the token that nanum user add printed for you, or the admin's in "
+    "$NANUM_HOME/admin-token."
+)
 
 
 @router.get("/login")

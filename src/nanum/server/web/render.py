@@ -44,6 +44,12 @@ def clock(t: float | None) -> str:
     return "" if value is None else datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def clock_s(t: float | None) -> str:
+    """`clock` to the second, for a job's history, where several events share a minute: `2026-12-01 14:02:07 UTC`."""
+    value = _num(t)
+    return "" if value is None else datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def gib(mb: float | None) -> str:
     value = _num(mb)
     if value is None:

@@ -117,6 +117,12 @@
     if (memory) memory.setAttribute("points", data.chart.memory);
     var nodata = $("[data-nodata]");
     if (nodata) nodata.setAttribute("visibility", data.chart.empty ? "visible" : "hidden");
+    if (nodata && data.finished) text(nodata, "no readings were taken");
+    if (data.finished) text($('[data-field="log-note"]'), "(tail)");
+    if (data.waiting) {
+      text($('[data-field="allocation"]'), data.waiting.allocation);
+      text($('[data-field="started"]'), data.waiting.started);
+    }
     var log = $("[data-log]");
     if (log && data.log) {
       var atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
