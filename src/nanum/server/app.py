@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, FastAPI
 
 from nanum import __version__
-from nanum.server import errors, monitoring
+from nanum.server import apidocs, errors, monitoring
 from nanum.server.api import accounts, agent, health, jobs, nodes, sharing
 from nanum.server.api.rendering import SafeJSONResponse
 from nanum.server.context import ServerContext
@@ -43,6 +43,8 @@ def create_app(ctx: ServerContext, *, run_scheduler: bool = True) -> FastAPI:
         description="One queue for your GPU servers. See docs/api.md.",
         lifespan=lifespan,
         openapi_url="/openapi.json",
+        docs_url=None,  # nanum.server.apidocs serves /docs without a CDN
+        redoc_url=None,
         default_response_class=SafeJSONResponse,
     )
     app.add_middleware(RequestGuard)
@@ -53,5 +55,6 @@ def create_app(ctx: ServerContext, *, run_scheduler: bool = True) -> FastAPI:
     for module in (health, jobs, nodes, accounts, sharing, agent):
         api.include_router(module.router)
     app.include_router(api)
+    apidocs.install(app)
     monitoring.install(app, ctx, run_upkeep=run_scheduler)
     return app
