@@ -98,6 +98,27 @@ def cancel(w: World) -> Call:
     return Call(f"/api/v1/jobs/{j}/cancel", witness=job_state(w, j))
 
 
+Make = Callable[[World], Call]
+
+
+def pending_job(path: str, body: Any = None) -> Make:
+    """A call on a fresh pending job (held first for a release)."""
+
+    def make(w: World) -> Call:
+        j = w.fresh_job()
+        if path == "/release":
+            assert send(w, "POST", Call(f"/api/v1/jobs/{j}/hold"), ADMIN) == 200
+        return Call(f"/api/v1/jobs/{j}{path}", body, witness=lambda: {
+            k: w.read(f"/api/v1/jobs/{j}")[k] for k in ("state", "reason", "name", "submit_time")})
+
+    return make
+
+
+def requeue(w: World) -> Call:
+    j = w.fresh_job(running=True)
+    return Call(f"/api/v1/jobs/{j}/requeue", witness=job_state(w, j))
+
+
 def checkpoint(w: World) -> Call:
     j = w.fresh_job(running=True)
     return Call(f"/api/v1/jobs/{j}/checkpoint", witness=job_state(w, j))
@@ -119,7 +140,7 @@ def submit_job(w: World) -> Call:
     return Call("/api/v1/jobs", {"command": ["true"], "gpus": 0}, witness=lambda: len(w.read("/api/v1/jobs?all=1")))
 
 
-Make = Callable[[World], Call]
+
 
 
 def at(url: str, body: Any = None, witness: Callable[[World], Callable[[], Any]] | None = None) -> Make:
@@ -153,6 +174,12 @@ TABLE = [
     row("GET", "/api/v1/jobs/{job_id}", at(JOB),                               401, 401, 200, 200, 200, 200, 200, 401),
     row("POST", "/api/v1/jobs/{job_id}/cancel", cancel,                        401, 401, 403, 403, 403, 200, 200, 401),
     row("POST", "/api/v1/jobs/{job_id}/checkpoint", checkpoint,                401, 401, 403, 403, 403, 200, 200, 401),
+    row("PATCH", "/api/v1/jobs/{job_id}", pending_job("", {"name": "renamed"}),
+                                                                               401, 401, 403, 403, 403, 200, 200, 401),
+    row("POST", "/api/v1/jobs/{job_id}/hold", pending_job("/hold"),            401, 401, 403, 403, 403, 200, 200, 401),
+    row("POST", "/api/v1/jobs/{job_id}/release", pending_job("/release"),      401, 401, 403, 403, 403, 200, 200, 401),
+    row("POST", "/api/v1/jobs/{job_id}/top", pending_job("/top"),              401, 401, 403, 403, 403, 200, 200, 401),
+    row("POST", "/api/v1/jobs/{job_id}/requeue", requeue,                      401, 401, 403, 403, 403, 200, 200, 401),
     row("GET", "/api/v1/jobs/{job_id}/logs", at(JOB + "/logs"),                401, 401, 403, 403, 403, 200, 200, 401),
     row("GET", "/api/v1/jobs/{job_id}/usage", at(JOB + "/usage"),              401, 401, 200, 200, 200, 200, 200, 401),
     row("GET", "/api/v1/nodes", at(V1 + "/nodes"),                             401, 401, 200, 200, 200, 200, 200, 401),

@@ -26,6 +26,11 @@ MAX_NODES = 4096
 MAX_CPUS = 100_000
 MAX_MEMORY_MB = 64 << 20  # 64 TiB
 MAX_TIME_LIMIT_S = 365 * 86400
+#: Arrays and dependencies: tasks in one array, the largest task index, dependencies of one job, retries.
+MAX_ARRAY_TASKS = 10_000
+MAX_ARRAY_INDEX = 1_000_000
+MAX_DEPENDENCIES = 100
+MAX_RETRIES = 100
 #: Quotas and limits of labs and users.
 MAX_QUOTA = 1_000_000
 MAX_GPU_HOURS = 1e9

@@ -7,11 +7,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from nanum.server.arrays import parse_array
 from nanum.server.inputs import ApiIn
 from nanum.server.limits import (
     MAX_ARGS,
     MAX_COMMAND_BYTES,
     MAX_CPUS,
+    MAX_DEPENDENCIES,
     MAX_ENV_BYTES,
     MAX_ENV_VARS,
     MAX_GPU_HOURS,
@@ -22,6 +24,7 @@ from nanum.server.limits import (
     MAX_NODES,
     MAX_PATH,
     MAX_QUOTA,
+    MAX_RETRIES,
     MAX_TIME_LIMIT_S,
     MAX_WEIGHT,
 )
@@ -49,6 +52,9 @@ def _size(texts: list[str]) -> int:
     return sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
 
 
+JobRef = Annotated[str, Field(max_length=24, pattern=r"^[0-9]{1,9}(_[0-9]{1,7})?$")]
+
+
 class JobSubmit(ApiIn):
     command: list[str] = Field(min_length=1, max_length=MAX_ARGS, description="the program and its arguments")
     name: str | None = Field(default=None, max_length=MAX_NAME)
@@ -68,6 +74,34 @@ class JobSubmit(ApiIn):
         default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$",
         description="the same id from the same user again returns the job it made instead of a second one",
     )
+    array: str | None = Field(
+        default=None, max_length=256, pattern=r"^[0-9,:%-]+$",
+        description="an array of tasks, one job each: `0-99%8` (at most 8 running at once), `1,3,5-9`, `0-20:2`",
+    )
+    after: list[JobRef] = Field(default_factory=list, max_length=MAX_DEPENDENCIES,
+                                description="jobs (or arrays, `ID`, or tasks, `ID_TASK`) that must start first")
+    after_ok: list[JobRef] = Field(default_factory=list, max_length=MAX_DEPENDENCIES,
+                                   description="jobs that must complete successfully first")
+    after_failed: list[JobRef] = Field(default_factory=list, max_length=MAX_DEPENDENCIES,
+                                       description="jobs that must fail (or be cancelled or time out) first")
+    after_any: list[JobRef] = Field(default_factory=list, max_length=MAX_DEPENDENCIES,
+                                    description="jobs that must end first, however they end")
+    keep_if_unmet: bool = Field(default=False, description=(
+        "stay pending when a dependency can no longer be met, instead of being cancelled"))
+    retries: int = Field(default=0, ge=0, le=MAX_RETRIES, description="requeue a failed run up to this many times")
+
+    @field_validator("array")
+    @classmethod
+    def _array(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_array(v)  # raises ValueError with the reason
+        return v
+
+    def dependencies(self) -> list[list[str]]:
+        """`[[kind, target], ...]` as stored (nanum.server.services.eligibility)."""
+        pairs = (("started", self.after), ("ok", self.after_ok), ("failed", self.after_failed),
+                 ("any", self.after_any))
+        return [[kind, target] for kind, targets in pairs for target in targets]
 
     @field_validator("command")
     @classmethod
@@ -87,6 +121,16 @@ class JobSubmit(ApiIn):
         if (size := _size([*v, *v.values()])) > MAX_ENV_BYTES:
             raise ValueError(f"the environment is {size} bytes; at most {MAX_ENV_BYTES} are accepted")
         return v
+
+
+class JobPatch(ApiIn):
+    """`nanum modify`: what may change while a job waits. Only the fields present change."""
+
+    time_limit_s: float | None = Field(default=None, gt=0, le=MAX_TIME_LIMIT_S)
+    gpus: int | None = Field(default=None, ge=0, le=MAX_GPUS)
+    priority: int | None = Field(default=None, ge=0, le=100)
+    lab: str | None = Field(default=None, max_length=64)
+    name: str | None = Field(default=None, min_length=1, max_length=MAX_NAME)
 
 
 class AllocationOut(BaseModel):
@@ -136,6 +180,14 @@ class JobOut(BaseModel):
     gpu_util_avg: float | None = Field(default=None, description="its GPUs' average utilisation over all readings")
     idle: dict[str, Any] | None = Field(default=None, description="running and flagged idle: since when, how long")
     efficiency: dict[str, Any] | None = Field(default=None, description="ended: GPU use summary and hints")
+    array_id: int | None = Field(default=None, description="an array task: its array's id")
+    array_task: int | None = Field(default=None, description="an array task: its index")
+    array_limit: int | None = Field(default=None, description="an array task: how many of its tasks may run at once")
+    after: list[list[str]] | None = Field(default=None, description=(
+        "the jobs it waits for: [kind, target], kind started, ok, failed or any; target ID or ID_TASK"))
+    keep_if_unmet: bool = False
+    retries: int = Field(default=0, description="how many more failed runs are requeued")
+    exits: list[int | None] = Field(default_factory=list, description="each ended run's exit code, in order")
 
 
 class SegmentOut(BaseModel):
@@ -258,6 +310,8 @@ class LabOut(BaseModel):
     monthly_gpu_hours: float | None = None
     weight: float = 1.0
     grace_s: float | None = None
+    #: Set by creating or changing a lab when its guarantee (or all labs' together) exceeds the cluster's GPUs.
+    warning: str | None = None
 
 
 class BudgetOut(BaseModel):

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from nanum.core import HistoryPredictor, Job, Lab, Limits, NodeState, Placement, Running, Snapshot, Start, User, decay
 from nanum.core import expected_runtime as planned_runtime
 from nanum.core.fairshare import DEFAULT_HALF_LIFE
+from nanum.server.services import eligibility
 from nanum.server.services.lifecycle import month_of, month_start
 from nanum.server.views import core_job, core_lab, core_node
 from nanum.store import AllocationRow, JobRow, LabRow, NodeLiveRow, NodeRow, UsageRow, UserRow
@@ -53,10 +54,10 @@ RUN_COLUMNS = (JobRow.start_time, JobRow.charged_until, JobRow.borrowing, JobRow
 PENDING_COLUMNS = (JobRow.reason, JobRow.reason_code, JobRow.estimated_start)
 
 
-#: Core jobs of the last tick by (id, runs, attained GPU-seconds): a job's request does not change while it waits
-#: or runs, and its attained service changes only when a run ends (a preempted job is pending again with the
+#: Core jobs of the last tick by (id, runs, attained GPU-seconds, and what `nanum modify` and `nanum top` change
+#: while it waits): its attained service changes only when a run ends (a preempted job is pending again with the
 #: same runs).
-JobCache = dict[tuple[int, int, float], Job]
+JobCache = dict[tuple[Any, ...], Job]
 
 
 @dataclass(slots=True)
@@ -81,6 +82,8 @@ def build(
     pending_rows = s.execute(
         select(*JOB_COLUMNS, *PENDING_COLUMNS).where(JobRow.state == "pending").order_by(JobRow.id)
     ).all()
+    waiting = eligibility.blocked(s)  # dependencies, array limits: not the core's to schedule
+    pending_rows = [r for r in pending_rows if r.id not in waiting]
     node_rows = s.execute(
         select(NodeRow.id, NodeRow.name, NodeRow.inventory, NodeRow.state, NodeRow.last_seen)
         .where(NodeRow.inventory.is_not(None))
@@ -101,7 +104,8 @@ def build(
     jobs: JobCache = {}
 
     def job(row: Any) -> Job:
-        key = (row.id, row.runs, row.attained_gpu_seconds)
+        key = (row.id, row.runs, row.attained_gpu_seconds, row.submit_time, row.priority, row.gpus,
+               row.time_limit_s, row.lab_id, row.name)
         found = jobs[key] = cache.get(key) or core_job(row, users[row.user_id].name, labs[row.lab_id].name)
         return found
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -108,6 +108,7 @@ class JobRow(Base):
         Index("ix_jobs_user_state", "user_id", "state"),
         Index("ix_jobs_user_submit", "user_id", "submit_time"),  # a new job's burst: its user's latest jobs
         UniqueConstraint("user_id", "client_request_id", name="uq_jobs_user_request"),
+        Index("ix_jobs_array", "array_id", "array_task"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -155,6 +156,19 @@ class JobRow(Base):
     burst: Mapped[int | None] = mapped_column(Integer)
     #: The id the client gave its submission, unique per user: sent again, it returns this job (idempotency).
     client_request_id: Mapped[str | None] = mapped_column(String(64))
+    #: An array task: its array's id (the first task's job id), its index, and how many tasks may run at once.
+    array_id: Mapped[int | None] = mapped_column(Integer)
+    array_task: Mapped[int | None] = mapped_column(Integer)
+    array_limit: Mapped[int | None] = mapped_column(Integer)
+    #: The jobs it waits for: `[[kind, "ID" or "ID_TASK"], ...]`, kind started, ok, failed or any
+    #: (nanum.server.services.eligibility); None: none.
+    after: Mapped[list[list[str]] | None] = mapped_column(JSON(none_as_null=True))
+    #: Kept pending (not cancelled) when a job it waits for can no longer satisfy it.
+    keep_if_unmet: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    #: How many more times it is requeued when a run fails.
+    retries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: Each ended run's exit code (None: it had none), in order.
+    exits: Mapped[list[int | None] | None] = mapped_column(JSON(none_as_null=True))
 
 
 class AllocationRow(Base):

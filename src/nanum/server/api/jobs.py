@@ -1,4 +1,4 @@
-"""Routes for jobs: submit, list, show, cancel, logs."""
+"""Routes for jobs: submit, list, show, cancel, hold, release, modify, top, requeue, logs."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from fastapi.responses import Response
 from nanum.server.api import rendering
 from nanum.server.auth import CallerDep, Context
 from nanum.server.inputs import JobIdPath
-from nanum.server.limits import MAX_OFFSET
-from nanum.server.schemas import JobOut, JobSubmit
-from nanum.server.services import jobs
+from nanum.server.limits import MAX_OFFSET, MAX_STORED_ID
+from nanum.server.schemas import JobOut, JobPatch, JobSubmit
+from nanum.server.services import accounts, control, jobs
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -21,6 +21,7 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 def submit_job(body: JobSubmit, ctx: Context, caller: CallerDep) -> Response:
     """Queue a job. It starts when the scheduler admits it; a request that could never run is refused (400).
     A `client_request_id` this user already sent returns the job it made (200) instead of a second one."""
+    accounts.refuse_root_jobs(ctx, caller)
     job, created = jobs.submit(ctx, caller, body)
     return rendering.json(job, 201 if created else 200)
 
@@ -33,10 +34,13 @@ def list_jobs(
     user: Annotated[str | None, Query(max_length=64)] = None,
     lab: Annotated[str | None, Query(max_length=64)] = None,
     state: Annotated[list[str] | None, Query(max_length=16)] = None,
+    array: Annotated[int | None, Query(ge=0, le=MAX_STORED_ID, description="only the tasks of this array")] = None,
 ) -> Response:
     """Active jobs of every user (with `all=true`, finished ones too), ordered by id. `env` is shown only on the
     caller's own jobs (every job's, to an admin)."""
-    return rendering.json(jobs.list_jobs(ctx, caller, all=all, user=user, lab=lab, states=state or ()))
+    found = jobs.list_jobs(ctx, caller, all=all or array is not None, user=user, lab=lab, states=state or (),
+                           array=array)
+    return rendering.json(found)
 
 
 @router.get("/{job_id}", response_model=JobOut)
@@ -44,10 +48,45 @@ def get_job(job_id: JobIdPath, ctx: Context, caller: CallerDep) -> Response:
     return rendering.json(jobs.get_job(ctx, caller, job_id))
 
 
+OneQuery = Annotated[bool, Query(description="an array's id: act on the task with this job id alone, not the array")]
+
+
 @router.post("/{job_id}/cancel", response_model=JobOut)
-def cancel_job(job_id: JobIdPath, ctx: Context, caller: CallerDep) -> Response:
-    """Owner or admin only. A running job is stopped first and becomes `cancelled` once its process is gone."""
-    return rendering.json(jobs.cancel(ctx, caller, job_id))
+def cancel_job(job_id: JobIdPath, ctx: Context, caller: CallerDep, one: OneQuery = False) -> Response:
+    """Owner or admin only. A running job is stopped first and becomes `cancelled` once its process is gone.
+    An array's id cancels all its tasks that have not ended."""
+    return rendering.json(jobs.cancel(ctx, caller, job_id, one=one))
+
+
+@router.post("/{job_id}/hold", response_model=JobOut)
+def hold_job(job_id: JobIdPath, ctx: Context, caller: CallerDep, one: OneQuery = False) -> Response:
+    """Owner or admin only: a pending job (an array's pending tasks) is kept from starting until released."""
+    return rendering.json(control.hold(ctx, caller, job_id, one=one))
+
+
+@router.post("/{job_id}/release", response_model=JobOut)
+def release_job(job_id: JobIdPath, ctx: Context, caller: CallerDep, one: OneQuery = False) -> Response:
+    """Owner or admin only: a held job (an array's held tasks) may be scheduled again."""
+    return rendering.json(control.release(ctx, caller, job_id, one=one))
+
+
+@router.patch("/{job_id}", response_model=JobOut)
+def modify_job(job_id: JobIdPath, body: JobPatch, ctx: Context, caller: CallerDep) -> Response:
+    """Owner or admin only, while the job waits: change its time limit, GPUs, priority, lab or name. An owner's
+    change is checked as a submission is; an admin's is not."""
+    return rendering.json(control.modify(ctx, caller, job_id, body))
+
+
+@router.post("/{job_id}/top", response_model=JobOut)
+def top_job(job_id: JobIdPath, ctx: Context, caller: CallerDep) -> Response:
+    """Owner or admin only: a waiting job moves before its owner's other waiting jobs."""
+    return rendering.json(control.top(ctx, caller, job_id))
+
+
+@router.post("/{job_id}/requeue", response_model=JobOut)
+def requeue_job(job_id: JobIdPath, ctx: Context, caller: CallerDep) -> Response:
+    """Owner or admin only: a running job is stopped and queued again; an ended one is queued again."""
+    return rendering.json(control.requeue(ctx, caller, job_id))
 
 
 @router.post("/{job_id}/checkpoint", response_model=JobOut)

@@ -197,7 +197,7 @@ def _launch(
         name=job.name,
         command=job.command,
         workdir=job.workdir,
-        env=job.env or {},
+        env={**(job.env or {}), **_array_env(job)},
         gpus=gpus,
         unix_user=unix_user,
         time_limit_s=job.time_limit_s,
@@ -215,6 +215,14 @@ def _launch(
         launch.nnodes = job.nodes
         launch.node_rank = names.index(node) if node in names else 0
     return launch
+
+
+def _array_env(job: JobRow) -> dict[str, str]:
+    """An array task's NANUM_ARRAY_JOB_ID and NANUM_ARRAY_TASK_ID (Slurm's SLURM_ARRAY_* as well)."""
+    if job.array_id is None:
+        return {}
+    ids = {"ARRAY_JOB_ID": str(job.array_id), "ARRAY_TASK_ID": str(job.array_task)}
+    return {f"{prefix}_{k}": v for prefix in ("NANUM", "SLURM") for k, v in ids.items()}
 
 
 # -- logs ------------------------------------------------------------------------------------------------------

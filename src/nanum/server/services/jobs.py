@@ -14,11 +14,12 @@ from sqlalchemy.orm import Session
 
 from nanum.core import Limits, User, impossible
 from nanum.core.bursts import BURST_GAP
+from nanum.server.arrays import parse_array
 from nanum.server.auth import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import BadRequest, Conflict, Forbidden, NotFound
 from nanum.server.schemas import ACTIVE_STATES, JOB_STATES, JobSubmit, iso
-from nanum.server.services import budgets, catalog, jobusage, lifecycle
+from nanum.server.services import budgets, catalog, eligibility, jobusage, lifecycle
 from nanum.server.views import core_job, job_out
 from nanum.store import JobRow, LabRow, SegmentRow, UserRow
 
@@ -34,7 +35,7 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> tuple[dict[st
     (user_id, client_request_id) decides between two such requests at once, and the loser returns the winner's."""
     if spec.client_request_id is not None and (first := _requested(ctx, caller, spec.client_request_id)):
         return first, False
-    lab = _lab_for(ctx, caller, spec.lab)
+    lab = lab_for(ctx, caller, spec.lab)
     now = time.time()
     values = dict(
         name=spec.name or PurePath(spec.command[0]).name,
@@ -62,13 +63,22 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> tuple[dict[st
         attained_gpu_seconds=0.0,
         client_request_id=spec.client_request_id,
     )
+    tasks, limit = parse_array(spec.array) if spec.array is not None else ([], None)
+    values.update(after=spec.dependencies() or None, keep_if_unmet=spec.keep_if_unmet, retries=spec.retries,
+                  array_limit=limit)
     row = JobRow(**values)
-    _refuse_impossible(ctx, row, caller, lab.lab.name)
+    refuse_impossible(ctx, row, caller, lab.lab.name)
     try:
         with ctx.db.write() as s:
+            if row.after:
+                _wait_reason(s, values, row.after)
             values["burst"] = row.burst = _burst(s, row)
-            row.id = s.connection().execute(INSERT_JOB, values).scalar_one()
-            lifecycle.event(s, row.id, now, "submitted", f"by {caller.name}")
+            if tasks:
+                _insert_array(s, row, values, tasks, limit)
+            else:
+                row.id = s.connection().execute(INSERT_JOB, values).scalar_one()
+            lifecycle.event(s, row.id, now, "submitted", f"by {caller.name}" + (
+                f" as array {row.id} of {len(tasks)} tasks ({spec.array})" if tasks else ""))
     except IntegrityError:
         first = _requested(ctx, caller, spec.client_request_id) if spec.client_request_id is not None else None
         if first is None:
@@ -76,6 +86,36 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> tuple[dict[st
         return first, False
     ctx.signals.poke(new_gpu_job=spec.gpus > 0)
     return job_out(row, caller.name, lab.lab.name), True
+
+
+def _wait_reason(s: Session, values: dict[str, Any], after: list[list[str]]) -> None:
+    """A new job's dependencies: refused when one can never be met (unless kept), else its first reason."""
+    verdict = eligibility.evaluate(s, after)
+    if verdict.state == eligibility.UNMET and not values["keep_if_unmet"]:
+        raise BadRequest(f"{verdict.message.replace('dependency can never be met: ', 'the dependency on ')} "
+                         "so this job could never start; name another job or add --keep-if-unmet")
+    if verdict.state != eligibility.MET:
+        values["reason"], values["reason_code"] = verdict.message, "dependency"
+
+
+def _insert_array(s: Session, row: JobRow, values: dict[str, Any], tasks: list[int], limit: int | None) -> None:
+    """Insert every task of an array in one statement after the first, whose job id becomes the array's id."""
+    conn = s.connection()
+    first = {**values, "array_task": tasks[0], "name": values["name"]}
+    row.id = conn.execute(INSERT_JOB, first).scalar_one()
+    table = JobRow.__table__
+    conn.execute(table.update().where(table.c.id == row.id).values(array_id=row.id))
+    row.array_id, row.array_task = row.id, tasks[0]
+    burst = row.burst if row.burst is not None else row.id
+    throttled = eligibility.throttle_reason(row.id, limit) if limit is not None else None
+    rest = []
+    for n, task in enumerate(tasks[1:], start=1):
+        task_values = {**values, "array_id": row.id, "array_task": task, "burst": burst, "client_request_id": None}
+        if throttled is not None and n >= limit and values["reason_code"] == "queued":  # type: ignore[operator]
+            task_values["reason"], task_values["reason_code"] = throttled, "array_limit"
+        rest.append(task_values)
+    if rest:
+        conn.execute(table.insert(), rest)
 
 
 def _requested(ctx: ServerContext, caller: Caller, request_id: str) -> dict[str, Any] | None:
@@ -103,7 +143,7 @@ def _burst(s: Session, row: JobRow) -> int | None:
     return int(last.id if last.burst is None else last.burst)
 
 
-def _lab_for(ctx: ServerContext, caller: Caller, name: str | None) -> catalog.LabEntry:
+def lab_for(ctx: ServerContext, caller: Caller, name: str | None) -> catalog.LabEntry:
     name = name or caller.default_lab
     if name is None:
         raise BadRequest(f"user {caller.name} belongs to no lab; pass --lab or ask an admin to add you to one")
@@ -119,7 +159,7 @@ def _lab_for(ctx: ServerContext, caller: Caller, name: str | None) -> catalog.La
     return entry
 
 
-def _refuse_impossible(ctx: ServerContext, row: JobRow, caller: Caller, lab: str) -> None:
+def refuse_impossible(ctx: ServerContext, row: JobRow, caller: Caller, lab: str) -> None:
     nodes = catalog.nodes(ctx)
     if not nodes:
         return  # no node has reported yet: accept, the job waits for one
@@ -150,6 +190,7 @@ def list_jobs(
     user: str | None = None,
     lab: str | None = None,
     states: Sequence[str] = (),
+    array: int | None = None,
 ) -> list[dict[str, Any]]:
     unknown = sorted(set(states) - set(JOB_STATES))
     if unknown:
@@ -163,8 +204,11 @@ def list_jobs(
         query = query.where(UserRow.name == user)
     if lab:
         query = query.where(LabRow.name == lab)
+    if array is not None:
+        query = query.where(JobRow.array_id == array)
     with ctx.db.read() as s:
         out = [_shown(job_out(row, row.user_name, row.lab_name), row, caller) for row in s.connection().execute(query)]
+        eligibility.annotate(s, out)
     return jobusage.attach(ctx, _with_budget_warnings(ctx, out))
 
 
@@ -185,7 +229,8 @@ def get_job(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
         segments = (
             s.execute(select(SegmentRow).where(SegmentRow.job_id == job_id).order_by(SegmentRow.start)).scalars().all()
         )
-    out = _shown(job_out(found, found.user_name, found.lab_name), found, caller)
+        out = _shown(job_out(found, found.user_name, found.lab_name), found, caller)
+        eligibility.annotate(s, [out])
     out["segments"] = [segment_out(seg) for seg in segments]
     if found.state == "running" and found.start_time is not None:
         since = found.charged_until or found.start_time
@@ -230,15 +275,30 @@ def _with_budget_warnings(ctx: ServerContext, jobs: list[dict[str, Any]]) -> lis
 # -- cancel ----------------------------------------------------------------------------------------------------
 
 
-def cancel(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
-    """Pending: cancelled at once. Running: stopped on its nodes, cancelled when they report it gone."""
+def cancel(ctx: ServerContext, caller: Caller, job_id: int, *, one: bool = False) -> dict[str, Any]:
+    """Pending: cancelled at once. Running: stopped on its nodes, cancelled when they report it gone.
+    An array's id cancels every task of it that has not ended (`one`: only the task with that job id)."""
     now = time.time()
+    woken: set[str] = set()
     with ctx.db.write() as s:
-        job = _owned(s, caller, job_id, lock=True)
-        woken = _cancel(s, job, caller, now)
+        for job in owned_jobs(s, caller, job_id, one=one, active=True):
+            woken |= _cancel(s, job, caller, now)
     ctx.signals.wake(woken)
     ctx.signals.poke()
     return get_job(ctx, caller, job_id)
+
+
+def owned_jobs(s: Session, caller: Caller, job_id: int, *, one: bool = False, active: bool = False) -> list[JobRow]:
+    """Job `job_id`, locked; when it is an array's id (and not `one`), every task of the array instead (those not
+    ended, when `active`). Raises NotFound or Forbidden as `_owned` does."""
+    job = _owned(s, caller, job_id, lock=True)
+    if one or job.array_id != job.id:
+        return [job]
+    query = select(JobRow).where(JobRow.array_id == job.id).order_by(JobRow.id).with_for_update()
+    if active:
+        query = query.where(JobRow.state.in_(ACTIVE_STATES))
+    tasks = list(s.scalars(query))
+    return tasks or [job]
 
 
 def _owned(s: Session, caller: Caller, job_id: int, *, lock: bool = False) -> JobRow:
@@ -256,9 +316,7 @@ def _cancel(s: Session, job: JobRow, caller: Caller, now: float) -> set[str]:
         raise Conflict(f"job {job.id} already ended ({job.state})")
     message = f"cancelled by {caller.name}"
     if job.state != "running":
-        job.state, job.end_time, job.reason, job.reason_code = "cancelled", now, message, None
-        job.estimated_start = None
-        lifecycle.event(s, job.id, now, "cancelled", message)
+        lifecycle.cancel_waiting(s, job, message, now)
         return set()
     job.reason = message
     return lifecycle.request_stop(s, job, "cancel", now, message)

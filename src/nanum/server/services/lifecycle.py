@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from nanum.core import decay
 from nanum.core.fairshare import DEFAULT_HALF_LIFE
 from nanum.protocol import JobStatus
+from nanum.server.services import eligibility
 from nanum.store import AllocationRow, EventRow, JobRow, LabRow, NodeRow, SegmentRow, UsageRow, UserRow
 
 INSERT_EVENT = EventRow.__table__.insert()
@@ -45,13 +46,14 @@ OUTCOME = {
     "cancel": "cancelled",
     "preempt": "pending",
     "lost": "pending",
+    "requeue": "pending",
 }
 #: The outcome a run segment records, by `stop`, where it differs from the job's outcome.
-SEGMENT_OUTCOME = {"preempt": "preempted", "lost": "lost"}
+SEGMENT_OUTCOME = {"preempt": "preempted", "lost": "lost", "requeue": "requeued"}
 #: Stop reasons after which a job is requeued.
 REQUEUED = frozenset(k for k, v in OUTCOME.items() if v == "pending")
 #: A stop reason may be replaced by a stronger one (a user's cancel beats a preemption).
-STRENGTH = {"preempt": 1, "lost": 1, "fail": 2, "timeout": 2, "cancel": 3}
+STRENGTH = {"preempt": 1, "lost": 1, "requeue": 1, "fail": 2, "timeout": 2, "cancel": 3}
 
 
 def event(s: Session, job_id: int, now: float, kind: str, message: str = "") -> None:
@@ -80,7 +82,8 @@ def request_stop(s: Session, job: JobRow, why: str, now: float, message: str) ->
     if job.state != "running" or STRENGTH[why] <= STRENGTH.get(job.stop or "", 0):
         return set()
     job.stop = why
-    event(s, job.id, now, {"cancel": "cancel-requested", "preempt": "preempting"}.get(why, why), message)
+    kinds = {"cancel": "cancel-requested", "preempt": "preempting", "requeue": "requeue-requested"}
+    event(s, job.id, now, kinds.get(why, why), message)
     nodes = held_nodes(s, job.id)
     bump(s, [i for i, _ in nodes])
     return {name for _, name in nodes}
@@ -145,8 +148,12 @@ def finalize(s: Session, job: JobRow, now: float, half_life: float = DEFAULT_HAL
     outcome = OUTCOME[job.stop]
     lost = lost_work(job, now) if job.stop == "preempt" else 0.0
     charge(s, job, now, half_life, outcome=SEGMENT_OUTCOME.get(job.stop or "", outcome), lost=lost)
-    if outcome == "pending":
-        what = "lost its node"
+    if job.stop not in ("preempt", "lost"):
+        job.exits = [*(job.exits or []), job.exit_code]
+    if outcome == "failed" and (job.retries or 0) > 0:
+        _retry(s, job, now)
+    elif outcome == "pending":
+        what = "lost its node" if job.stop == "lost" else job.reason or "requeued"
         if job.stop == "preempt":
             job.preemptions = (job.preemptions or 0) + 1
             job.lost_gpu_seconds = (job.lost_gpu_seconds or 0.0) + lost
@@ -160,8 +167,29 @@ def finalize(s: Session, job: JobRow, now: float, half_life: float = DEFAULT_HAL
         if outcome == "completed":
             job.reason, job.reason_code = None, None
         event(s, job.id, now, outcome, job.reason or "")
+        eligibility.settle(s, job, now, cancel_waiting)
     job.stop = None
     job.pid = None
+
+
+def _retry(s: Session, job: JobRow, now: float) -> None:
+    """A failed run of a job submitted with `--retries N`: queue it again, one retry fewer."""
+    job.retries -= 1
+    left = f"{job.retries} more {'retry' if job.retries == 1 else 'retries'}"
+    why = job.reason or f"exited with code {job.exit_code}"
+    job.state, job.reason_code = "pending", "queued"
+    job.reason = f"requeued after run {len(job.exits or [])} failed ({why}); {left} if it fails again"
+    job.estimated_start = job.exit_code = None
+    job.queued_at = now
+    event(s, job.id, now, "retried", job.reason)
+
+
+def cancel_waiting(s: Session, job: JobRow, message: str, now: float) -> None:
+    """Cancel a job that is not running (pending or held), and settle the jobs that wait on it in turn."""
+    job.state, job.end_time, job.reason, job.reason_code = "cancelled", now, message, None
+    job.estimated_start = None
+    event(s, job.id, now, "cancelled", message)
+    eligibility.settle(s, job, now, cancel_waiting)
 
 
 def lost_work(job: JobRow, now: float) -> float:

@@ -1,0 +1,136 @@
+"""Changing a job after it was submitted: hold and release, modify while it waits, move it to the top of its
+owner's jobs, and requeue it.
+
+Owners act on their own jobs, admins on anyone's (`jobs.owned_jobs`); an array's id acts on every task of the
+array, `one=True` on the single job with that id. A modified request is checked as a submitted one is: an owner
+gets only what they could have submitted (a lab they belong to, a request some node could ever run); an admin may
+set anything.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from nanum.server.auth import Caller
+from nanum.server.context import ServerContext
+from nanum.server.errors import Conflict
+from nanum.server.schemas import JobPatch
+from nanum.server.services import jobs, lifecycle
+from nanum.store import JobRow
+
+WAITING = ("pending", "held")
+
+
+def hold(ctx: ServerContext, caller: Caller, job_id: int, *, one: bool = False) -> dict[str, Any]:
+    """Keep pending jobs from starting until released; running and ended ones are refused."""
+    now = time.time()
+    with ctx.db.write() as s:
+        targets = jobs.owned_jobs(s, caller, job_id, one=one, active=True)
+        _refuse_unless(targets, ("pending", "held"), job_id, "held", "cancel it, or requeue it once it ends")
+        for job in targets:
+            if job.state == "pending":
+                job.state, job.reason_code, job.estimated_start = "held", "held", None
+                job.reason = f"held by {caller.name}; `nanum release {job.id}` lets it run"
+                lifecycle.event(s, job.id, now, "held", f"by {caller.name}")
+    return jobs.get_job(ctx, caller, job_id)
+
+
+def release(ctx: ServerContext, caller: Caller, job_id: int, *, one: bool = False) -> dict[str, Any]:
+    """Let held jobs be scheduled again (in their original place in the queue)."""
+    now = time.time()
+    with ctx.db.write() as s:
+        targets = jobs.owned_jobs(s, caller, job_id, one=one, active=True)
+        _refuse_unless(targets, ("held",), job_id, "released", "only a held job can be released")
+        for job in targets:
+            if job.state == "held":
+                job.state, job.reason, job.reason_code = "pending", "released; waiting for the scheduler", "queued"
+                lifecycle.event(s, job.id, now, "released", f"by {caller.name}")
+    ctx.signals.poke()
+    return jobs.get_job(ctx, caller, job_id)
+
+
+def _refuse_unless(targets: list[JobRow], states: tuple[str, ...], job_id: int, verb: str, fix: str) -> None:
+    if not any(job.state in states for job in targets):
+        state = targets[0].state
+        raise Conflict(f"job {job_id} is {state} and cannot be {verb}; {fix}")
+
+
+def modify(ctx: ServerContext, caller: Caller, job_id: int, patch: JobPatch) -> dict[str, Any]:
+    """Change a waiting (pending or held) job's time limit, GPUs, priority, lab or name."""
+    changes = patch.model_dump(exclude_unset=True)
+    lab = jobs.lab_for(ctx, caller, patch.lab) if patch.lab is not None else None
+    now = time.time()
+    with ctx.db.write() as s:
+        targets = jobs.owned_jobs(s, caller, job_id, active=True)
+        for job in targets:
+            if job.state not in WAITING:
+                raise Conflict(f"job {job.id} is {job.state}; only a pending or held job can be modified")
+            _apply(job, changes, lab.id if lab is not None else None)
+            if not caller.admin:
+                jobs.refuse_impossible(ctx, job, caller, lab.lab.name if lab is not None else _lab_name(ctx, job))
+            words = ", ".join(f"{k} {v}" for k, v in changes.items())
+            lifecycle.event(s, job.id, now, "modified", f"by {caller.name}: {words}")
+    ctx.signals.poke()
+    return jobs.get_job(ctx, caller, job_id)
+
+
+def _apply(job: JobRow, changes: dict[str, Any], lab_id: int | None) -> None:
+    for key in ("time_limit_s", "gpus", "priority", "name"):
+        if key in changes and changes[key] is not None:
+            setattr(job, key, changes[key])
+    if lab_id is not None:
+        job.lab_id = lab_id
+
+
+def _lab_name(ctx: ServerContext, job: JobRow) -> str:
+    from nanum.server.services import catalog
+
+    return next((name for name, e in catalog.labs(ctx).items() if e.id == job.lab_id), "")
+
+
+def top(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
+    """Move a waiting job before its owner's other waiting jobs: their earliest queue time and highest priority."""
+    now = time.time()
+    with ctx.db.write() as s:
+        job = jobs.owned_jobs(s, caller, job_id, one=True)[0]
+        if job.state not in WAITING:
+            raise Conflict(f"job {job_id} is {job.state}; only a pending or held job can be moved to the top")
+        first, highest = _owner_queue(s, job)
+        job.submit_time = min(job.submit_time, first - 0.001)
+        job.priority = max(job.priority, highest)
+        lifecycle.event(s, job.id, now, "top", f"moved before {caller.name}'s other waiting jobs")
+    ctx.signals.poke()
+    return jobs.get_job(ctx, caller, job_id)
+
+
+def _owner_queue(s: Session, job: JobRow) -> tuple[float, int]:
+    """The earliest submit time and the highest priority among the owner's other waiting jobs."""
+    first, highest = s.execute(
+        select(func.min(JobRow.submit_time), func.max(JobRow.priority))
+        .where(JobRow.user_id == job.user_id, JobRow.state.in_(WAITING), JobRow.id != job.id)
+    ).one()
+    return (job.submit_time if first is None else first), (job.priority if highest is None else highest)
+
+
+def requeue(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
+    """A running job is stopped and queued again; an ended one is queued again as it was submitted."""
+    now = time.time()
+    woken: set[str] = set()
+    with ctx.db.write() as s:
+        job = jobs.owned_jobs(s, caller, job_id, one=True)[0]
+        if job.state == "running":
+            job.reason = f"by {caller.name}"
+            woken = lifecycle.request_stop(s, job, "requeue", now, f"requeue requested by {caller.name}")
+        elif job.state in lifecycle.FINISHED:
+            job.state, job.end_time, job.exit_code, job.queued_at = "pending", None, None, now
+            job.reason, job.reason_code = f"requeued by {caller.name}; waiting to run again", "queued"
+            lifecycle.event(s, job.id, now, "requeued", f"by {caller.name}")
+        else:
+            raise Conflict(f"job {job_id} is {job.state}, not running or ended; it is already waiting to run")
+    ctx.signals.wake(woken)
+    ctx.signals.poke()
+    return jobs.get_job(ctx, caller, job_id)

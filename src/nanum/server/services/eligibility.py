@@ -1,0 +1,236 @@
+"""Which pending jobs the scheduler may consider: those not waiting on a dependency or their array's running limit.
+
+The core schedules what it is given; it never sees a job that waits for another job (`--after-ok 12`) or an array
+task beyond its array's limit (`--array 0-99%8`: the ninth task while eight run). `blocked` names those jobs for
+the snapshot (`nanum.server.snapshot`), and this module writes their reasons itself, naming the job waited for.
+Held jobs are not pending at all (state `held`).
+
+A dependency is `[kind, target]`: target `"12"` (job 12, or every task of array 12) or `"12_3"` (task 3 of array
+12). It is met when every targeted job has
+
+- `started`: started (it may still run, or have ended after a start);
+- `ok`: completed;
+- `failed`: ended failed, cancelled or timed out;
+- `any`: ended, however.
+
+It can no longer be met when a targeted job ended the other way (or, for `started`, ended without ever starting,
+or a targeted job does not exist). `settle` runs whenever a job ends: each job waiting on it is then cancelled with
+the reason (or, with `keep_if_unmet`, kept pending with it), or shown what it still waits for.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
+from nanum.store import JobRow
+
+KINDS = ("started", "ok", "failed", "any")
+#: The option each kind is written with, for messages.
+OPTION = {"started": "--after", "ok": "--after-ok", "failed": "--after-failed", "any": "--after-any"}
+ENDED = frozenset({"completed", "failed", "cancelled", "timeout"})
+_UNSUCCESSFUL = frozenset({"failed", "cancelled", "timeout"})
+WAITING, MET, UNMET = "waiting", "met", "unmet"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One job a dependency names: a plain job, a whole array, or one task of an array."""
+
+    job: int
+    task: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Target:
+        head, _, task = text.partition("_")
+        return cls(int(head), int(task) if task else None)
+
+    def __str__(self) -> str:
+        return f"{self.job}" if self.task is None else f"{self.job}_{self.task}"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    state: str  # WAITING, MET or UNMET
+    message: str = ""
+
+
+def judge(kind: str, states: list[tuple[str, float | None]]) -> str:
+    """WAITING, MET or UNMET for one dependency whose targets are in `states` ((state, start_time) each)."""
+    if not states:
+        return UNMET
+    verdicts = [_one(kind, state, started) for state, started in states]
+    if UNMET in verdicts:
+        return UNMET
+    return MET if all(v == MET for v in verdicts) else WAITING
+
+
+def _one(kind: str, state: str, started: float | None) -> str:
+    if kind == "started":
+        if started is not None or state == "running":
+            return MET
+        return UNMET if state in ENDED else WAITING
+    if state not in ENDED:
+        return WAITING
+    if kind == "any":
+        return MET
+    good = state == "completed" if kind == "ok" else state in _UNSUCCESSFUL
+    return MET if good else UNMET
+
+
+def evaluate(s: Session, after: Iterable[list[str]]) -> Verdict:
+    """Whether the dependencies `after` of one job are met, can no longer be, or are awaited (and why)."""
+    deps = [(kind, Target.parse(target)) for kind, target in after]
+    found = _targets(s, [t for _, t in deps])
+    waiting: list[str] = []
+    for kind, target in deps:
+        states = found.get(target, [])
+        verdict = judge(kind, [(st, started) for st, started, _ in states])
+        if verdict == UNMET:
+            return Verdict(UNMET, _unmet(kind, target, states))
+        if verdict == WAITING:
+            waiting.append(_awaited(kind, target, states))
+    if waiting:
+        return Verdict(WAITING, "waiting for " + " and ".join(waiting))
+    return Verdict(MET)
+
+
+def _targets(s: Session, targets: list[Target]) -> dict[Target, list[tuple[str, float | None, int]]]:
+    """(state, start time, job id) of every job each target names."""
+    ids = {t.job for t in targets}
+    if not ids:
+        return {}
+    rows = s.execute(
+        select(JobRow.id, JobRow.array_id, JobRow.array_task, JobRow.state, JobRow.start_time)
+        .where(or_(JobRow.id.in_(ids), JobRow.array_id.in_(ids)))
+        .order_by(JobRow.id)
+    ).all()
+    out: dict[Target, list[tuple[str, float | None, int]]] = defaultdict(list)
+    for target in targets:
+        for r in rows:
+            in_array = r.array_id == target.job
+            if target.task is None:
+                named = in_array or (r.id == target.job and r.array_id is None)
+            else:
+                named = in_array and r.array_task == target.task
+            if named:
+                out[target].append((r.state, r.start_time, r.id))
+    return out
+
+
+def _what(target: Target, states: list[tuple[str, float | None, int]]) -> str:
+    if target.task is not None:
+        return f"task {target} of array {target.job}"
+    return f"array {target.job}" if len(states) > 1 else f"job {target.job}"
+
+
+def _awaited(kind: str, target: Target, states: list[tuple[str, float | None, int]]) -> str:
+    verb = {"started": "start", "ok": "complete", "failed": "fail", "any": "end"}[kind]
+    return f"{_what(target, states)} to {verb} ({OPTION[kind]} {target})"
+
+
+def _unmet(kind: str, target: Target, states: list[tuple[str, float | None, int]]) -> str:
+    if not states:
+        return f"dependency can never be met: there is no job {target} ({OPTION[kind]} {target})"
+    bad = next((st for st, started, _ in states if _one(kind, st, started) == UNMET), "ended")
+    return f"dependency can never be met: {_what(target, states)} {bad} ({OPTION[kind]} {target})"
+
+
+# -- what the scheduler may see --------------------------------------------------------------------------------
+
+
+def blocked(s: Session) -> set[int]:
+    """Pending jobs the scheduler must not consider now: dependencies not met, or beyond their array's limit."""
+    out: set[int] = set()
+    for job_id, after in s.execute(
+        select(JobRow.id, JobRow.after).where(JobRow.state == "pending", JobRow.after.is_not(None))
+    ):
+        if after and evaluate(s, after).state != MET:
+            out.add(job_id)
+    return out | _throttled(s, out)
+
+
+def _throttled(s: Session, waiting: set[int]) -> set[int]:
+    """Pending tasks beyond their array's running limit: for each array, those after the first limit-minus-running
+    (by task index) of its pending tasks whose dependencies are met."""
+    limited = s.execute(
+        select(JobRow.array_id, JobRow.array_limit, func.count())
+        .where(JobRow.state == "pending", JobRow.array_limit.is_not(None))
+        .group_by(JobRow.array_id, JobRow.array_limit)
+    ).all()
+    if not limited:
+        return set()
+    arrays = [a for a, _, _ in limited]
+    running = dict(s.execute(
+        select(JobRow.array_id, func.count())
+        .where(JobRow.state == "running", JobRow.array_id.in_(arrays))
+        .group_by(JobRow.array_id)
+    ).all())
+    out: set[int] = set()
+    for array, limit, _ in limited:
+        room = max(limit - running.get(array, 0), 0)
+        tasks = s.scalars(
+            select(JobRow.id).where(JobRow.array_id == array, JobRow.state == "pending").order_by(JobRow.array_task)
+        ).all()
+        eligible = [t for t in tasks if t not in waiting]
+        out.update(eligible[room:])
+    return out
+
+
+def throttle_reason(array_id: int, limit: int) -> str:
+    return f"waiting for a slot: array {array_id} runs at most {limit} tasks at once (--array ...%{limit})"
+
+
+def annotate(s: Session, jobs: list[dict[str, Any]]) -> None:
+    """Give each pending job in `jobs` (API bodies) that waits on a dependency or on its array's limit that
+    reason, naming what it waits for; the others keep the scheduler's."""
+    waiting: set[int] = set()
+    for job in jobs:
+        if job["state"] == "pending" and job.get("after"):
+            verdict = evaluate(s, job["after"])
+            if verdict.state != MET:
+                job["reason"], job["reason_code"], job["estimated_start"] = verdict.message, "dependency", None
+                job["hint"] = None
+                waiting.add(job["id"])
+    if any(j["state"] == "pending" and j.get("array_limit") for j in jobs):
+        throttled = _throttled(s, waiting)
+        for job in jobs:
+            if job["id"] in throttled:
+                job["reason"] = throttle_reason(job["array_id"], job["array_limit"])
+                job["reason_code"], job["estimated_start"], job["hint"] = "array_limit", None, None
+
+
+# -- settling dependents when a job ends -----------------------------------------------------------------------
+
+
+def dependents(s: Session, job: JobRow) -> list[JobRow]:
+    """Pending and held jobs that name `job` (or its array) among their dependencies, in id order, locked."""
+    names = {str(job.id)}
+    if job.array_id is not None:
+        names |= {str(job.array_id), f"{job.array_id}_{job.array_task}"}
+    rows = s.scalars(
+        select(JobRow)
+        .where(JobRow.state.in_(("pending", "held")), JobRow.after.is_not(None), JobRow.id > min(
+            job.id, job.array_id or job.id))
+        .order_by(JobRow.id)
+        .with_for_update()
+    ).all()
+    return [r for r in rows if any(target in names for _, target in r.after or ())]
+
+
+def settle(s: Session, job: JobRow, now: float, cancel: Any) -> None:
+    """`job` ended: cancel (through `cancel(s, dependent, message, now)`) each job whose dependencies can no
+    longer be met, unless it keeps them; show the others what they still wait for."""
+    for dep in dependents(s, job):
+        verdict = evaluate(s, dep.after or ())
+        if verdict.state == UNMET and not dep.keep_if_unmet:
+            cancel(s, dep, f"cancelled: {verdict.message}", now)
+        elif verdict.state != MET and dep.state == "pending":
+            dep.reason, dep.reason_code = verdict.message, "dependency"
+        elif dep.state == "pending":
+            dep.reason, dep.reason_code = "dependencies met; waiting for the scheduler", "queued"

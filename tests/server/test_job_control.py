@@ -1,0 +1,174 @@
+"""Holds, modify, top, requeue, retries, dependencies and arrays, through the real app and heartbeats."""
+
+from __future__ import annotations
+
+import time
+
+from tests.server.asgiclient import AsgiClient
+from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, submit, tick
+from tests.server.fakeagent import FakeAgent
+
+
+def post(client: AsgiClient, url: str, token: str = ALICE, **body: object) -> dict[str, object]:
+    r = client.post(url, json=body or None, headers=auth(token))
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def cycle(client: AsgiClient, agent: FakeAgent) -> None:
+    tick(client)
+    agent.beat()
+
+
+def test_hold_keeps_a_job_from_starting_until_released(client: AsgiClient, agent: FakeAgent) -> None:
+    j = submit(client, gpus=1)["id"]
+    held = post(client, f"/api/v1/jobs/{j}/hold")
+    assert held["state"] == "held" and f"nanum release {j}" in str(held["reason"])
+    cycle(client, agent)
+    assert job(client, j)["state"] == "held" and not agent.running
+    r = client.post(f"/api/v1/jobs/{j}/hold", headers=auth(BOB))
+    assert r.status_code == 403
+    assert post(client, f"/api/v1/jobs/{j}/release")["state"] == "pending"
+    cycle(client, agent)
+    assert job(client, j)["state"] == "running"
+    r = client.post(f"/api/v1/jobs/{j}/hold", headers=auth(ALICE))
+    assert r.status_code == 409 and "cannot be held" in r.json()["detail"]
+
+
+def test_modify_a_pending_job_within_limits(client: AsgiClient, agent: FakeAgent) -> None:
+    blocker = submit(client, gpus=4)["id"]
+    cycle(client, agent)
+    j = submit(client, gpus=2, time_limit_s=60)["id"]
+    r = client.patch(f"/api/v1/jobs/{j}", json={"gpus": 9}, headers=auth(ALICE))
+    assert r.status_code == 400 and "can never run" in r.json()["detail"]
+    r = client.patch(f"/api/v1/jobs/{j}", json={"lab": "nlp"}, headers=auth(ALICE))
+    assert r.status_code == 403
+    r = client.patch(f"/api/v1/jobs/{j}", json={"gpus": 0, "name": "small", "time_limit_s": 120, "priority": 7},
+                     headers=auth(ALICE))
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert (got["gpus"], got["name"], got["time_limit_s"], got["priority"]) == (0, "small", 120, 7)
+    cycle(client, agent)
+    assert job(client, j)["state"] == "running"  # needs no GPU now: starts beside the blocker
+    r = client.patch(f"/api/v1/jobs/{blocker}", json={"gpus": 1}, headers=auth(ALICE))
+    assert r.status_code == 409 and "only a pending or held job" in r.json()["detail"]
+    r = client.patch(f"/api/v1/jobs/{j}", json={"lab": "nlp"}, headers=auth(ADMIN))
+    assert r.status_code == 409
+
+
+def test_top_moves_a_job_before_its_owners_others(client: AsgiClient, agent: FakeAgent) -> None:
+    blocker = submit(client, gpus=4)["id"]
+    cycle(client, agent)
+    first, second = (submit(client, gpus=4)["id"] for _ in range(2))
+    post(client, f"/api/v1/jobs/{second}/top")
+    agent.exit(int(blocker))  # type: ignore[call-overload]
+    agent.beat()
+    cycle(client, agent)
+    assert job(client, second)["state"] == "running"
+    assert job(client, first)["state"] == "pending"
+
+
+def test_retries_run_a_failing_job_again_keeping_each_exit_code(client: AsgiClient, agent: FakeAgent) -> None:
+    j = int(submit(client, gpus=1, retries=2)["id"])  # type: ignore[call-overload]
+    for code in (3, 4, 5):
+        cycle(client, agent)
+        assert job(client, j)["state"] == "running"
+        agent.exit(j, code=code)
+        agent.beat()
+    got = job(client, j)
+    assert got["state"] == "failed" and got["exits"] == [3, 4, 5] and got["runs"] == 3
+
+
+def test_requeue_stops_a_running_job_and_runs_it_again(client: AsgiClient, agent: FakeAgent) -> None:
+    j = int(submit(client, gpus=1)["id"])  # type: ignore[call-overload]
+    cycle(client, agent)
+    post(client, f"/api/v1/jobs/{j}/requeue")
+    agent.beat()  # the agent stops it
+    agent.beat()
+    got = job(client, j)
+    assert got["state"] == "pending" and "requeued" in str(got["reason"])
+    cycle(client, agent)
+    assert job(client, j)["state"] == "running" and job(client, j)["runs"] == 2
+    agent.exit(j, code=0)
+    agent.beat()
+    post(client, f"/api/v1/jobs/{j}/requeue")
+    cycle(client, agent)
+    assert job(client, j)["runs"] == 3
+
+
+def test_a_chain_runs_in_order_and_a_failure_cancels_the_rest(client: AsgiClient, agent: FakeAgent) -> None:
+    a = int(submit(client, gpus=1)["id"])  # type: ignore[call-overload]
+    b = int(submit(client, gpus=1, after_ok=[str(a)])["id"])  # type: ignore[call-overload]
+    c = int(submit(client, gpus=1, after_ok=[str(b)])["id"])  # type: ignore[call-overload]
+    keep = int(submit(client, gpus=1, after_ok=[str(b)], keep_if_unmet=True)["id"])  # type: ignore[call-overload]
+    cleanup = int(submit(client, gpus=1, after_failed=[str(a)])["id"])  # type: ignore[call-overload]
+    cycle(client, agent)
+    assert set(agent.running) == {a}
+    assert job(client, b)["reason"] == f"waiting for job {a} to complete (--after-ok {a})"
+    assert job(client, b)["reason_code"] == "dependency"
+    agent.exit(a, code=0)
+    agent.beat()
+    got = job(client, cleanup)
+    assert got["state"] == "cancelled" and f"job {a} completed" in str(got["reason"])
+    cycle(client, agent)
+    assert set(agent.running) == {b}
+    agent.exit(b, code=1)
+    agent.beat()
+    got = job(client, c)
+    assert got["state"] == "cancelled"
+    assert got["reason"] == f"cancelled: dependency can never be met: job {b} failed (--after-ok {b})"
+    assert job(client, keep)["state"] == "pending"
+    cycle(client, agent)
+    assert not agent.running
+
+
+def test_a_dependency_that_cannot_be_met_is_refused_at_submit(client: AsgiClient) -> None:
+    r = client.post("/api/v1/jobs", json={"command": ["x"], "after_ok": ["999"]}, headers=auth(ALICE))
+    assert r.status_code == 400 and "no job 999" in r.json()["detail"]
+
+
+def test_an_array_runs_at_most_its_limit_with_task_ids(client: AsgiClient, agent: FakeAgent) -> None:
+    began = time.perf_counter()
+    first = submit(client, gpus=0, array="0-9%3")
+    assert time.perf_counter() - began < 2.0
+    array = int(first["id"])  # type: ignore[call-overload]
+    r = client.get(f"/api/v1/jobs?array={array}", headers=auth(ALICE))
+    tasks = r.json()
+    assert [t["array_task"] for t in tasks] == list(range(10))
+    assert tasks[5]["reason_code"] == "array_limit" and "at most 3" in tasks[5]["reason"]
+    seen: dict[int, str] = {}
+    for _ in range(10):
+        cycle(client, agent)
+        assert len(agent.running) <= 3
+        for j, launch in list(agent.running.items()):
+            seen[j] = launch.env["NANUM_ARRAY_TASK_ID"]
+            assert launch.env["NANUM_ARRAY_JOB_ID"] == str(array)
+            agent.exit(j)
+        agent.beat()
+    assert sorted(int(t) for t in seen.values()) == list(range(10))
+
+
+def test_cancel_and_hold_an_array_or_one_task(client: AsgiClient, agent: FakeAgent) -> None:
+    array = int(submit(client, gpus=0, array="1,3,5-7")["id"])  # type: ignore[call-overload]
+    tasks = client.get(f"/api/v1/jobs?array={array}", headers=auth(ALICE)).json()
+    assert [t["array_task"] for t in tasks] == [1, 3, 5, 6, 7]
+    post(client, f"/api/v1/jobs/{tasks[2]['id']}/hold")
+    post(client, f"/api/v1/jobs/{array}/cancel?one=true")
+    states = [t["state"] for t in client.get(f"/api/v1/jobs?array={array}", headers=auth(ALICE)).json()]
+    assert states == ["cancelled", "pending", "held", "pending", "pending"]
+    post(client, f"/api/v1/jobs/{array}/cancel")
+    states = [t["state"] for t in client.get(f"/api/v1/jobs?array={array}", headers=auth(ALICE)).json()]
+    assert states == ["cancelled"] * 5
+
+
+def test_a_thousand_task_array_is_one_request(client: AsgiClient) -> None:
+    began = time.perf_counter()
+    submit(client, gpus=0, array="0-999")
+    assert time.perf_counter() - began < 1.0
+    assert len(client.get("/api/v1/jobs", headers=auth(ALICE)).json()) == 1000
+
+
+def test_bad_array_specs_are_refused_naming_what_works(client: AsgiClient) -> None:
+    for spec in ("5-1", "0-99%0", "a-b", "0-20000"):
+        r = client.post("/api/v1/jobs", json={"command": ["x"], "array": spec}, headers=auth(ALICE))
+        assert r.status_code == 422, spec
