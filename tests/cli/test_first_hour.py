@@ -51,3 +51,11 @@ def test_make_run_takes_a_port() -> None:
     assert planned[-1].endswith("nanum up --port 9000")
     plain = subprocess.run(["make", "-n", "run"], cwd=ROOT, text=True, capture_output=True, check=True)
     assert plain.stdout.splitlines()[-1].endswith("nanum up")
+
+
+def test_lab_set_prints_the_servers_warning(api: FakeApi, nanum: Nanum) -> None:
+    warning = "lab vision is guaranteed 8 GPUs but the cluster has 4; the guarantee cannot be met until more GPUs join"
+    api.on("PATCH", "/labs/vision", {"name": "vision", "guaranteed_gpus": 8, "weight": 1.0, "warning": warning})
+    result = nanum("lab", "set", "vision", "--guaranteed-gpus", "8")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == f"warning: {warning}\n"

@@ -127,6 +127,8 @@ def lab_add(
         print_json(created)
     else:
         print(f"Created lab {name}")
+    if not json and created.get("warning"):
+        note(f"warning: {created['warning']}")
 
 
 @lab_app.command("set", cls=Command)
@@ -169,6 +171,8 @@ def lab_set(
         print_json(lab)
     else:
         print(f"Lab {name}: {quota_text(dict(lab))}")
+    if not json and lab.get("warning"):
+        note(f"warning: {lab['warning']}")
 
 
 def _limit(flag: str, value: str, kind: type[int] | type[float]) -> int | float | None:

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from nanum.server.auth import Caller, NodeCaller, hash_token, new_token
 from nanum.server.context import ServerContext
-from nanum.server.errors import Conflict, NotFound
+from nanum.server.errors import BadRequest, Conflict, NotFound
 from nanum.server.schemas import LabIn, LabOut, LabPatch, UserIn, UserOut, UserPatch
 from nanum.server.services import audit
 from nanum.store import LabRow, MembershipRow, NodeRow, UserRow
@@ -41,6 +41,18 @@ def _caller(s: Session, user: UserRow) -> Caller:
     if default is None and user.default_lab_id is not None:
         default = s.scalar(select(LabRow.name).where(LabRow.id == user.default_lab_id))
     return Caller(user.id, user.name, user.admin, user.unix_user, default, frozenset(labs.values()), user.max_gpus)
+
+
+def refuse_root_jobs(ctx: ServerContext, caller: Caller) -> None:
+    """Refuse, at submit, a job that would run as root where no agent may run one (`--allow-root-jobs` is off):
+    otherwise it is queued, then fails at once on its node with nothing to show for it."""
+    account = caller.unix_user or caller.name
+    if account == "root" and not ctx.settings.allow_root_jobs:
+        raise BadRequest(
+            f"user {caller.name}'s jobs would run as root, which this server refuses; add yourself as a user "
+            "with a normal Unix account (`nanum user add NAME --unix-user NAME --lab LAB`) and submit with the "
+            "token it prints, or restart nanum with --allow-root-jobs"
+        )
 
 
 def node_by_token_hash(ctx: ServerContext, digest: str) -> NodeCaller | None:
@@ -177,7 +189,9 @@ def create_lab(ctx: ServerContext, spec: LabIn, actor: str = audit.SYSTEM) -> La
     ctx.caches.labs.clear()
     ctx.caches.budgets.clear()
     ctx.signals.poke()
-    return lab_out(lab)
+    out = lab_out(lab)
+    out.warning = guarantee_warning(ctx, spec.name, lab.guaranteed_gpus)
+    return out
 
 
 def list_labs(ctx: ServerContext) -> list[LabOut]:
@@ -203,7 +217,28 @@ def patch_lab(ctx: ServerContext, name: str, patch: LabPatch, actor: str = audit
     ctx.caches.labs.clear()
     ctx.caches.budgets.clear()
     ctx.signals.poke()
-    return lab_out(lab)
+    out = lab_out(lab)
+    if "guaranteed_gpus" in changes:
+        out.warning = guarantee_warning(ctx, name, lab.guaranteed_gpus)
+    return out
+
+
+def guarantee_warning(ctx: ServerContext, name: str, guaranteed: int | None) -> str | None:
+    """Why a lab's guarantee cannot be met on today's cluster (more than its GPUs, alone or with the other
+    labs'); None when it can. A warning, not a refusal: nodes may be on their way."""
+    if not guaranteed:
+        return None
+    with ctx.db.read() as s:
+        inventories = s.scalars(select(NodeRow.inventory)).all()
+        promised = sum(g or 0 for g in s.scalars(select(LabRow.guaranteed_gpus)).all())
+    total = sum(len(inv.get("gpus", ())) for inv in inventories if inv)
+    if guaranteed > total:
+        return (f"lab {name} is guaranteed {guaranteed} GPUs but the cluster has {total}; the guarantee cannot "
+                "be met until more GPUs join (see `nanum nodes`)")
+    if promised > total:
+        return (f"the labs' guarantees add up to {promised} GPUs but the cluster has {total}; not every lab can "
+                "get its guarantee at once (see `nanum lab list`)")
+    return None
 
 
 # -- nodes -----------------------------------------------------------------------------------------------------
