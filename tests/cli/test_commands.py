@@ -212,7 +212,7 @@ def test_cancel_reports_each_job_and_refusals_exit_2(api: FakeApi, nanum: Nanum)
     result = nanum("cancel", "1", "2")
     assert result.exit_code == 2
     assert result.stdout == "Cancelled job 1\n"
-    assert result.stderr == "nanum: error: job 2: job 2 belongs to bob; only bob or an admin may cancel it\n"
+    assert result.stderr == "nanum: error: job 2 belongs to bob; only bob or an admin may cancel it\n"
 
 
 def test_nodes_table(api: FakeApi, nanum: Nanum) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from nanum.config import credentials_path
 from tests.cli.conftest import Nanum
-from tests.cli.fakeapi import FakeApi
+from tests.cli.fakeapi import Answer, FakeApi
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,3 +59,32 @@ def test_lab_set_prints_the_servers_warning(api: FakeApi, nanum: Nanum) -> None:
     result = nanum("lab", "set", "vision", "--guaranteed-gpus", "8")
     assert result.exit_code == 0, result.output
     assert result.stderr == f"warning: {warning}\n"
+
+
+def test_cancel_of_a_job_that_does_not_exist_says_so_once(api: FakeApi, nanum: Nanum) -> None:
+    api.on("POST", "/jobs/9999/cancel", {"detail": "no job 9999"}, status=404)
+    api.on("POST", "/jobs/2/cancel", {"detail": "only its owner or an admin may cancel it"}, status=403)
+    result = nanum("cancel", "9999", "2")
+    assert result.exit_code == 2
+    assert result.stderr == ("nanum: error: no job 9999\n"
+                             "nanum: error: job 2: only its owner or an admin may cancel it\n")
+
+
+def test_logs_follow_on_a_pending_job_says_it_waits_and_for_what(api: FakeApi, nanum: Nanum) -> None:
+    pending = {"X-Nanum-Log-Offset": "0", "X-Nanum-Job-State": "pending"}
+    api.on("GET", "/jobs/7/logs", Answer(text="", headers=pending),
+           Answer(text="hello\n", headers={"X-Nanum-Log-Offset": "6", "X-Nanum-Job-State": "completed"}),
+           Answer(text="", headers={"X-Nanum-Log-Offset": "6", "X-Nanum-Job-State": "completed"}))
+    api.on("GET", "/jobs/7", {"id": 7, "state": "pending", "reason": "waiting for 2 GPUs (all 4 in use)"})
+    result = nanum("logs", "-f", "7")
+    assert (result.exit_code, result.stdout) == (0, "hello\n")
+    assert result.stderr == ("job 7 is pending: waiting for 2 GPUs (all 4 in use); its output will follow once it "
+                             "starts (Ctrl-C stops watching; the job stays queued)\n")
+
+
+def test_logs_follow_on_a_running_job_says_nothing_extra(api: FakeApi, nanum: Nanum) -> None:
+    done = {"X-Nanum-Log-Offset": "3", "X-Nanum-Job-State": "completed"}
+    api.on("GET", "/jobs/7/logs", Answer(text="hi\n", headers=done), Answer(text="", headers=done))
+    result = nanum("logs", "-f", "7")
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "hi\n", "")
+    assert api.sent("GET", "/jobs/7") == []

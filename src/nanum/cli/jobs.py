@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from nanum.cli.app import app
 from nanum.cli.common import Command, JsonOpt, ServerOpt, TokenOpt, clean_errors, connect, fail, note, print_json
+
+if TYPE_CHECKING:
+    from nanum.client import Client
 
 _Opt = typer.Option
 JobIdArg = Annotated[int, typer.Argument(help="Job ID (see `nanum ps`).", show_default=False)]
@@ -177,7 +180,12 @@ def logs(
     out = sys.stdout
     with connect(server, token) as client:
         if follow:
-            for text in client.follow_logs(job_id):
+            first = client.logs(job_id, 0)
+            if first.state in ("pending", "held"):
+                _say_what_it_waits_for(client, job_id)
+            out.write(first.text)
+            out.flush()
+            for text in client.follow_logs(job_id, first.offset):
                 out.write(text)
                 out.flush()
             return
@@ -188,6 +196,14 @@ def logs(
             if not chunk.text or chunk.offset <= offset:
                 break
             offset = chunk.offset
+
+
+def _say_what_it_waits_for(client: Client, job_id: int) -> None:
+    """`logs -f` on a job that has not started: say so, and why, instead of sitting silent."""
+    job = client.job(job_id)
+    why = f": {job['reason']}" if job.get("reason") else ""
+    note(f"job {job_id} is {job['state']}{why}; its output will follow once it starts (Ctrl-C stops watching; "
+         "the job stays queued)")
 
 
 @app.command(cls=Command)
@@ -207,7 +223,8 @@ def cancel(
             try:
                 client.cancel(job_id)
             except ApiError as exc:
-                sys.stderr.write(f"nanum: error: job {job_id}: {exc.detail}\n")
+                named = f"job {job_id}" in exc.detail  # "no job 9999" needs no "job 9999: " before it
+                sys.stderr.write(f"nanum: error: {exc.detail if named else f'job {job_id}: {exc.detail}'}\n")
                 worst = max(worst, exit_code_for_status(exc.status))
                 continue
             print(f"Cancelled job {job_id}")
