@@ -88,3 +88,35 @@ def test_logs_follow_on_a_running_job_says_nothing_extra(api: FakeApi, nanum: Na
     result = nanum("logs", "-f", "7")
     assert (result.exit_code, result.stdout, result.stderr) == (0, "hi\n", "")
     assert api.sent("GET", "/jobs/7") == []
+
+
+def _readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(f"## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else None]
+
+
+def test_the_readmes_job_script_is_the_example_and_reads_as_documented() -> None:
+    from nanum.cli.jobspec import read_script_header
+
+    section = _readme_section("Job scripts")
+    script = section[section.index("#!/bin/bash"):]
+    script = script[:script.index("```")]
+    example = ROOT / "examples" / "train.sh"
+    assert script == example.read_text()
+    options = read_script_header(example)
+    assert (options.gpus, options.time_limit_s, options.memory_mb, options.cpus) == (2, 4 * 3600, 32 * 1024, 8)
+    assert (options.lab, options.name, options.priority, options.preemptible) == ("vision", "resnet50", 10, False)
+    assert options.env == {"WANDB_MODE": "offline", "SEED": "1"}
+
+
+def test_the_readme_documents_exactly_the_options_a_nanum_line_takes() -> None:
+    import re
+
+    from nanum.cli.jobspec import HEADER_OPTIONS
+
+    section = _readme_section("Job scripts")
+    prose = section[section.rindex("```") :]
+    documented = set(re.findall(r"`(--[a-z-]+)", prose))
+    assert documented == {*HEADER_OPTIONS, "--env", "--no-preempt"}

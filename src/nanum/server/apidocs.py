@@ -1,4 +1,4 @@
-"""/docs: the API's Swagger UI, served from the swagger-ui-bundle package, so it works with no internet.
+"""/docs: the API's Swagger UI, served from the fastapi-offline package's copy, so it works with no internet.
 
 FastAPI's own /docs loads Swagger UI from a CDN, which a cluster behind a firewall cannot reach (a blank page).
 Here the page, its script and its stylesheet all come from this server; the page starts Swagger UI from a
@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import html
 import json
+from pathlib import Path
 
-import swagger_ui_bundle
+import fastapi_offline
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 ASSETS = "/docs/assets"
+#: Swagger UI's script and stylesheet (a release that reads OpenAPI 3.1, which FastAPI publishes).
+STATIC = Path(fastapi_offline.__file__).parent / "static"
 
 _PAGE = """<!doctype html>
 <html lang="en">
@@ -50,7 +53,7 @@ def install(app: FastAPI) -> None:
     """Serve /docs and its assets from this server (create the app with `docs_url=None, redoc_url=None`)."""
     page = _PAGE.format(title=html.escape(app.title), assets=ASSETS)
     start = _START % json.dumps(app.openapi_url)
-    app.mount(ASSETS, StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="swagger-ui")
+    app.mount(ASSETS, StaticFiles(directory=STATIC), name="swagger-ui")
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
