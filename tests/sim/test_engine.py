@@ -30,16 +30,16 @@ def synthetic(n: int, seed: int) -> list[TraceJob]:
 def test_every_cycle_with_the_cache_decides_like_a_fresh_cycle(text: str, lend: bool) -> None:
     spec = cluster_from_dict({**TWO_LABS, "lend": lend})
     sim = Simulation(synthetic(400, seed=3), spec, Policy.parse(text, lend=lend), SimOptions(restart_cost=5))
-    cached = sim.decide
+    cached = sim.core.decide
 
     def both(snap: Snapshot) -> Decisions:
         fresh = schedule(snap, sim.policy, sim.predictor)
         assert cached(snap) == Decisions(fresh.starts, fresh.preemptions, ())  # the simulator reads no reasons
         return fresh
 
-    sim.decide = both
+    sim.core.decide = both
     result = sim.run()
-    assert result.cycles > 100 and sim.cache.reuses > result.cycles // 2
+    assert result.cycles > 100 and sim.core.cache.reuses > result.cycles // 2
     assert sum(j.end is not None for j in result.jobs) == 400
 
 

@@ -39,14 +39,14 @@ def busy_trace(n: int, seed: int) -> list[TraceJob]:
 def replay(policy: str, lend: bool, skip: bool, out: Path) -> tuple[SimResult, int]:
     spec = cluster_from_dict({"lend": lend, "nodes": NODES})
     sim = Simulation(busy_trace(160, seed=7), spec, Policy.parse(policy, lend=lend), SimOptions(restart_cost=30))
-    sim.skip = skip
-    decide, hidden = sim.decide, [0]
+    sim.core.skip = skip
+    decide, hidden = sim.core.decide, [0]
 
     def counting(snap: Snapshot) -> Decisions:
         hidden[0] += len(sim.pending) - len(snap.pending)
         return decide(snap)
 
-    sim.decide = counting
+    sim.core.decide = counting
     result = sim.run()
     write_run(result, summarize(result), out, plots=False)
     return result, hidden[0]

@@ -6,6 +6,7 @@
 from nanum.core.cache import CycleCache
 from nanum.core.decision import Code, Decisions, Pending, Preempt, Reason, Start
 from nanum.core.fairshare import decay
+from nanum.core.incremental import Incremental
 from nanum.core.model import (
     Gpu,
     Job,
@@ -23,7 +24,7 @@ from nanum.core.model import (
 from nanum.core.ordering import ORDERS, OrderContext, priority_factors
 from nanum.core.placement import PLACEMENTS
 from nanum.core.policy import Policy, PolicyError
-from nanum.core.predict import HistoryPredictor, Predictor, expected_runtime
+from nanum.core.predict import HistoryPredictor, Predictor, expected_end, expected_runtime, planned_end
 from nanum.core.quota import impossible
 from nanum.core.scheduler import schedule
 
@@ -35,6 +36,7 @@ __all__ = [
     "Decisions",
     "Gpu",
     "HistoryPredictor",
+    "Incremental",
     "Job",
     "JobId",
     "JobKind",
@@ -55,8 +57,10 @@ __all__ = [
     "Start",
     "User",
     "decay",
+    "expected_end",
     "expected_runtime",
     "impossible",
+    "planned_end",
     "priority_factors",
     "schedule",
 ]

@@ -92,6 +92,13 @@ class RunClasses:
         """The class of `run` (one of the running jobs of the last update) at that update's `now`."""
         return self._runs[run.job.id].level
 
+    def lowest_class(self, lab: str) -> int:
+        """The lowest class (the highest number) among the running jobs a job of `lab` may preempt, class aside:
+        its lab's own and every borrower; -1 when there are none."""
+        runs = self._runs
+        return max((runs[entries[0][1]].level for entries in (self._by_lab.get(lab), self._borrowed) if entries),
+                   default=-1)
+
     def victims(self, lab: str, below: int, borrowers_only: bool = False) -> Iterator[Running]:
         """The running jobs a job of `lab` in class `below` may preempt, cheapest first: its lab's own and other
         labs' borrowers (only borrowers, for a job that borrows), of a class lower than `below` (a higher number)."""

@@ -187,3 +187,15 @@ def expected_runtime(job: Job, predictor: Predictor | None) -> float | None:
     if job.time_limit is None:
         return predicted
     return min(predicted, job.time_limit)
+
+
+def planned_end(start: float, runtime: float | None, *, restart: float = 0.0, done: float = 0.0) -> float | None:
+    """The one definition of a run's expected end: it starts at `start`, spends `restart` seconds restarting, then
+    works what is left of its planned `runtime` after the `done` seconds it saved before. None: unknown."""
+    return None if runtime is None else start + restart + max(runtime - done, 0.0)
+
+
+def expected_end(job: Job, predictor: Predictor | None, start: float, *, restart: float = 0.0,
+                 done: float = 0.0) -> float | None:
+    """`planned_end` with the run time the scheduler plans with (`expected_runtime`)."""
+    return planned_end(start, expected_runtime(job, predictor), restart=restart, done=done)

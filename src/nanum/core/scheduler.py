@@ -28,7 +28,7 @@ from nanum.core.model import Job, JobId, Limits, NodeState, Placement, Running, 
 from nanum.core.ordering import OrderContext
 from nanum.core.placement import PlacementPolicy, fits
 from nanum.core.policy import Policy
-from nanum.core.predict import Predictor, expected_runtime
+from nanum.core.predict import Predictor, expected_runtime, planned_end
 from nanum.core.preempt import ClassOrder, attained, class_victim_key, may_preempt
 from nanum.core.quota import Usage, admit, impossible, victim_key, would_borrow
 from nanum.core.state import ClusterState, NodeFree
@@ -219,7 +219,7 @@ class _Cycle:
             self.state.take(p, job)
         self.usage.add(job)
         runtime = self._runtime(job)
-        end = None if runtime is None else self.snap.now + runtime
+        end = planned_end(self.snap.now, runtime)
         head = part.reservations[0] if part.reservations else None
         if head is not None and (end is None or end > head.start):
             for p in placements:

@@ -1,0 +1,314 @@
+"""Incremental scheduling: the object a driver keeps from cycle to cycle, and the rule for when a cycle may act.
+
+A driver (the simulator at every event, the server at every tick) tells `Incremental` what happened —
+`observe(arrived=..., started=..., stopped=..., checkpointed=...)` — asks `due(now)` whether a cycle could start
+or preempt anything, and if so runs `cycle(snapshot)` with the snapshot built from `pending()` and `running()`.
+The drivers differ only in clock, snapshot source and applier; none decides on its own when a cycle may act.
+
+`due(now)` is False only when a cycle provably decides nothing:
+
+1. nothing changed since the last cycle (no arrival, no stop, no `touch`), or nothing is pending;
+2. no partition is live. A partition (the whole cluster when owners lend, else a lab's own nodes and the shared
+   ones) is live when one of its labs has a pending job that
+   a. might fit now: its smallest job in the free GPUs the lab may use, its narrowest in the largest free block;
+   b. could reclaim: the lab is under its guarantee by that job while others borrow (`reclaim`);
+   c. (with `+preempt`) outranks a running job it may preempt: a lower class among its own lab's jobs or the
+      borrowers;
+   d. (with `+preempt`) could take back GPUs from a job backfilled over its reservation there.
+
+Without `+preempt` the cluster-wide form of (a) and (b) decides, and partitions are narrowed only when labs keep to
+their own nodes. When labs keep to their own nodes and no one plans on shared GPUs, `pending()` shows a cycle only
+the jobs of live partitions: the others would only get reasons. So `explain=True` drivers (the server) see all.
+
+Checkpoints reach the core only in a cycle that preempts: a checkpoint only ranks victims, never decides whether
+there are any. Such a cycle is decided again with the running jobs' latest checkpoints (`cycle`).
+
+The decisions are exactly those of a cycle at every change with every pending job and checkpoint (`skip=False`,
+which the tests compare against).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from itertools import chain
+from typing import cast
+
+from nanum.core.cache import CycleCache
+from nanum.core.classes import RunClasses
+from nanum.core.decision import Decisions
+from nanum.core.model import Job, JobId, Lab, Node, Running, Snapshot
+from nanum.core.policy import Policy
+from nanum.core.predict import Predictor
+from nanum.core.preempt import ClassOrder
+from nanum.core.scheduler import partition_of, schedule
+
+#: A source of checkpoints taken by a time: (job, when it last saved its state) for the runs that saved since asked.
+Checkpoints = Callable[[float], Iterable[tuple[JobId, float]]]
+
+
+class Incremental:
+    """Carries a driver's scheduling state between cycles; see the module docstring for the contract.
+
+    `checkpoints`, when given, is asked for checkpoints only by a cycle that preempts (a driver that can list
+    them cheaply only on demand, like the simulator); `observe(checkpointed=...)` is the eager form."""
+
+    def __init__(self, policy: Policy, predictor: Predictor | None, nodes: tuple[Node, ...],
+                 labs: Mapping[str, Lab], *, explain: bool = False, checkpoints: Checkpoints | None = None) -> None:
+        self.policy, self.predictor, self.labs = policy, predictor, labs
+        self.cache = CycleCache()
+        #: skip cycles and partitions that decide nothing, and checkpoints until a cycle preempts (off: a cycle at
+        #: every change, shown every pending job and checkpoint; the same decisions).
+        self.skip = True
+        #: the seam to the core: one cycle for one snapshot (tests wrap it to compare with a cache-less cycle).
+        self.decide: Callable[[Snapshot], Decisions] = lambda snap: schedule(
+            snap, policy, predictor, self.cache, explain=explain)
+        self._source = checkpoints
+        self._saved: dict[JobId, float] = {}
+        self.pending: dict[JobId, Job] = {}
+        self.running: dict[JobId, Running] = {}
+        self.changed = False
+        self._capacity = _Capacity(nodes, policy.lend)
+        owners = {n.owner for n in nodes if n.owner is not None}
+        self._part: Callable[[str], str | None] = lambda lab: partition_of(lab, policy.lend, owners)
+        #: partitions may be left out: they share no GPUs, or no one plans on the shared ones (estimate depth 1).
+        self._prune = not explain and not policy.lend and (
+            policy.estimate_depth == 1 or not self._capacity.pool_free[None])
+        self._queues: dict[str | None, dict[JobId, Job]] = {}
+        self._sizes: dict[str, Counter[int]] = {}  # per lab, pending jobs by GPUs in all
+        self._widths: dict[str, Counter[int]] = {}  # per lab, pending jobs by GPUs per node
+        self._lab_used: Counter[str] = Counter()
+        self._borrowers = 0
+        self._over: Counter[str | None] = Counter()  # per partition, running jobs started over a reservation
+        self._show: set[str | None] | None = None
+        self._classes = _Classes(cast(ClassOrder, policy.make_order())) if policy.preempt else None
+
+    # -- what the driver tells -----------------------------------------------------------------------------------
+
+    def observe(self, *, arrived: Iterable[Job] = (), started: Iterable[Running] = (),
+                stopped: Iterable[JobId] = (), checkpointed: Iterable[tuple[JobId, float]] = ()) -> None:
+        """Jobs that `arrived` in the queue (new, or requeued after a stop), pending jobs that `started` (as the
+        `Running` the driver passes in snapshots from now on), running jobs that `stopped`, and runs that saved
+        their state (job, when)."""
+        for job in arrived:
+            self._enqueue(job)
+        for run in started:
+            self._start(run)
+        for job_id in stopped:
+            self._stop(job_id)
+        self._saved.update(checkpointed)
+
+    def touch(self) -> None:
+        """Something besides jobs changed (a budget period began, a limit or a node changed): cycle again."""
+        self.changed = True
+
+    # -- when a cycle may act ------------------------------------------------------------------------------------
+
+    def due(self, now: float) -> bool:
+        """Whether a cycle at `now` could start or preempt anything; picks the jobs `pending_shown` gives it."""
+        self._show = None
+        if not self.changed or not self.pending:
+            return False
+        if not self.skip:
+            return True
+        if self._classes is not None:
+            live = self._live(now)
+            if not live:
+                # With jobs running, such a cycle would have run and found nothing: clear `changed` as it would.
+                self.changed = self.changed and not self.running
+                return False
+        elif not self._fits_anywhere() and not self._may_reclaim():
+            return False
+        else:
+            live = self._live(now) if self._prune else set()
+        if self._prune:
+            self._show = live
+        return True
+
+    def pending_shown(self) -> tuple[Job, ...]:
+        """The pending jobs the next cycle must see: all, or those of the partitions `due` found live."""
+        if self._show is None:
+            return tuple(self.pending.values())
+        show = self._show
+        return tuple(chain.from_iterable(q.values() for part, q in self._queues.items() if part in show))
+
+    # -- one cycle -----------------------------------------------------------------------------------------------
+
+    def cycle(self, snapshot: Snapshot) -> Decisions:
+        """Decide `snapshot` (its running jobs must be `running`, its pending jobs `pending_shown()`). A cycle
+        that preempts is decided again with the latest checkpoints, so victims are those losing the least work."""
+        self.changed = False
+        if not self.skip:
+            snapshot = self._with_checkpoints(snapshot)
+        self.cache.expect()  # every start and stop since the last cycle was observed as it happened
+        decisions = self.decide(snapshot)
+        if decisions.preemptions and self.skip:
+            again = self._with_checkpoints(snapshot)
+            if again is not snapshot:
+                decisions = self.decide(again)
+        return decisions
+
+    def _with_checkpoints(self, snapshot: Snapshot) -> Snapshot:
+        if self._source is not None:
+            self._saved.update(self._source(snapshot.now))
+        came, gone = [], []
+        for job_id, when in self._saved.items():
+            run = self.running.get(job_id)
+            if run is not None:
+                gone.append(run)
+                self.running[job_id] = replace(run, last_checkpoint=when)
+                came.append(self.running[job_id])
+        self._saved.clear()
+        if not came:
+            return snapshot
+        self.cache.expect(came=came, gone=gone)
+        return replace(snapshot, running=tuple(self.running.values()))
+
+    # -- the rule's parts ----------------------------------------------------------------------------------------
+
+    def _live(self, now: float) -> set[str | None]:
+        """The partitions where a pending job could start, reclaim, preempt or take back (module docstring, 2)."""
+        if self._classes is not None:
+            self._classes.update(now)
+        live: set[str | None] = set()
+        for lab, sizes in self._sizes.items():
+            part = self._part(lab)
+            if not sizes or part in live:
+                continue
+            smallest = min(sizes)
+            if (self._fits(lab, smallest) or self._reclaims(lab, smallest) or self._outranks(lab)
+                    or self._over[part]):
+                live.add(part)
+        return live
+
+    def _fits(self, lab: str, smallest: int) -> bool:
+        cap = self._capacity
+        return smallest <= cap.free_for(lab) and min(self._widths[lab]) <= cap.block_for(lab)
+
+    def _fits_anywhere(self) -> bool:
+        cap = self._capacity
+        return any(sizes and min(sizes) <= cap.free_for(lab) for lab, sizes in self._sizes.items())
+
+    def _reclaims(self, lab: str, smallest: int) -> bool:
+        guarantee = self.labs[lab].guaranteed_gpus if lab in self.labs else None
+        return (self.policy.reclaim and self._borrowers > 0 and guarantee is not None
+                and self._lab_used[lab] + smallest <= guarantee)
+
+    def _may_reclaim(self) -> bool:
+        if not (self.policy.lend and self.policy.reclaim and self._borrowers):
+            return False
+        return any(sizes and self._reclaims(lab, min(sizes)) for lab, sizes in self._sizes.items())
+
+    def _outranks(self, lab: str) -> bool:
+        return self._classes is not None and self._classes.outranks(lab)
+
+    # -- keeping the counts ----------------------------------------------------------------------------------------
+
+    def _enqueue(self, job: Job) -> None:
+        self.pending[job.id] = job
+        self._queues.setdefault(self._part(job.lab), {})[job.id] = job
+        self._sizes.setdefault(job.lab, Counter())[job.total_gpus] += 1
+        self._widths.setdefault(job.lab, Counter())[job.gpus] += 1
+        if self._classes is not None:
+            self._classes.queue(job, +1)
+        self.changed = True
+
+    def _start(self, run: Running) -> None:
+        job = self.pending.pop(run.job.id)
+        del self._queues[self._part(job.lab)][job.id]
+        _count(self._sizes[job.lab], job.total_gpus, -1)
+        _count(self._widths[job.lab], job.gpus, -1)
+        self.running[job.id] = run
+        self.cache.expect(came=(run,))
+        self._capacity.hand(run, -1)
+        self._account(run, +1)
+        if self._classes is not None:
+            self._classes.queue(job, -1)
+            self._classes.came[job.id] = run
+
+    def _stop(self, job_id: JobId) -> None:
+        run = self.running.pop(job_id)
+        self._saved.pop(job_id, None)
+        self.cache.expect(gone=(run,))
+        self._capacity.hand(run, +1)
+        self._account(run, -1)
+        if self._classes is not None:
+            self._classes.stop(run)
+        self.changed = True
+
+    def _account(self, run: Running, sign: int) -> None:
+        self._lab_used[run.job.lab] += sign * run.job.total_gpus
+        self._borrowers += sign if run.borrowing else 0
+        if run.over_reservation:
+            self._over[self._part(run.job.lab)] += sign
+
+
+class _Capacity:
+    """Free GPUs per pool (nodes of one owner, None: shared) and per node, and how many nodes of each pool have
+    each number of free GPUs, so the largest free block is at hand."""
+
+    def __init__(self, nodes: tuple[Node, ...], lend: bool) -> None:
+        self.lend = lend
+        self.free = {n.name: len(n.gpus) for n in nodes}
+        self.owner = {n.name: n.owner for n in nodes}
+        self.pool_free: Counter[str | None] = Counter()
+        self.blocks: dict[str | None, Counter[int]] = {}
+        for n in nodes:
+            self.pool_free[n.owner] += len(n.gpus)
+            self.blocks.setdefault(n.owner, Counter())[len(n.gpus)] += 1
+
+    def hand(self, run: Running, sign: int) -> None:
+        """Take (-1) or give back (+1) the GPUs of `run`."""
+        for p in run.placements:
+            if p.node not in self.free:
+                continue
+            pool = self.owner[p.node]
+            _count(self.blocks[pool], self.free[p.node], -1)
+            self.free[p.node] += sign * len(p.gpus)
+            _count(self.blocks[pool], self.free[p.node], +1)
+            self.pool_free[pool] += sign * len(p.gpus)
+
+    def free_for(self, lab: str) -> int:
+        """Free GPUs `lab`'s jobs may use: all of them when owners lend, else its own and the shared ones."""
+        return sum(self.pool_free.values()) if self.lend else self.pool_free[lab] + self.pool_free[None]
+
+    def block_for(self, lab: str) -> int:
+        """The most free GPUs on one node `lab`'s jobs may use."""
+        pools = self.blocks.values() if self.lend else (self.blocks.get(lab), self.blocks.get(None))
+        return max((max(free) for free in pools if free), default=0)
+
+
+class _Classes:
+    """With `+preempt`: the classes of pending jobs per lab, and the running jobs' classes (`RunClasses`)."""
+
+    def __init__(self, classes: ClassOrder) -> None:
+        self.classes = classes
+        self.runs = RunClasses(classes)
+        self.pending: dict[str, Counter[int]] = {}
+        self.came: dict[JobId, Running] = {}  # runs not yet told to `runs`
+        self.gone: dict[JobId, Running] = {}
+
+    def queue(self, job: Job, sign: int) -> None:
+        _count(self.pending.setdefault(job.lab, Counter()), self.classes.level(job, job.attained_gpu_seconds), sign)
+
+    def stop(self, run: Running) -> None:
+        if self.came.pop(run.job.id, None) is None:
+            self.gone[run.job.id] = run
+
+    def update(self, now: float) -> None:
+        self.runs.update(now, came=self.came.values(), gone=self.gone.values())
+        self.came, self.gone = {}, {}
+
+    def outranks(self, lab: str) -> bool:
+        """Whether a pending job of `lab` is of a higher class than a running job it may preempt."""
+        levels = self.pending.get(lab)
+        if not levels:
+            return False
+        return self.runs.lowest_class(lab) > min(levels)
+
+
+def _count(counts: Counter[int], key: int, sign: int) -> None:
+    counts[key] += sign
+    if counts[key] <= 0:
+        del counts[key]
