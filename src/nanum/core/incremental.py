@@ -38,7 +38,7 @@ from typing import cast
 from nanum.core.cache import CycleCache
 from nanum.core.classes import RunClasses
 from nanum.core.decision import Decisions
-from nanum.core.model import Job, JobId, Lab, Node, Running, Snapshot
+from nanum.core.model import Job, JobId, Lab, Node, NodeState, Running, Snapshot
 from nanum.core.policy import Policy
 from nanum.core.predict import Predictor
 from nanum.core.preempt import ClassOrder
@@ -69,12 +69,8 @@ class Incremental:
         self.pending: dict[JobId, Job] = {}
         self.running: dict[JobId, Running] = {}
         self.changed = False
-        self._capacity = _Capacity(nodes, policy.lend)
-        owners = {n.owner for n in nodes if n.owner is not None}
-        self._part: Callable[[str], str | None] = lambda lab: partition_of(lab, policy.lend, owners)
-        #: partitions may be left out: they share no GPUs, or no one plans on the shared ones (estimate depth 1).
-        self._prune = not explain and not policy.lend and (
-            policy.estimate_depth == 1 or not self._capacity.pool_free[None])
+        self._explain = explain
+        self._nodes(nodes)
         self._queues: dict[str | None, dict[JobId, Job]] = {}
         self._sizes: dict[str, Counter[int]] = {}  # per lab, pending jobs by GPUs in all
         self._widths: dict[str, Counter[int]] = {}  # per lab, pending jobs by GPUs per node
@@ -98,6 +94,42 @@ class Incremental:
         for job_id in stopped:
             self._stop(job_id)
         self._saved.update(checkpointed)
+
+    def _nodes(self, nodes: tuple[Node, ...]) -> None:
+        policy = self.policy
+        self._capacity = _Capacity(nodes, policy.lend)
+        owners = {n.owner for n in nodes if n.owner is not None}
+        self._part: Callable[[str], str | None] = lambda lab: partition_of(lab, policy.lend, owners)
+        #: partitions may be left out: they share no GPUs, or no one plans on the shared ones (estimate depth 1).
+        self._prune = not self._explain and not policy.lend and (
+            policy.estimate_depth == 1 or not self._capacity.pool_free[None])
+
+    def rebase(self, snapshot: Snapshot, decisions: Decisions) -> None:
+        """Start over from `snapshot` once `decisions` are applied: for a driver that reads the whole cluster at
+        every cycle (the server) rather than observing each event. Its next `due` looks at every partition."""
+        started = {s.job_id: s for s in decisions.starts}
+        self.pending, self.running, self._saved = {}, {}, {}
+        self._nodes(snapshot.nodes)
+        self._queues, self._sizes, self._widths = {}, {}, {}
+        self._lab_used, self._borrowers, self._over = Counter(), 0, Counter()
+        self.labs = snapshot.labs
+        self._classes = _Classes(self._classes.classes) if self._classes is not None else None
+        for run in snapshot.running:
+            self._enqueue(run.job)
+            self._start(run, tell=False)
+        for job in snapshot.pending:
+            self._enqueue(job)
+            start = started.get(job.id)
+            if start is not None:
+                self._start(Running(job=job, placements=start.placements, start_time=snapshot.now,
+                                    expected_end=start.expected_end, borrowing=start.borrowing,
+                                    over_reservation=start.over_reservation), tell=False)
+        self.changed = False
+
+    def free_gpus(self) -> int:
+        """GPUs on up nodes that no job holds and nothing else uses, as observed: a job that arrives now can start
+        at once only if there is one (or by reclaim or preemption, which a driver's periodic cycle finds)."""
+        return sum(self._capacity.pool_free.values())
 
     def touch(self) -> None:
         """Something besides jobs changed (a budget period began, a limit or a node changed): cycle again."""
@@ -214,13 +246,14 @@ class Incremental:
             self._classes.queue(job, +1)
         self.changed = True
 
-    def _start(self, run: Running) -> None:
+    def _start(self, run: Running, tell: bool = True) -> None:
         job = self.pending.pop(run.job.id)
         del self._queues[self._part(job.lab)][job.id]
         _count(self._sizes[job.lab], job.total_gpus, -1)
         _count(self._widths[job.lab], job.gpus, -1)
         self.running[job.id] = run
-        self.cache.expect(came=(run,))
+        if tell:  # the cache diffs a rebased driver's snapshots itself
+            self.cache.expect(came=(run,))
         self._capacity.hand(run, -1)
         self._account(run, +1)
         if self._classes is not None:
@@ -245,18 +278,19 @@ class Incremental:
 
 
 class _Capacity:
-    """Free GPUs per pool (nodes of one owner, None: shared) and per node, and how many nodes of each pool have
-    each number of free GPUs, so the largest free block is at hand."""
+    """Free GPUs of up nodes per pool (nodes of one owner, None: shared) and per node, and how many nodes of each
+    pool have each number of free GPUs, so the largest free block is at hand."""
 
     def __init__(self, nodes: tuple[Node, ...], lend: bool) -> None:
         self.lend = lend
-        self.free = {n.name: len(n.gpus) for n in nodes}
-        self.owner = {n.name: n.owner for n in nodes}
+        up = [n for n in nodes if n.state is NodeState.UP]
+        self.free = {n.name: len(n.gpus) - len(n.busy_gpus) for n in up}
+        self.owner = {n.name: n.owner for n in up}
         self.pool_free: Counter[str | None] = Counter()
         self.blocks: dict[str | None, Counter[int]] = {}
-        for n in nodes:
-            self.pool_free[n.owner] += len(n.gpus)
-            self.blocks.setdefault(n.owner, Counter())[len(n.gpus)] += 1
+        for n in up:
+            self.pool_free[n.owner] += self.free[n.name]
+            self.blocks.setdefault(n.owner, Counter())[self.free[n.name]] += 1
 
     def hand(self, run: Running, sign: int) -> None:
         """Take (-1) or give back (+1) the GPUs of `run`."""

@@ -6,7 +6,7 @@ It runs on events (submit, cancel, an exit reported, a node change: `Signals.pok
 1. take leadership (PostgreSQL: a session advisory lock, so one server schedules when several share a database);
 2. read a `Snapshot` (`nanum.server.snapshot.build`) in a read-only transaction, and feed the run-time predictor
    the jobs that completed since the last tick;
-3. `schedule(snapshot, policy, predictor)`;
+3. `Incremental.cycle(snapshot)` (the core's `schedule`, with the state it carries from tick to tick);
 4. apply in one short write transaction: requeue the jobs of nodes silent for longer than their agents' lease
    and the jobs' grace (their agents have stopped them by then: `nanum.agent.fence`); start jobs (state, allocation
    rows, event: each start only if the job is still pending, and the UNIQUE allocation rows make a GPU handed
@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
-from nanum.core import Decisions, HistoryPredictor, Pending, Preempt, Start, schedule
+from nanum.core import Decisions, HistoryPredictor, Incremental, Pending, Preempt, Start
 from nanum.server import snapshot
 from nanum.server.context import ServerContext
 from nanum.server.services import budgets, lifecycle
@@ -97,8 +97,9 @@ class Scheduler:
         self.leadership = Leadership(ctx.db)
         self._learned_until = 0.0
         self._jobs: snapshot.JobCache = {}
-        #: Whether some up node had a GPU nobody holds after the last tick.
-        self.has_free_gpus = True
+        #: The core's incremental scheduler: it decides each tick, and knows after it whether a GPU is free.
+        self.core = Incremental(ctx.policy, self.predictor, (), {}, explain=True)
+        self._ticked = False
         self._shown_at: dict[int, float] = {}
         self._lock = threading.Lock()
         self.budgets = budgets.Watch()
@@ -113,7 +114,7 @@ class Scheduler:
     def poke(self, new_gpu_job: bool = False) -> None:
         """Run a tick soon. Safe from any thread. A new job that needs GPUs while none is free waits for the
         timer tick: it could not start, and a large queue makes every tick cost something."""
-        if new_gpu_job and not self.has_free_gpus:
+        if new_gpu_job and self._ticked and not self.core.free_gpus():
             return
         loop, poked = self._loop, self._poked
         if loop is not None and poked is not None and not loop.is_closed():
@@ -149,9 +150,10 @@ class Scheduler:
             began = time.perf_counter()
             now = time.time() if now is None else now
             plan = self._read(now)
-            decisions = schedule(plan.snapshot, self.ctx.policy, self.predictor)
+            decisions = self.core.cycle(plan.snapshot)
             result, woken = self._apply(plan, decisions, now)
-            self.has_free_gpus = snapshot.free_gpus(plan.snapshot, decisions.starts) > 0
+            self.core.rebase(plan.snapshot, decisions)
+            self._ticked = True
             self.ctx.signals.wake(woken)
             result.seconds = time.perf_counter() - began
             self.last = result
