@@ -401,6 +401,24 @@ class Client:
         """Set a user's own `max_gpus`, `max_running_jobs`, `monthly_gpu_hours` (admin); None removes one."""
         return self._call("PATCH", f"/users/{name}", json=limits).json()  # type: ignore[no-any-return]
 
+    def lab_members(self, lab: str) -> list[dict[str, Any]]:
+        """A lab's members with their roles and limits (its managers and admins)."""
+        return self._call("GET", f"/labs/{lab}/members").json()  # type: ignore[no-any-return]
+
+    def put_member(self, lab: str, user: str, role: str = "member") -> dict[str, Any]:
+        """Add an existing user to a lab or change their role there (a manager of the lab, or an admin; only an
+        admin makes a `manager`)."""
+        return self._call("PUT", f"/labs/{lab}/members/{user}", json={"role": role}).json()  # type: ignore[no-any-return]
+
+    def remove_member(self, lab: str, user: str) -> None:
+        """Take a user out of a lab (its managers, admins); their jobs stay."""
+        self._call("DELETE", f"/labs/{lab}/members/{user}")
+
+    def set_member_limits(self, lab: str, user: str, **limits: Any) -> dict[str, Any]:
+        """A member's own `max_gpus`, `max_running_jobs`, `monthly_gpu_hours`, within the lab's (its managers,
+        admins); None removes one."""
+        return self._call("PATCH", f"/labs/{lab}/members/{user}", json=limits).json()  # type: ignore[no-any-return]
+
     # -- sharing ---------------------------------------------------------------------------------------------
 
     def usage(

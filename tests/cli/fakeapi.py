@@ -87,7 +87,7 @@ class FakeApi:
                 self.end_headers()
                 self.wfile.write(data)
 
-            do_GET = do_POST = do_PATCH = _serve
+            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
 
         return Handler
 

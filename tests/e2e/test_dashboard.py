@@ -155,7 +155,7 @@ def test_someone_elses_job_cannot_be_cancelled(browser: Browser, cluster: Cluste
         [job_id],
     )
     expect(page.locator(".error")).to_have_text(
-        f"Refused: job {job_id} belongs to another user; only its owner or an admin may do that"
+        f"Refused: job {job_id} belongs to another user; only its owner, a manager of its lab or an admin may do that"
     )
     shot(page, "job-refused")
     assert cluster.job(job_id)["state"] == "running"

@@ -8,12 +8,16 @@ column per caller:
 - `other`: carol, a member of lab `nlp` only (the job's lab is `vision`);
 - `mate`: bob, a member of `vision` like the job's owner, but not its owner;
 - `owner`: alice, who owns the job and is the user the path names (`/users/alice/...`);
-- `admin`; `node`: the node token of `gpu-01`.
+- `admin`; `node`: the node token of `gpu-01`;
+- `mgr`: erin, a manager of lab `vision` (the job's lab), who owns nothing; `omgr`: frank, a manager of lab `nlp`.
 
-Users act on their own jobs only (cancel, checkpoint, logs); admins on everything; everyone sees the queue, the
+Users act on their own jobs only (cancel, checkpoint, logs), a lab's managers on that lab's jobs, members and
+member limits and on no other lab's; admins on everything; everyone sees the queue, the
 nodes, labs and usage; node tokens reach only the agent endpoint. Every cell runs against a fresh resource where
 the call changes one, and a refused call must leave what it aimed at unchanged.
 """
+
+# ruff: noqa: E501  (the table's rows are one line each, a column per caller)
 
 from __future__ import annotations
 
@@ -32,7 +36,8 @@ from tests.server.conftest import ADMIN, ALICE, BOB, auth, submit, tick
 from tests.server.fakeagent import FakeAgent
 
 CAROL, DAVE = "carol-token", "dave-token"
-CALLERS = ("anon", "bad", "member", "other", "mate", "owner", "admin", "node")
+CALLERS = ("anon", "bad", "member", "other", "mate", "owner", "admin", "node", "mgr", "omgr")
+ERIN, FRANK = "erin-token", "frank-token"
 
 
 @dataclass
@@ -136,6 +141,26 @@ def accept_gpus(w: World) -> Call:
     return Call(V1 + "/nodes/gpu-01/accept", witness=inventory)
 
 
+def fresh_user(w: World, *labs: str) -> str:
+    name = w.fresh_name("u")
+    r = w.client.post(V1 + "/users", json={"name": name, "labs": list(labs)}, headers=auth(ADMIN))
+    assert r.status_code == 201, r.text
+    return name
+
+
+def vision_members(w: World) -> Callable[[], Any]:
+    return lambda: [(m["user"], m["role"]) for m in w.read(V1 + "/labs/vision/members")]
+
+
+def add_member(w: World) -> Call:
+    """An existing user of another lab, added to `vision`."""
+    return Call(f"{V1}/labs/vision/members/{fresh_user(w, 'physics')}", {"role": "member"}, witness=vision_members(w))
+
+
+def remove_member(w: World) -> Call:
+    return Call(f"{V1}/labs/vision/members/{fresh_user(w, 'vision')}", witness=vision_members(w))
+
+
 def submit_job(w: World) -> Call:
     return Call("/api/v1/jobs", {"command": ["true"], "gpus": 0}, witness=lambda: len(w.read("/api/v1/jobs?all=1")))
 
@@ -167,60 +192,65 @@ def row(method: str, path: str, make: Make, *expect: int) -> Row:
 V1 = "/api/v1"
 JOB = V1 + "/jobs/{job}"
 TABLE = [
-    #                                                                         anon bad memb othr mate ownr admn node
-    row("GET", "/api/v1/health", at(V1 + "/health"),                           200, 200, 200, 200, 200, 200, 200, 200),
-    row("POST", "/api/v1/jobs", submit_job,                                    401, 401, 201, 201, 201, 201, 201, 401),
-    row("GET", "/api/v1/jobs", at(V1 + "/jobs"),                               401, 401, 200, 200, 200, 200, 200, 401),
-    row("GET", "/api/v1/jobs/{job_id}", at(JOB),                               401, 401, 200, 200, 200, 200, 200, 401),
-    row("POST", "/api/v1/jobs/{job_id}/cancel", cancel,                        401, 401, 403, 403, 403, 200, 200, 401),
-    row("POST", "/api/v1/jobs/{job_id}/checkpoint", checkpoint,                401, 401, 403, 403, 403, 200, 200, 401),
+    #                                                                         anon bad memb othr mate ownr admn node mgr omgr
+    row("GET", "/api/v1/health", at(V1 + "/health"),                           200, 200, 200, 200, 200, 200, 200, 200, 200, 200),
+    row("POST", "/api/v1/jobs", submit_job,                                    401, 401, 201, 201, 201, 201, 201, 401, 201, 201),
+    row("GET", "/api/v1/jobs", at(V1 + "/jobs"),                               401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
+    row("GET", "/api/v1/jobs/{job_id}", at(JOB),                               401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
+    row("POST", "/api/v1/jobs/{job_id}/cancel", cancel,                        401, 401, 403, 403, 403, 200, 200, 401, 200, 403),
+    row("POST", "/api/v1/jobs/{job_id}/checkpoint", checkpoint,                401, 401, 403, 403, 403, 200, 200, 401, 200, 403),
     row("PATCH", "/api/v1/jobs/{job_id}", pending_job("", {"name": "renamed"}),
-                                                                               401, 401, 403, 403, 403, 200, 200, 401),
-    row("POST", "/api/v1/jobs/{job_id}/hold", pending_job("/hold"),            401, 401, 403, 403, 403, 200, 200, 401),
-    row("POST", "/api/v1/jobs/{job_id}/release", pending_job("/release"),      401, 401, 403, 403, 403, 200, 200, 401),
-    row("POST", "/api/v1/jobs/{job_id}/top", pending_job("/top"),              401, 401, 403, 403, 403, 200, 200, 401),
-    row("POST", "/api/v1/jobs/{job_id}/requeue", requeue,                      401, 401, 403, 403, 403, 200, 200, 401),
-    row("GET", "/api/v1/jobs/{job_id}/logs", at(JOB + "/logs"),                401, 401, 403, 403, 403, 200, 200, 401),
-    row("GET", "/api/v1/jobs/{job_id}/usage", at(JOB + "/usage"),              401, 401, 200, 200, 200, 200, 200, 401),
-    row("GET", "/api/v1/nodes", at(V1 + "/nodes"),                             401, 401, 200, 200, 200, 200, 200, 401),
+                                                                               401, 401, 403, 403, 403, 200, 200, 401, 200, 403),
+    row("POST", "/api/v1/jobs/{job_id}/hold", pending_job("/hold"),            401, 401, 403, 403, 403, 200, 200, 401, 200, 403),
+    row("POST", "/api/v1/jobs/{job_id}/release", pending_job("/release"),      401, 401, 403, 403, 403, 200, 200, 401, 200, 403),
+    row("POST", "/api/v1/jobs/{job_id}/top", pending_job("/top"),              401, 401, 403, 403, 403, 200, 200, 401, 200, 403),
+    row("POST", "/api/v1/jobs/{job_id}/requeue", requeue,                      401, 401, 403, 403, 403, 200, 200, 401, 200, 403),
+    row("GET", "/api/v1/jobs/{job_id}/logs", at(JOB + "/logs"),                401, 401, 403, 403, 403, 200, 200, 401, 200, 403),
+    row("GET", "/api/v1/jobs/{job_id}/usage", at(JOB + "/usage"),              401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
+    row("GET", "/api/v1/nodes", at(V1 + "/nodes"),                             401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
     row("POST", "/api/v1/nodes",
         lambda w: Call(V1 + "/nodes", {"name": w.fresh_name("n")}, witness=names(w, V1 + "/nodes")),
-                                                                               401, 401, 403, 403, 403, 403, 201, 401),
-    row("POST", "/api/v1/nodes/{name}/accept", accept_gpus,                   401, 401, 403, 403, 403, 403, 200, 401),
+                                                                               401, 401, 403, 403, 403, 403, 201, 401, 403, 403),
+    row("POST", "/api/v1/nodes/{name}/accept", accept_gpus,                   401, 401, 403, 403, 403, 403, 200, 401, 403, 403),
     row("GET", "/api/v1/nodes/{name}/gpus/{index}/history", at(V1 + "/nodes/gpu-01/gpus/0/history"),
-                                                                               401, 401, 200, 200, 200, 200, 200, 401),
-    row("GET", "/api/v1/me", at(V1 + "/me"),                                   401, 401, 200, 200, 200, 200, 200, 401),
-    row("GET", "/api/v1/users", at(V1 + "/users"),                             401, 401, 403, 403, 403, 403, 200, 401),
+                                                                               401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
+    row("GET", "/api/v1/me", at(V1 + "/me"),                                   401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
+    row("GET", "/api/v1/users", at(V1 + "/users"),                             401, 401, 403, 403, 403, 403, 200, 401, 403, 403),
     row("POST", "/api/v1/users",
         lambda w: Call(V1 + "/users", {"name": w.fresh_name("u"), "labs": ["vision"], "admin": True},
                        witness=names(w, V1 + "/users")),
-                                                                               401, 401, 403, 403, 403, 403, 201, 401),
+                                                                               401, 401, 403, 403, 403, 403, 201, 401, 403, 403),
     row("PATCH", "/api/v1/users/{name}", at(V1 + "/users/alice", {"max_gpus": 64}, user_limits),
-                                                                               401, 401, 403, 403, 403, 403, 200, 401),
+                                                                               401, 401, 403, 403, 403, 403, 200, 401, 403, 403),
     row("PUT", "/api/v1/users/{name}/contact",
-        at(V1 + "/users/alice/contact", {"email": "x@example.org"}),           401, 401, 403, 403, 403, 200, 200, 401),
-    row("GET", "/api/v1/labs", at(V1 + "/labs"),                               401, 401, 200, 200, 200, 200, 200, 401),
+        at(V1 + "/users/alice/contact", {"email": "x@example.org"}),           401, 401, 403, 403, 403, 200, 200, 401, 403, 403),
+    row("GET", "/api/v1/labs", at(V1 + "/labs"),                               401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
     row("POST", "/api/v1/labs",
         lambda w: Call(V1 + "/labs", {"name": w.fresh_name("lab")}, witness=names(w, V1 + "/labs")),
-                                                                               401, 401, 403, 403, 403, 403, 201, 401),
-    row("GET", "/api/v1/labs/{name}", at(V1 + "/labs/vision"),                 401, 401, 200, 200, 200, 200, 200, 401),
+                                                                               401, 401, 403, 403, 403, 403, 201, 401, 403, 403),
+    row("GET", "/api/v1/labs/{name}", at(V1 + "/labs/vision"),                 401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
     row("PATCH", "/api/v1/labs/{name}", at(V1 + "/labs/vision", {"max_gpus": 64}, lab_quota),
-                                                                               401, 401, 403, 403, 403, 403, 200, 401),
-    row("GET", "/api/v1/labs/{name}/idle", at(V1 + "/labs/vision/idle"),       401, 401, 200, 200, 200, 200, 200, 401),
+                                                                               401, 401, 403, 403, 403, 403, 200, 401, 403, 403),
+    row("GET", "/api/v1/labs/{name}/idle", at(V1 + "/labs/vision/idle"),       401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
     row("PATCH", "/api/v1/labs/{name}/idle",
         at(V1 + "/labs/vision/idle", {"util_percent": 1.0}, lambda w: lambda: w.read(V1 + "/labs/vision/idle")),
-                                                                               401, 401, 403, 403, 403, 403, 200, 401),
-    row("GET", "/api/v1/monitoring/idle", at(V1 + "/monitoring/idle"),         401, 401, 200, 200, 200, 200, 200, 401),
+                                                                               401, 401, 403, 403, 403, 403, 200, 401, 403, 403),
+    row("GET", "/api/v1/monitoring/idle", at(V1 + "/monitoring/idle"),         401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
     row("PATCH", "/api/v1/monitoring/idle",
         at(V1 + "/monitoring/idle", {"util_percent": 1.0}, lambda w: lambda: w.read(V1 + "/monitoring/idle")),
-                                                                               401, 401, 403, 403, 403, 403, 200, 401),
-    row("GET", "/api/v1/monitoring/notify", at(V1 + "/monitoring/notify"),     401, 401, 403, 403, 403, 403, 200, 401),
+                                                                               401, 401, 403, 403, 403, 403, 200, 401, 403, 403),
+    row("GET", "/api/v1/monitoring/notify", at(V1 + "/monitoring/notify"),     401, 401, 403, 403, 403, 403, 200, 401, 403, 403),
     row("PATCH", "/api/v1/monitoring/notify",
         at(V1 + "/monitoring/notify", {"public_url": "https://gpu.example.org"},
-           lambda w: lambda: w.read(V1 + "/monitoring/notify")),               401, 401, 403, 403, 403, 403, 200, 401),
-    row("GET", "/api/v1/usage", at(V1 + "/usage"),                             401, 401, 200, 200, 200, 200, 200, 401),
-    row("GET", "/api/v1/priority", at(V1 + "/priority"),                       401, 401, 200, 200, 200, 200, 200, 401),
-    row("POST", "/api/v1/agent/heartbeat", heartbeat,                          401, 401, 401, 401, 401, 401, 401, 200),
+           lambda w: lambda: w.read(V1 + "/monitoring/notify")),               401, 401, 403, 403, 403, 403, 200, 401, 403, 403),
+    row("GET", "/api/v1/usage", at(V1 + "/usage"),                             401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
+    row("GET", "/api/v1/priority", at(V1 + "/priority"),                       401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
+    row("GET", "/api/v1/labs/{lab}/members", at(V1 + "/labs/vision/members"), 401, 401, 403, 403, 403, 403, 200, 401, 200, 403),
+    row("PUT", "/api/v1/labs/{lab}/members/{user}", add_member,                401, 401, 403, 403, 403, 403, 200, 401, 200, 403),
+    row("DELETE", "/api/v1/labs/{lab}/members/{user}", remove_member,          401, 401, 403, 403, 403, 403, 204, 401, 204, 403),
+    row("PATCH", "/api/v1/labs/{lab}/members/{user}",
+        at(V1 + "/labs/vision/members/alice", {"max_gpus": 2}, user_limits),   401, 401, 403, 403, 403, 403, 200, 401, 200, 403),
+    row("POST", "/api/v1/agent/heartbeat", heartbeat,                          401, 401, 401, 401, 401, 401, 401, 200, 401, 401),
 ]
 
 
@@ -228,13 +258,19 @@ TABLE = [
 def world(client: AsgiClient, ctx: ServerContext, agent: FakeAgent) -> World:
     accounts.create_user(ctx, UserIn(name="carol", labs=["nlp"]), CAROL)
     accounts.create_user(ctx, UserIn(name="dave", labs=["physics"]), DAVE)
+    accounts.create_user(ctx, UserIn(name="erin", labs=["vision"]), ERIN)
+    accounts.create_user(ctx, UserIn(name="frank", labs=["nlp"]), FRANK)
+    for lab, user in (("vision", "erin"), ("nlp", "frank")):
+        r = client.request("PUT", f"{V1}/labs/{lab}/members/{user}", json={"role": "manager"}, headers=auth(ADMIN))
+        assert r.status_code == 200, r.text
     w = World(client, agent, job=0)
     w.job = w.fresh_job(running=True)
     return w
 
 
 def token_of(caller: str, w: World) -> str | None:
-    tokens = {"bad": "no-such-token", "member": DAVE, "other": CAROL, "mate": BOB, "owner": ALICE, "admin": ADMIN}
+    tokens = {"bad": "no-such-token", "member": DAVE, "other": CAROL, "mate": BOB, "owner": ALICE, "admin": ADMIN,
+              "mgr": ERIN, "omgr": FRANK}
     return w.agent.token if caller == "node" else tokens.get(caller)
 
 

@@ -279,3 +279,6 @@ def node_add(name: NameArg, json: JsonOpt = False, server: ServerOpt = None, tok
     if sys.stdout.isatty():
         note(f"on {name}, save this token in a file only you can read (chmod 600 FILE) and run: "
              f"nanum agent --server {client.server} --token-file FILE --name {name}")
+
+
+from nanum.cli import members as _members  # noqa: E402,F401  (registers `nanum lab member`)

@@ -38,9 +38,17 @@ class Caller:
     labs: frozenset[str]
     #: The user's own cap on GPUs held at once (None: only the lab's), to refuse a job that could never start.
     max_gpus: int | None = None
+    #: The labs this user manages, by name and by id: their members, member limits, jobs and logs.
+    managed: frozenset[str] = frozenset()
+    managed_ids: frozenset[int] = frozenset()
 
-    def may_manage(self, owner_id: int) -> bool:
-        return self.admin or self.id == owner_id
+    def may_manage(self, owner_id: int, lab_id: int | None = None) -> bool:
+        """May act on a job of `owner_id` charged to lab `lab_id`: its owner, a manager of that lab, an admin."""
+        return self.admin or self.id == owner_id or (lab_id is not None and lab_id in self.managed_ids)
+
+    def manages(self, lab: str) -> bool:
+        """May manage lab `lab`'s members and their limits: an admin, or a manager of that lab."""
+        return self.admin or lab in self.managed
 
 
 @dataclass(frozen=True, slots=True)

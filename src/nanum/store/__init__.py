@@ -16,6 +16,7 @@ from nanum.store.models import (
     MembershipRow,
     NodeRow,
     SegmentRow,
+    TokenRow,
     UsageRow,
     UserRow,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "NodeLiveRow",
     "NodeRow",
     "SegmentRow",
+    "TokenRow",
     "UsageRow",
     "UserRow",
     "sqlite_url",

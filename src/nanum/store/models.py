@@ -57,13 +57,38 @@ class UserRow(Base):
     decayed_usage: Mapped[float] = mapped_column(Float, default=0.0)
     decayed_at: Mapped[float] = mapped_column(Float, default=0.0)
     created: Mapped[float] = mapped_column(Float)
+    email: Mapped[str | None] = mapped_column(String(255))
+    #: Where the user came from: None (added here) or `ldap` (made at their first directory login).
+    source: Mapped[str | None] = mapped_column(String(16))
+    #: The directory's uidNumber for the user's Unix account, when the directory gave one.
+    uid_number: Mapped[int | None] = mapped_column(Integer)
+    #: A disabled user's tokens and sessions are refused; their jobs stay, visible to admins.
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class MembershipRow(Base):
+    """A user in a lab, as a `member` or as a `manager` (who manages the lab's members and jobs)."""
+
     __tablename__ = "memberships"
 
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
     lab_id: Mapped[int] = mapped_column(ForeignKey("labs.id", ondelete="CASCADE"), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16), default="member", server_default="member")
+
+
+class TokenRow(Base):
+    """One more API token of a user (their first is `users.token_hash`): a name, and an expiry (None: never)."""
+
+    __tablename__ = "tokens"
+    __table_args__ = (Index("ix_tokens_user", "user_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(64))
+    created: Mapped[float] = mapped_column(Float)
+    expires: Mapped[float | None] = mapped_column(Float)
+    last_used: Mapped[float | None] = mapped_column(Float)
 
 
 class NodeRow(Base):

@@ -16,6 +16,7 @@ from nanum.server.schemas import LabIn, LabOut, LabPatch, UserIn, UserOut, UserP
 from nanum.server.services import audit
 from nanum.store import LabRow, MembershipRow, NodeRow, UserRow
 
+MANAGER, MEMBER = "manager", "member"
 LAB_FIELDS = ("guaranteed_gpus", "max_gpus", "max_running_jobs", "monthly_gpu_hours", "weight", "grace_s")
 USER_FIELDS = ("max_gpus", "max_running_jobs", "monthly_gpu_hours")
 
@@ -26,21 +27,23 @@ USER_FIELDS = ("max_gpus", "max_running_jobs", "monthly_gpu_hours")
 def caller_by_token_hash(ctx: ServerContext, digest: str) -> Caller | None:
     with ctx.db.read() as s:
         user = s.scalars(select(UserRow).where(UserRow.token_hash == digest)).first()
-        return None if user is None else _caller(s, user)
+        return None if user is None else caller_for(s, user)
 
 
-def _caller(s: Session, user: UserRow) -> Caller:
-    labs = dict(
-        s.execute(
-            select(LabRow.id, LabRow.name)
-            .join(MembershipRow, MembershipRow.lab_id == LabRow.id)
-            .where(MembershipRow.user_id == user.id)
-        ).all()
-    )
+def caller_for(s: Session, user: UserRow) -> Caller:
+    """Who `user` is to every route: their labs, default lab and the labs they manage."""
+    rows = s.execute(
+        select(LabRow.id, LabRow.name, MembershipRow.role)
+        .join(MembershipRow, MembershipRow.lab_id == LabRow.id)
+        .where(MembershipRow.user_id == user.id)
+    ).all()
+    labs = {lab_id: name for lab_id, name, _ in rows}
+    managed = {lab_id: name for lab_id, name, role in rows if role == MANAGER}
     default = labs.get(user.default_lab_id) if user.default_lab_id is not None else None
     if default is None and user.default_lab_id is not None:
         default = s.scalar(select(LabRow.name).where(LabRow.id == user.default_lab_id))
-    return Caller(user.id, user.name, user.admin, user.unix_user, default, frozenset(labs.values()), user.max_gpus)
+    return Caller(user.id, user.name, user.admin, user.unix_user, default, frozenset(labs.values()), user.max_gpus,
+                  managed=frozenset(managed.values()), managed_ids=frozenset(managed))
 
 
 def refuse_root_jobs(ctx: ServerContext, caller: Caller) -> None:
@@ -103,7 +106,7 @@ def list_users(ctx: ServerContext) -> list[UserOut]:
 
 
 def _user_with_limits(s: Session, user: UserRow) -> UserOut:
-    return user_out(_caller(s, user)).model_copy(update={f: getattr(user, f) for f in USER_FIELDS})
+    return user_out(caller_for(s, user)).model_copy(update={f: getattr(user, f) for f in USER_FIELDS})
 
 
 def patch_user(ctx: ServerContext, actor: str, name: str, patch: UserPatch) -> UserOut:

@@ -215,7 +215,7 @@ def list_jobs(
 def _shown(out: dict[str, Any], row: Any, caller: Caller) -> dict[str, Any]:
     """`out` as `caller` may see it: a job's environment (where people keep API keys) is its owner's and admins'
     alone; others get null."""
-    if not caller.may_manage(row.user_id):
+    if not caller.may_manage(row.user_id, row.lab_id):
         out["env"] = None
     return out
 
@@ -306,8 +306,9 @@ def _owned(s: Session, caller: Caller, job_id: int, *, lock: bool = False) -> Jo
     job = s.scalars(query.with_for_update() if lock else query).first()
     if job is None:
         raise NotFound(f"no job {job_id}")
-    if not caller.may_manage(job.user_id):
-        raise Forbidden(f"job {job_id} belongs to another user; only its owner or an admin may do that")
+    if not caller.may_manage(job.user_id, job.lab_id):
+        raise Forbidden(f"job {job_id} belongs to another user; only its owner, a manager of its lab or an admin "
+                        "may do that")
     return job
 
 

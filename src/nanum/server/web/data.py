@@ -98,7 +98,7 @@ def job_page(ctx: ServerContext, caller: Caller, job_id: int, log_offset: int | 
             )
         ]
     job = dict(found._mapping)
-    may = caller.may_manage(job["user_id"])
+    may = caller.may_manage(job["user_id"], job["lab_id"])
     if not may:
         job["env"] = None  # its owner's and admins' alone, as in the API
     log, offset = _log(ctx, job_id, log_offset) if may else (None, 0)

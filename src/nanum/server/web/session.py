@@ -21,8 +21,8 @@ from starlette.concurrency import run_in_threadpool
 
 from nanum.server.auth import Caller, hash_token
 from nanum.server.context import ServerContext
-from nanum.server.services import monitor_settings
-from nanum.store import LabRow, MembershipRow, UserRow
+from nanum.server.services import accounts, monitor_settings
+from nanum.store import UserRow
 
 COOKIE = "nanum_session"
 LOGIN_COOKIE = "nanum_login"
@@ -128,15 +128,7 @@ def _verify(ctx: ServerContext, key: bytes, parts: list[str]) -> Caller | None:
         user = s.get(UserRow, int(parts[0]))
         if user is None or not hmac.compare_digest(_sign(key, f"{parts[0]}.{parts[1]}.{user.token_hash}"), parts[2]):
             return None
-        labs = dict(
-            s.execute(
-                select(LabRow.id, LabRow.name)
-                .join(MembershipRow, MembershipRow.lab_id == LabRow.id)
-                .where(MembershipRow.user_id == user.id)
-            ).all()
-        )
-        default = s.scalar(select(LabRow.name).where(LabRow.id == user.default_lab_id)) if user.default_lab_id else None
-        return Caller(user.id, user.name, user.admin, user.unix_user, default, frozenset(labs.values()))
+        return accounts.caller_for(s, user)
 
 
 def csrf_token(request: Request) -> str:

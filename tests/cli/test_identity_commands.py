@@ -1,0 +1,37 @@
+"""`nanum lab member ...`, `nanum user import`, `nanum token ...` as a user types them, against a scripted server."""
+
+from __future__ import annotations
+
+from tests.cli.conftest import Nanum
+from tests.cli.fakeapi import FakeApi
+
+
+def test_lab_member_commands(api: FakeApi, nanum: Nanum) -> None:
+    api.on("PUT", "/labs/vision/members/erin", {"lab": "vision", "user": "erin", "role": "manager",
+                                                "unix_user": "erin"})
+    api.on("GET", "/labs/vision/members", [
+        {"lab": "vision", "user": "alice", "role": "member", "unix_user": "alice", "max_gpus": 2,
+         "max_running_jobs": None, "monthly_gpu_hours": None},
+        {"lab": "vision", "user": "erin", "role": "manager", "unix_user": None, "max_gpus": None,
+         "max_running_jobs": None, "monthly_gpu_hours": None}])
+    api.on("PATCH", "/labs/vision/members/alice", {"lab": "vision", "user": "alice", "role": "member",
+                                                   "unix_user": "alice", "max_gpus": 2, "max_running_jobs": 1,
+                                                   "monthly_gpu_hours": None})
+    api.on("DELETE", "/labs/vision/members/alice", None)
+    assert nanum("lab", "member", "add", "vision", "erin", "--manager").stdout == "erin is a manager of lab vision\n"
+    assert api.sent("PUT", "/labs/vision/members/erin")[0].body == {"role": "manager"}
+    listed = nanum("lab", "member", "list", "vision").stdout.splitlines()
+    assert listed[0].split() == ["alice", "member", "alice", "max", "gpus", "2"]
+    assert listed[1].split()[:3] == ["erin", "manager", "-"]
+    done = nanum("lab", "member", "set", "vision", "alice", "--max-gpus", "2", "--max-running-jobs", "1")
+    assert done.stdout == "alice in lab vision: max gpus 2, max running jobs 1\n"
+    assert api.sent("PATCH", "/labs/vision/members/alice")[0].body == {"max_gpus": 2, "max_running_jobs": 1}
+    assert nanum("lab", "member", "remove", "vision", "alice").stdout == "Removed alice from lab vision\n"
+
+
+def test_a_refused_member_change_is_one_line(api: FakeApi, nanum: Nanum) -> None:
+    api.on("PUT", "/labs/nlp/members/bob", {"detail": "only a manager of lab nlp or an admin may manage its members"},
+           status=403)
+    result = nanum("lab", "member", "add", "nlp", "bob")
+    assert (result.exit_code, result.stderr) == (
+        2, "nanum: error: only a manager of lab nlp or an admin may manage its members\n")
