@@ -99,6 +99,13 @@ class Job(TypedDict):
     hint: str | None
     budget_warning: str | None
     segments: list[dict[str, Any]] | None
+    array_id: int | None
+    array_task: int | None
+    array_limit: int | None
+    after: list[list[str]] | None
+    keep_if_unmet: bool
+    retries: int
+    exits: list[int | None]
 
 
 class SubmitFields(TypedDict, total=False):
@@ -118,6 +125,13 @@ class SubmitFields(TypedDict, total=False):
     kind: str
     preemptible: bool
     client_request_id: str
+    array: str
+    after: list[str]
+    after_ok: list[str]
+    after_failed: list[str]
+    after_any: list[str]
+    keep_if_unmet: bool
+    retries: int
 
 
 class Gpu(TypedDict):
@@ -308,9 +322,38 @@ class Client:
     def job(self, job_id: int) -> Job:
         return self._call("GET", f"/jobs/{job_id}").json()  # type: ignore[no-any-return]
 
-    def cancel(self, job_id: int) -> Job:
-        """Cancel a job of yours (any job, as an admin); 409 if it already ended."""
-        return self._call("POST", f"/jobs/{job_id}/cancel").json()  # type: ignore[no-any-return]
+    def cancel(self, job_id: int, *, one: bool = False) -> Job:
+        """Cancel a job of yours (any job, as an admin); 409 if it already ended. An array's id cancels all its
+        tasks; `one=True` only the task with that job id."""
+        return self._act(job_id, "cancel", one)
+
+    def hold(self, job_id: int, *, one: bool = False) -> Job:
+        """Keep a pending job (an array's pending tasks) from starting until `release`."""
+        return self._act(job_id, "hold", one)
+
+    def release(self, job_id: int, *, one: bool = False) -> Job:
+        """Let a held job (an array's held tasks) be scheduled again."""
+        return self._act(job_id, "release", one)
+
+    def top(self, job_id: int) -> Job:
+        """Move a waiting job before your other waiting jobs."""
+        return self._act(job_id, "top", False)
+
+    def requeue(self, job_id: int) -> Job:
+        """Stop a running job and queue it again, or queue an ended one again."""
+        return self._act(job_id, "requeue", False)
+
+    def modify(self, job_id: int, **changes: Any) -> Job:
+        """Change a waiting job: time_limit_s, gpus, priority, lab, name."""
+        return self._call("PATCH", f"/jobs/{job_id}", json=changes).json()  # type: ignore[no-any-return]
+
+    def array_tasks(self, array_id: int) -> list[Job]:
+        """Every task of an array, finished ones too, by task index."""
+        return self._call("GET", "/jobs", params=[("array", str(array_id))]).json()  # type: ignore[no-any-return]
+
+    def _act(self, job_id: int, action: str, one: bool) -> Job:
+        params = [("one", "true")] if one else None
+        return self._call("POST", f"/jobs/{job_id}/{action}", params=params).json()  # type: ignore[no-any-return]
 
     def logs(self, job_id: int, offset: int = 0) -> LogChunk:
         """The job's output (stdout and stderr together) from byte `offset`."""

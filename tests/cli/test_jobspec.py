@@ -158,3 +158,71 @@ def test_a_relative_workdir_is_made_absolute(tmp_path: Path) -> None:
 def test_nothing_to_run_is_refused_with_an_example(tmp_path: Path) -> None:
     with pytest.raises(UsageProblem, match=r"nothing to run.*nanum submit --gpus 1 -- python train\.py"):
         build_request([], SubmitOptions(), tmp_path)
+
+
+def test_every_submit_option_works_in_a_nanum_line_short_and_long(tmp_path: Path) -> None:
+    script = write_script(tmp_path / "job.sh", (
+        "#!/bin/bash\n"
+        "#NANUM -J short-name -g 2 -N 1 -c 4 -t 30m -D /srv -e A=1 -o out-%j.txt\n"
+        "#NANUM --array 0-9%2 --after 1 --after-ok 2,3 --after-failed 4 --after-any 5_1 --keep-if-unmet\n"
+        "#NANUM --retries 2 --error err-%a.txt --priority 5 --lab vision --gpu-model A100 --mem 1G --no-preempt\n"
+        "true\n"
+    ))
+    options = read_script_header(script)
+    assert options == SubmitOptions(
+        name="short-name", gpus=2, nodes=1, cpus=4, time_limit_s=1800, workdir="/srv", env={"A": "1"},
+        output="out-%j.txt", array="0-9%2", after=("1",), after_ok=("2", "3"), after_failed=("4",),
+        after_any=("5_1",), keep_if_unmet=True, retries=2, error="err-%a.txt", priority=5, lab="vision",
+        gpu_model="A100", memory_mb=1024, preemptible=False)
+
+
+@pytest.mark.parametrize(("line", "words", "note"), [
+    pytest.param("#SBATCH --gres=gpu:2", ["--gpus", "2"], "used as --gpus 2", id="gres"),
+    pytest.param("#SBATCH --gres=gpu:a100:4", ["--gpus", "4", "--gpu-model", "A100"], "used as", id="gres-model"),
+    pytest.param("#SBATCH -G 3", ["--gpus", "3"], "used as", id="G"),
+    pytest.param("#SBATCH --gpus=h100:1", ["--gpus", "1", "--gpu-model", "H100"], "used as", id="gpus-model"),
+    pytest.param("#SBATCH -t 1:00:00 -J run", ["--time", "1:00:00", "--name", "run"], "used as", id="short"),
+    pytest.param("#SBATCH -c8 --mem=16G", ["--cpus", "8", "--mem", "16G"], "used as", id="attached"),
+    pytest.param("#SBATCH --array=0-9%2", ["--array", "0-9%2"], "used as", id="array"),
+    pytest.param("#SBATCH --dependency=afterok:12:13,afterany:14",
+                 ["--after-ok", "12,13", "--after-any", "14"], "used as", id="dependency"),
+    pytest.param("#SBATCH -o log-%j.out -e log-%j.err", ["--output", "log-%j.out", "--error", "log-%j.err"],
+                 "used as", id="output"),
+    pytest.param("#SBATCH --partition=vision", ["--lab", "vision"], "used as --lab vision", id="partition"),
+    pytest.param("#SBATCH --mail-type=END", [], "ignored: nanum has no per-job mail", id="mail"),
+    pytest.param("#SBATCH --dependency=afterok:1?afterok:2", [], "ignored: dependencies joined with '?'", id="or"),
+    pytest.param('#BSUB -gpu "num=2:mode=shared"', ["--gpus", "2"], "used as --gpus 2", id="bsub-gpu"),
+    pytest.param("#BSUB -W 2:30", ["--time", "9000s"], "used as", id="bsub-W"),
+    pytest.param("#BSUB -J sweep[1-10]%2", ["--name", "sweep", "--array", "1-10%2"], "used as", id="bsub-array"),
+    pytest.param("#BSUB -n 4 -o out.%J.%I -e err", ["--cpus", "4", "--output", "out.%j.%a", "--error", "err"],
+                 "used as", id="bsub-n-o-e"),
+    pytest.param("#BSUB -q gpu", [], "ignored: queues are not labs", id="bsub-queue"),
+])
+def test_slurm_and_lsf_lines_become_nanum_options_or_are_ignored_with_why(
+        line: str, words: list[str], note: str) -> None:
+    import shlex
+
+    from nanum.cli.foreign import translate
+
+    kind, _, rest = line.partition(" ")
+    got, said = translate(kind, shlex.split(rest))
+    assert got == words and said.startswith(note)
+
+
+def test_nanum_lines_win_over_sbatch_lines_and_every_foreign_line_is_reported(tmp_path: Path) -> None:
+    from nanum.cli.jobspec import read_script
+
+    script = write_script(tmp_path / "job.sh", (
+        "#!/bin/bash\n#SBATCH --gres=gpu:4\n#NANUM --gpus 1\n#SBATCH --qos=high\n#SBATCH -J x\nrun\n"))
+    options, notes = read_script(script)
+    assert (options.gpus, options.name) == (1, "x")
+    assert notes == ["job.sh line 2: #SBATCH --gres=gpu:4: used as --gpus 4",
+                     "job.sh line 4: #SBATCH --qos=high: ignored: nanum has no QOS; priorities are 0..100 "
+                     "(#NANUM --priority)",
+                     "job.sh line 5: #SBATCH -J x: used as --name x"]
+
+
+def test_output_files_wrap_the_command_with_the_patterns(tmp_path: Path) -> None:
+    body = build_request(["python", "t.py"], SubmitOptions(output="o-%x-%j.txt", name="run"), tmp_path)
+    assert body["command"][:2] == ["/bin/sh", "-c"]
+    assert body["command"][3:] == ["nanum-output", "o-run-%j.txt", "", "python", "t.py"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-COMMAND_MODULES = ("demo", "jobs", "admin", "agent", "runtime", "sim", "sharing", "monitoring")
+COMMAND_MODULES = ("demo", "jobs", "control", "admin", "agent", "runtime", "sim", "sharing", "monitoring")
 
 
 def main() -> None:

@@ -41,6 +41,22 @@ WorkdirOpt = Annotated[str | None, _Opt("--workdir", "-D", metavar="DIR",
 EnvOpt = Annotated[list[str] | None, _Opt(
     "--env", "-e", metavar="K=V", help="Environment variable for the job (K alone copies yours); repeat.")]
 NoPreemptOpt = Annotated[bool, _Opt("--no-preempt", help="Never preempt this job (it will not borrow GPUs).")]
+ArrayOpt = Annotated[str | None, _Opt("--array", metavar="SPEC", help=(
+    "An array of tasks: 0-99%8 (at most 8 at once), 1,3,5-9, 0-20:2; each task gets $NANUM_ARRAY_TASK_ID."))]
+AfterOpt = Annotated[list[str] | None, _Opt("--after", metavar="ID[,ID]", help="Start after these jobs started.")]
+AfterOkOpt = Annotated[list[str] | None, _Opt("--after-ok", metavar="ID[,ID]",
+                                              help="Start after these jobs (or arrays, or ID_TASK) completed.")]
+AfterFailedOpt = Annotated[list[str] | None, _Opt("--after-failed", metavar="ID[,ID]",
+                                                  help="Start after these jobs failed.")]
+AfterAnyOpt = Annotated[list[str] | None, _Opt("--after-any", metavar="ID[,ID]",
+                                               help="Start after these jobs ended, however.")]
+KeepOpt = Annotated[bool, _Opt("--keep-if-unmet", help=(
+    "Stay pending when a dependency can no longer be met (default: cancelled, with the reason)."))]
+RetriesOpt = Annotated[int | None, _Opt("--retries", metavar="N", help="Run a failing job again, up to N times.")]
+OutputOpt = Annotated[str | None, _Opt("--output", "-o", metavar="FILE", help=(
+    "Write the job's output to FILE (errors too unless --error): %j job ID, %A array ID, %a task, %x name."))]
+ErrorOpt = Annotated[str | None, _Opt("--error", metavar="FILE", help="Write the job's errors to FILE (patterns "
+                                                                      "as --output).")]
 
 
 @app.command(cls=Command, context_settings={"allow_interspersed_args": False})
@@ -59,26 +75,50 @@ def submit(
     workdir: WorkdirOpt = None,
     env: EnvOpt = None,
     no_preempt: NoPreemptOpt = False,
+    array: ArrayOpt = None,
+    after: AfterOpt = None,
+    after_ok: AfterOkOpt = None,
+    after_failed: AfterFailedOpt = None,
+    after_any: AfterAnyOpt = None,
+    keep_if_unmet: KeepOpt = False,
+    retries: RetriesOpt = None,
+    output: OutputOpt = None,
+    error: ErrorOpt = None,
     json: JsonOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Queue a job: `nanum submit --gpus 2 --time 4h -- python train.py`, or `nanum submit train.sh`."""
+    """Queue a job: `nanum submit --gpus 2 --time 4h -- python train.py`, or `nanum submit train.sh` (its
+    #NANUM lines take these options; #SBATCH and #BSUB lines are read too)."""
     from pathlib import Path
 
-    from nanum.cli.jobspec import SubmitOptions, build_request, parse_env, parse_mem, parse_time
+    from nanum.cli.jobspec import HEADER_OPTIONS, SubmitOptions, build_request, parse_env, parse_mem, parse_time
+
+    def refs(values: list[str] | None, option: str) -> tuple[str, ...] | None:
+        return tuple(r for v in values for r in HEADER_OPTIONS[option][1](v)) if values else None
 
     options = SubmitOptions(
         gpus=gpus, nodes=nodes, gpu_model=gpu_model, cpus=cpus, priority=priority, lab=lab, name=name,
         workdir=workdir, memory_mb=parse_mem(mem) if mem is not None else None,
         time_limit_s=parse_time(time) if time is not None else None, env=parse_env(env or []),
         preemptible=False if no_preempt else None,
+        array=HEADER_OPTIONS["--array"][1](array) if array is not None else None,
+        after=refs(after, "--after"), after_ok=refs(after_ok, "--after-ok"),
+        after_failed=refs(after_failed, "--after-failed"), after_any=refs(after_any, "--after-any"),
+        keep_if_unmet=True if keep_if_unmet else None,
+        retries=HEADER_OPTIONS["--retries"][1](str(retries)) if retries is not None else None,
+        output=output, error=error,
     )
-    body = build_request(list(command or []), options, Path.cwd())
+    notes: list[str] = []
+    body = build_request(list(command or []), options, Path.cwd(), notes)
+    for line in notes:
+        note(line)
     with connect(server, token) as client:
         job = client.submit(body.pop("command"), **body)
     if json:
         print_json(job)
+    elif job.get("array_id") is not None:
+        print(f"Submitted array job {job['array_id']} ({options.array or 'from the script'})")
     else:
         print(f"Submitted job {job['id']}")
 
@@ -90,44 +130,68 @@ def ps(
     user: Annotated[str | None, _Opt("--user", "-u", help="Only this user's jobs.")] = None,
     lab: Annotated[str | None, _Opt("--lab", help="Only this lab's jobs.")] = None,
     state: Annotated[list[str] | None, _Opt("--state", "-s", help="Only jobs in this state; repeat.")] = None,
+    expand: Annotated[bool, _Opt("--expand", help="One line per array task (default: one line per array).")]
+    = False,
+    format: Annotated[str | None, _Opt("--format", "-o", metavar="FORMAT", help=(
+        'Fields as squeue codes: "%i %u %T %r" (%i id, %F array, %K task, %j name, %u user, %P lab, %T state, '
+        "%t short state, %b gpus, %D nodes, %N node, %M time, %l limit, %Q priority, %r reason)."))] = None,
+    fields: Annotated[str | None, _Opt("--fields", metavar="LIST", help=(
+        "Fields by name: id,array,task,name,user,lab,state,st,gpus,nodes,node,time,limit,priority,reason."))]
+    = None,
+    noheader: Annotated[bool, _Opt("--noheader", "-h", help="No header line.")] = False,
     json: JsonOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
     """The queue: running and waiting jobs of everyone (why they wait, when they should start)."""
+    from nanum.cli import psformat
+
+    names = psformat.fields_from_format(format) if format else psformat.fields_from_list(fields) if fields else None
     with connect(server, token) as client:
         jobs = client.jobs(all=all, user=user, lab=lab, state=state)
     if json:
         print_json(jobs)
         return
     if not jobs:
-        note("No jobs." if all or state else "No active jobs (`nanum ps --all` shows finished ones).")
+        if not noheader:
+            note("No jobs." if all or state else "No active jobs (`nanum ps --all` shows finished ones).")
         return
     from datetime import UTC, datetime
 
-    from nanum.cli.views import BORROW_MARK, PS_COLUMNS, budget_captions, print_table, ps_rows
+    from nanum.cli.views import BORROW_MARK, PS_COLUMNS, budget_captions, print_table
 
-    rows = ps_rows(jobs, datetime.now(UTC))  # type: ignore[arg-type]
+    now = datetime.now(UTC)
+    shown = jobs if expand else psformat.fold(jobs)  # type: ignore[arg-type]
+    if names is not None:
+        print_table(psformat.headers(names), psformat.rows(shown, names, now), wide="REASON", header=not noheader)
+        return
+    rows = psformat.default_rows(shown, now)
     borrowing = any(row[4].endswith(BORROW_MARK) for row in rows)
     captions = [f"{BORROW_MARK} borrowing idle GPUs: preempted first when their lab needs them"] if borrowing else []
     captions += budget_captions(jobs)  # type: ignore[arg-type]
-    print_table(PS_COLUMNS, rows, caption="\n".join(captions) or None, wide="REASON")
+    print_table(PS_COLUMNS, rows, caption=None if noheader else "\n".join(captions) or None, wide="REASON",
+                header=not noheader)
 
 
 @app.command(cls=Command)
 @clean_errors
-def show(job_id: JobIdArg, json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None) -> None:
+def show(job_id: Annotated[str, typer.Argument(show_default=False, help="Job ID, or ID_TASK.")],
+         json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None) -> None:
     """Everything about one job."""
+    from nanum.cli.control import chain, resolve
+
     with connect(server, token) as client:
-        job = client.job(job_id)
+        job = client.job(resolve(client, job_id)[0])
+        waits = chain(client, job) if job.get("after") and not json else []  # type: ignore[arg-type]
     if json:
         print_json(job)
         return
     from nanum.cli.views import show_lines
 
     lines = show_lines(job)  # type: ignore[arg-type]
+    lines += [("waits for" if i == 0 else "", line) for i, line in enumerate(waits)]
     width = max(len(k) for k, _ in lines)
-    sys.stdout.write("".join(f"{k + ':':<{width + 1}} {v}\n" for k, v in lines))
+    sys.stdout.write("".join(f"{k + ':' if k else '':<{width + 1}} {v}\n" for k, v in lines))
 
 
 @app.command(cls=Command)
@@ -209,26 +273,15 @@ def _say_what_it_waits_for(client: Client, job_id: int) -> None:
 @app.command(cls=Command)
 @clean_errors
 def cancel(
-    job_ids: Annotated[list[int], typer.Argument(help="Job IDs.", show_default=False)],
+    job_ids: Annotated[list[str], typer.Argument(
+        metavar="ID...", show_default=False, help="Job IDs; an array's ID means all its tasks, ID_TASK one task.")],
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
     """Cancel jobs (yours, or anyone's as an admin); running ones are stopped."""
-    from nanum.cli.common import exit_code_for_status
-    from nanum.client import ApiError
+    from nanum.cli.control import each
 
-    worst = 0
-    with connect(server, token) as client:
-        for job_id in job_ids:
-            try:
-                client.cancel(job_id)
-            except ApiError as exc:
-                named = f"job {job_id}" in exc.detail  # "no job 9999" needs no "job 9999: " before it
-                sys.stderr.write(f"nanum: error: {exc.detail if named else f'job {job_id}: {exc.detail}'}\n")
-                worst = max(worst, exit_code_for_status(exc.status))
-                continue
-            print(f"Cancelled job {job_id}")
-    raise typer.Exit(worst)
+    each(job_ids, server, token, "cancel", "Cancelled")
 
 
 @app.command(cls=Command)

@@ -111,6 +111,15 @@ class SubmitOptions:
     workdir: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     preemptible: bool | None = None
+    array: str | None = None
+    after: tuple[str, ...] | None = None
+    after_ok: tuple[str, ...] | None = None
+    after_failed: tuple[str, ...] | None = None
+    after_any: tuple[str, ...] | None = None
+    keep_if_unmet: bool | None = None
+    retries: int | None = None
+    output: str | None = None
+    error: str | None = None
 
     def over(self, base: SubmitOptions) -> SubmitOptions:
         """These options where given, else `base`'s; environment variables are merged, these winning."""
@@ -133,7 +142,25 @@ def _int(option: str, lo: int, hi: int | None = None) -> Any:
     return parse
 
 
-# option -> (field, parser); parsers take the text and raise UsageProblem.
+_JOB_REF = re.compile(r"^\d{1,9}(_\d{1,7})?$")
+
+
+def parse_job_refs(text: str, option: str = "--after") -> tuple[str, ...]:
+    """'12,13_4' (or '12:13_4') -> ('12', '13_4'): jobs, arrays (12) or array tasks (12_4)."""
+    refs = tuple(r for r in re.split(r"[,:]", text.strip()) if r)
+    bad = next((r for r in refs if not _JOB_REF.match(r)), None)
+    if not refs or bad is not None:
+        raise UsageProblem(f"{option}: {text!r} is not a list of job IDs; give e.g. 12 or 12,13 or 12_4")
+    return refs
+
+
+def _array(text: str) -> str:
+    if not re.match(r"^[0-9,:%-]+$", text):
+        raise UsageProblem(f"--array: cannot read {text!r}; give e.g. 0-99, 0-99%8, 1,3,5-9 or 0-20:2")
+    return text
+
+
+# option -> (field, parser); parsers take the text and raise UsageProblem. Every option `nanum submit` takes.
 HEADER_OPTIONS: dict[str, tuple[str, Any]] = {
     "--gpus": ("gpus", _int("--gpus", 0)),
     "--nodes": ("nodes", _int("--nodes", 1)),
@@ -145,22 +172,36 @@ HEADER_OPTIONS: dict[str, tuple[str, Any]] = {
     "--lab": ("lab", str),
     "--name": ("name", str),
     "--workdir": ("workdir", str),
+    "--array": ("array", _array),
+    "--after": ("after", lambda t: parse_job_refs(t, "--after")),
+    "--after-ok": ("after_ok", lambda t: parse_job_refs(t, "--after-ok")),
+    "--after-failed": ("after_failed", lambda t: parse_job_refs(t, "--after-failed")),
+    "--after-any": ("after_any", lambda t: parse_job_refs(t, "--after-any")),
+    "--retries": ("retries", _int("--retries", 0, 100)),
+    "--output": ("output", str),
+    "--error": ("error", str),
 }
+#: Short forms, as `nanum submit --help` lists them.
+SHORT_OPTIONS = {"-g": "--gpus", "-N": "--nodes", "-c": "--cpus", "-t": "--time", "-J": "--name",
+                 "-D": "--workdir", "-e": "--env", "-o": "--output"}
+FLAGS = {"--no-preempt": ("preemptible", False), "--keep-if-unmet": ("keep_if_unmet", True)}
 
 
 def parse_header_args(args: list[str], where: str) -> SubmitOptions:
-    """Options from one script's `#NANUM` words, e.g. ['--gpus', '2', '--env=K=V', '--no-preempt']."""
+    """Options from one script's `#NANUM` words, e.g. ['--gpus', '2', '--env=K=V', '-J', 'run', '--no-preempt']."""
     values: dict[str, Any] = {}
     env: list[str] = []
     i = 0
     while i < len(args):
-        opt, eq, inline = args[i].partition("=")
-        if opt == "--no-preempt" and not eq:
-            values["preemptible"] = False
+        opt, eq, inline = args[i].partition("=") if args[i].startswith("--") else (args[i], "", "")
+        opt = SHORT_OPTIONS.get(opt, opt)
+        if opt in FLAGS and not eq:
+            name, value = FLAGS[opt]
+            values[name] = value
             i += 1
             continue
         if opt not in HEADER_OPTIONS and opt != "--env":
-            raise UsageProblem(f"{where}: unknown option {opt!r} in a #NANUM line")
+            raise UsageProblem(f"{where}: unknown option {opt!r} in a #NANUM line; `nanum submit --help` lists them")
         if not eq:
             if i + 1 >= len(args):
                 raise UsageProblem(f"{where}: {opt} needs a value")
@@ -181,23 +222,44 @@ def parse_header_args(args: list[str], where: str) -> SubmitOptions:
 
 
 def read_script_header(path: Path) -> SubmitOptions:
-    """The `#NANUM` options at the top of a script; stops at the first line that is not a comment or blank."""
-    options = SubmitOptions()
+    """The `#NANUM` (and `#SBATCH`, `#BSUB`) options at the top of a script."""
+    return read_script(path)[0]
+
+
+def read_script(path: Path) -> tuple[SubmitOptions, list[str]]:
+    """The options in a script's header and what was made of each `#SBATCH` and `#BSUB` line (used as what,
+    or ignored and why). The header ends at the first line that is not a comment or blank. `#NANUM` lines win
+    over `#SBATCH` and `#BSUB` lines; a bad `#NANUM` line is an error, a foreign line nanum cannot follow is
+    ignored with a note."""
+    from nanum.cli.foreign import translate
+
+    native, foreign = SubmitOptions(), SubmitOptions()
+    notes: list[str] = []
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError as exc:
         raise UsageProblem(f"cannot read the script {path}: {exc.strerror}") from None
     for number, line in enumerate(lines, start=1):
         stripped = line.strip()
+        where = f"{path.name} line {number}"
         if stripped.startswith("#NANUM"):
-            try:
-                words = shlex.split(stripped[len("#NANUM"):], comments=True)
-            except ValueError as exc:
-                raise UsageProblem(f"{path.name} line {number}: {exc}") from None
-            options = parse_header_args(words, f"{path.name} line {number}").over(options)
+            native = parse_header_args(_words(stripped[len("#NANUM"):], where), where).over(native)
+        elif stripped.startswith(("#SBATCH", "#BSUB")):
+            kind = "#SBATCH" if stripped.startswith("#SBATCH") else "#BSUB"
+            words, note = translate(kind, _words(stripped[len(kind):], where))
+            notes.append(f"{where}: {stripped}: {note}")
+            if words:
+                foreign = parse_header_args(words, where).over(foreign)
         elif stripped and not stripped.startswith("#"):
             break
-    return options
+    return native.over(foreign), notes
+
+
+def _words(text: str, where: str) -> list[str]:
+    try:
+        return shlex.split(text, comments=True)
+    except ValueError as exc:
+        raise UsageProblem(f"{where}: {exc}") from None
 
 
 def script_command(path: Path, args: list[str]) -> list[str]:
@@ -212,15 +274,18 @@ def script_command(path: Path, args: list[str]) -> list[str]:
     return ["bash", str(path), *args]
 
 
-def build_request(command: list[str], cli: SubmitOptions, cwd: Path) -> dict[str, Any]:
-    """The `POST /jobs` body for `command` (a script path or an argv) with the command line's options."""
+def build_request(command: list[str], cli: SubmitOptions, cwd: Path, notes: list[str] | None = None) -> dict[str, Any]:
+    """The `POST /jobs` body for `command` (a script path or an argv) with the command line's options. What was
+    made of a script's `#SBATCH` and `#BSUB` lines is added to `notes`."""
     if not command:
         raise UsageProblem("nothing to run; give a command after `--` or a script, e.g. "
                            "`nanum submit --gpus 1 -- python train.py`")
     options = cli
     first = Path(command[0]) if Path(command[0]).is_absolute() else cwd / command[0]
     if first.is_file() and ("/" in command[0] or not _on_path(command[0])):
-        options = cli.over(read_script_header(first))
+        header, found = read_script(first)
+        options = cli.over(header)
+        (notes if notes is not None else []).extend(found)
         command = script_command(first, command[1:])
         default_name = first.name
     else:
@@ -234,13 +299,36 @@ def build_request(command: list[str], cli: SubmitOptions, cwd: Path) -> dict[str
     }
     for key in _PASSED_AS_IS:
         if (value := getattr(options, key)) is not None:
-            body[key] = value
+            body[key] = list(value) if isinstance(value, tuple) else value
+    if options.output or options.error:
+        body["command"] = redirected(body["command"], options.output, options.error, body["name"])
     _check_bounds(body)
     return body
 
 
 _PASSED_AS_IS = ("gpus", "nodes", "gpu_model", "cpus", "memory_mb", "time_limit_s", "priority", "lab",
-                 "preemptible")
+                 "preemptible", "array", "after", "after_ok", "after_failed", "after_any", "keep_if_unmet",
+                 "retries")
+
+#: Runs "$@" with stdout to $1 and stderr to $2 (to $1 when $2 is empty or the same), after expanding %j (the
+#: job id), %A (the array's id, else the job's), %a (the task index, else 0) and %% in both.
+_REDIRECT = (
+    'x() { printf %s "$1" | sed -e "s/%A/${NANUM_ARRAY_JOB_ID:-$NANUM_JOB_ID}/g" '
+    '-e "s/%a/${NANUM_ARRAY_TASK_ID:-0}/g" -e "s/%j/$NANUM_JOB_ID/g" -e "s/%%/%/g"; }; '
+    'o=$(x "$1"); e=$(x "$2"); shift 2; '
+    'if [ -n "$o" ]; then exec >"$o"; fi; '
+    'if [ -n "$e" ] && [ "$e" != "$o" ]; then exec 2>"$e"; elif [ -n "$o" ]; then exec 2>&1; fi; '
+    'exec "$@"'
+)
+
+
+def redirected(command: list[str], output: str | None, error: str | None, name: str) -> list[str]:
+    """`command` with its output (and errors) written to files named by Slurm-style patterns: %j the job id,
+    %A the array's id, %a the task index, %x the job name. Relative names are in the working directory."""
+    def named(pattern: str | None) -> str:
+        return (pattern or "").replace("%x", name.replace("%", "%%"))
+
+    return ["/bin/sh", "-c", _REDIRECT, "nanum-output", named(output), named(error), *command]
 
 # field -> (option, least, most, the most in words): the server's limits (docs/api.md), checked before sending.
 _BOUNDS: dict[str, tuple[str, int, int, str]] = {

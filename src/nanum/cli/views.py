@@ -250,7 +250,7 @@ def _cell(text: str, width: int, right: bool) -> str:
 
 
 def print_table(columns: Sequence[str], rows: Sequence[tuple[str, ...]], caption: str | None = None,
-                wide: str | None = None) -> None:
+                wide: str | None = None, header: bool = True) -> None:
     """Print a table on stdout, fitted to the terminal's width when stdout is one (bold header there)."""
     import os
     import sys
@@ -258,7 +258,11 @@ def print_table(columns: Sequence[str], rows: Sequence[tuple[str, ...]], caption
     tty = sys.stdout.isatty()
     width = os.get_terminal_size(sys.stdout.fileno()).columns if tty else _columns_env()
     lines = format_table(columns, rows, width, wide)
-    if tty and not os.environ.get("NO_COLOR"):
+    if not header:
+        lines = lines[1:]
+        if not lines:
+            return
+    elif tty and not os.environ.get("NO_COLOR"):
         lines[0] = f"\033[1m{lines[0]}\033[0m"
     sys.stdout.write("\n".join(lines) + "\n" + (f"{caption}\n" if caption else ""))
 

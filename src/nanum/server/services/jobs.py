@@ -92,8 +92,7 @@ def _wait_reason(s: Session, values: dict[str, Any], after: list[list[str]]) -> 
     """A new job's dependencies: refused when one can never be met (unless kept), else its first reason."""
     verdict = eligibility.evaluate(s, after)
     if verdict.state == eligibility.UNMET and not values["keep_if_unmet"]:
-        raise BadRequest(f"{verdict.message.replace('dependency can never be met: ', 'the dependency on ')} "
-                         "so this job could never start; name another job or add --keep-if-unmet")
+        raise BadRequest(f"this job's {verdict.message}; name another job, or add --keep-if-unmet to queue it anyway")
     if verdict.state != eligibility.MET:
         values["reason"], values["reason_code"] = verdict.message, "dependency"
 

@@ -1,0 +1,151 @@
+"""Sweeps and pipelines through the real `nanum` commands against a real `nanum up`: arrays that never run more
+tasks than their limit, dependency chains, hold/modify/release, retries, and Slurm and LSF scripts as they are."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.cluster import Cluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+TASK = ('echo "$(date +%s.%N) $NANUM_ARRAY_JOB_ID $NANUM_ARRAY_TASK_ID" > start-$NANUM_ARRAY_TASK_ID; sleep 0.6; '
+        'date +%s.%N > end-$NANUM_ARRAY_TASK_ID')
+
+
+def ok(result: object) -> str:
+    assert result.returncode == 0, result.stderr  # type: ignore[attr-defined]
+    return str(result.stdout)  # type: ignore[attr-defined]
+
+
+def wait_all(cluster: Cluster, ids: list[int], *states: str, timeout: float = 90) -> None:
+    for job_id in ids:
+        cluster.wait_state(job_id, *states, timeout=timeout)
+
+
+def test_an_array_runs_at_most_its_limit_at_once_and_every_task_with_its_id(
+        cluster: Cluster, workdir: Path) -> None:
+    out = ok(cluster.nanum("submit", "--array", "0-19%4", "--gpus", "0", "--cpus", "0", "--", "sh", "-c", TASK,
+                           user="alice", cwd=workdir))
+    array = int(out.split()[3])
+    assert out.startswith(f"Submitted array job {array} (0-19%4)")
+    folded = ok(cluster.nanum("ps", "--noheader", "--format", "%i %t", user="alice"))
+    assert folded.strip().startswith(f"{array}_[0-19%4]")
+    expanded = ok(cluster.nanum("ps", "--expand", "--fields", "id,state", user="alice"))
+    assert f"{array}_19" in expanded and expanded.splitlines()[0].split() == ["ID", "STATE"]
+    tasks = cluster.api("GET", "/jobs", query=f"array={array}")
+    wait_all(cluster, [t["id"] for t in tasks], "completed")
+    spans = []
+    for task in range(20):
+        started, array_id, task_id = (workdir / f"start-{task}").read_text().split()
+        assert (int(array_id), int(task_id)) == (array, task)
+        spans.append((float(started), float((workdir / f"end-{task}").read_text())))
+    for start, _ in spans:
+        running = sum(1 for s, e in spans if s <= start < e)
+        assert running <= 4, f"{running} tasks ran at once"
+    assert max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans) >= 2
+
+
+def test_a_chain_runs_in_order_and_a_failed_first_job_cancels_the_rest(cluster: Cluster, workdir: Path) -> None:
+    step = "date +%s.%N > {name}; sleep 0.3"
+    first = cluster.submit("bob", "--gpus", "0", "--cpus", "0", "--name", "prep", "--",
+                           "sh", "-c", step.format(name="a"), cwd=workdir)
+    second = cluster.submit("bob", "--gpus", "0", "--cpus", "0", "--after-ok", str(first), "--",
+                            "sh", "-c", step.format(name="b"), cwd=workdir)
+    third = cluster.submit("bob", "--gpus", "0", "--cpus", "0", "--after-ok", str(second), "--",
+                           "sh", "-c", step.format(name="c"), cwd=workdir)
+    shown = ok(cluster.nanum("show", str(third), user="bob"))
+    assert re.search(rf"waits for: +--after-ok {second}: job {second} sh \(\w+\)\n +  --after-ok {first}: "
+                     rf"job {first} prep \(\w+\)", shown), shown
+    wait_all(cluster, [first, second, third], "completed")
+    times = [float((workdir / n).read_text()) for n in "abc"]
+    assert times == sorted(times)
+
+    bad = cluster.submit("bob", "--gpus", "0", "--cpus", "0", "--", "sh", "-c", "sleep 1; exit 3", cwd=workdir)
+    rest = cluster.submit("bob", "--gpus", "0", "--cpus", "0", "--after-ok", str(bad), "--", "true", cwd=workdir)
+    last = cluster.submit("bob", "--gpus", "0", "--cpus", "0", "--after-ok", str(rest), "--", "true", cwd=workdir)
+    got = cluster.wait_state(last, "cancelled")
+    assert got["reason"] == (f"cancelled: dependency can never be met: job {rest} cancelled (--after-ok {rest})")
+    assert cluster.job(rest)["reason"] == (
+        f"cancelled: dependency can never be met: job {bad} failed (--after-ok {bad})")
+
+
+def test_hold_modify_and_release_change_what_runs(cluster: Cluster, workdir: Path) -> None:
+    blocker = cluster.submit("carol", "--gpus", "4", "--cpus", "0", "--", "sleep", "30", cwd=workdir)
+    cluster.wait_state(blocker, "running")
+    job_id = cluster.submit("carol", "--gpus", "1", "--cpus", "0", "--", "sleep", "30", cwd=workdir)
+    assert ok(cluster.nanum("hold", str(job_id), user="carol")) == f"Held job {job_id}\n"
+    ok(cluster.nanum("modify", str(job_id), "--gpus", "0", "--name", "tiny", "--time", "10m", user="carol"))
+    got = cluster.job(job_id)
+    assert (got["gpus"], got["name"], got["time_limit_s"]) == (0, "tiny", 600)
+    time.sleep(1.5)  # it could run now beside the 4-GPU job, but it is held
+    assert cluster.job(job_id)["state"] == "held"
+    refused = cluster.nanum("modify", str(blocker), "--gpus", "1", user="carol")
+    assert refused.returncode == 2 and "only a pending or held job can be modified" in refused.stderr
+    ok(cluster.nanum("release", str(job_id), user="carol"))
+    cluster.wait_state(job_id, "running")  # needs no GPU now: runs beside the 4-GPU job
+    ok(cluster.nanum("cancel", str(job_id), str(blocker), user="carol"))
+    wait_all(cluster, [job_id, blocker], "cancelled")
+
+
+def test_retries_run_a_failing_job_three_times_keeping_each_exit_code(cluster: Cluster, workdir: Path) -> None:
+    job_id = cluster.submit("dave", "--gpus", "0", "--cpus", "0", "--retries", "2", "--",
+                            "sh", "-c", "echo run >> runs; exit 7", cwd=workdir)
+    got = cluster.wait_state(job_id, "failed", timeout=60)
+    assert got["exits"] == [7, 7, 7] and got["runs"] == 3
+    assert (workdir / "runs").read_text().split() == ["run"] * 3
+
+
+SLURM = """#!/bin/bash
+#SBATCH --job-name=slurm-train
+#SBATCH --gres=gpu:2
+#SBATCH -t 0:10:00
+#SBATCH --cpus-per-task=1
+#SBATCH --mem=1G
+#SBATCH --output=train-%j.out
+#SBATCH --error=train-%x.err
+#SBATCH --mail-type=END
+echo "gpus $CUDA_VISIBLE_DEVICES"
+echo oops >&2
+"""
+
+LSF = """#!/bin/bash
+#BSUB -J lsf-train
+#BSUB -gpu "num=1:mode=shared"
+#BSUB -W 0:05
+#BSUB -n 1
+#BSUB -o lsf-%J.out
+#BSUB -q gpu
+echo "gpus $CUDA_VISIBLE_DEVICES"
+"""
+
+
+def test_unmodified_slurm_and_lsf_scripts_run_with_their_resources_and_output_files(
+        cluster: Cluster, workdir: Path) -> None:
+    (workdir / "train.sbatch").write_text(SLURM)
+    (workdir / "train.lsf").write_text(LSF)
+    result = cluster.nanum("submit", "--json", "train.sbatch", user="alice", cwd=workdir)
+    job = json.loads(ok(result))
+    assert "line 3: #SBATCH --gres=gpu:2: used as --gpus 2" in result.stderr
+    assert "line 9: #SBATCH --mail-type=END: ignored: nanum has no per-job mail" in result.stderr
+    got = (job["name"], job["gpus"], job["time_limit_s"], job["memory_mb"], job["cpus"])
+    assert got == ("slurm-train", 2, 600, 1024, 1)
+    done = cluster.wait_state(job["id"], "completed")
+    assert len(done["allocation"][0]["gpus"]) == 2
+    assert (workdir / f"train-{job['id']}.out").read_text().startswith("gpus ")
+    assert (workdir / "train-slurm-train.err").read_text() == "oops\n"
+
+    result = cluster.nanum("submit", "--json", "train.lsf", user="alice", cwd=workdir)
+    job = json.loads(ok(result))
+    assert "#BSUB -q gpu: ignored: queues are not labs" in result.stderr
+    assert (job["name"], job["gpus"], job["time_limit_s"], job["cpus"]) == ("lsf-train", 1, 300, 1)
+    cluster.wait_state(job["id"], "completed")
+    deadline = time.monotonic() + 5
+    while not (workdir / f"lsf-{job['id']}.out").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (workdir / f"lsf-{job['id']}.out").read_text().startswith("gpus ")
