@@ -51,7 +51,7 @@ def test_member_limits_stay_within_the_labs_own(client: AsgiClient, ctx: ServerC
     assert call(client, "PATCH", "/labs/vision", ADMIN, {"max_gpus": 8, "max_running_jobs": 4}).status_code == 200
     r = call(client, "PATCH", "/labs/vision/members/alice", PROF, {"max_gpus": 2, "max_running_jobs": 1})
     assert r.status_code == 200 and (r.json()["max_gpus"], r.json()["max_running_jobs"]) == (2, 1)
-    assert [u for u in call(client, "GET", "/users", ADMIN).json() if u["name"] == "alice"][0]["max_gpus"] == 2
+    assert next(u for u in call(client, "GET", "/users", ADMIN).json() if u["name"] == "alice")["max_gpus"] == 2
     r = call(client, "PATCH", "/labs/vision/members/alice", PROF, {"max_gpus": 16})
     assert r.status_code == 400
     assert r.json()["detail"] == "lab vision allows max gpus of at most 8; give --max-gpus 8 or less"
