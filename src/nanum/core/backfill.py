@@ -10,7 +10,7 @@ EASY backfill, as Slurm's backfill plugin does it, in three steps:
    GPUs of any reserved node (so at T the reserved job still fits).
 
 With `+preempt` a later job that would delay the reservation starts anyway, if the head may preempt it: it runs
-`over_reservation`, and once its GPUs are all the head still needs, the head preempts it (`_Cycle._take_back`).
+`over_reservation`, and once its GPUs are all the head still needs, the head preempts it (`nanum.core.steps.take_back`).
 Expected ends are often wrong: a job that runs past its estimate moves T later at every cycle, and plain EASY
 would hold the reserved GPUs idle all that time.
 

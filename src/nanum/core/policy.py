@@ -94,6 +94,12 @@ class Policy:
         preempt = "+preempt" if self.preempt else ""
         return f"{self.order}+{self.placement}+{'backfill' if self.backfill else 'nobackfill'}{preempt}"
 
+    @property
+    def steps(self) -> tuple[str, ...]:
+        """The steps a blocked job takes, in order (`nanum.core.steps.STEPS`): `reclaim` when labs reclaim their
+        guarantees, `take-back` and `preempt` with `+preempt`."""
+        return ("reclaim",) * self.reclaim + ("take-back", "preempt") * self.preempt
+
     def with_(self, **changes: object) -> Policy:
         return replace(self, **changes)  # type: ignore[arg-type]
 

@@ -1,0 +1,261 @@
+"""The state of one scheduling cycle: the free-capacity index, usage, what was decided so far, and every memo.
+
+`CycleState` is what the steps of a cycle (`nanum.core.scheduler`, `nanum.core.steps`, `nanum.core.explain`) read
+and change. It owns the cycle's caches, each remembered for as long as its answer holds:
+
+- per job shape (model, lab, GPUs, nodes, CPUs, memory, labels): the buckets it may use, whether it could ever
+  fit (`could ever fit`: against empty up nodes, kept as long as the nodes are), its partition;
+- per shape and capacity version: the placement policy's answer (`place`: "fits now");
+- per job: the planned run time (`runtime`);
+- per cycle: the timeline of expected ends (`timeline`), the victims chosen, and what reclaim and preemption found
+  impossible (`no_reclaim`, `no_preempt`, `stuck`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import cast
+
+from nanum.core.backfill import Reservation, Timeline, reserve
+from nanum.core.cache import CycleCache, run_ends
+from nanum.core.classes import RunClasses
+from nanum.core.decision import Decisions, Pending, Preempt, Reason, Start
+from nanum.core.model import Job, JobId, Limits, NodeState, Placement, Running, Snapshot
+from nanum.core.placement import PlacementPolicy
+from nanum.core.policy import Policy
+from nanum.core.predict import Predictor, expected_runtime, planned_end
+from nanum.core.preempt import ClassOrder
+from nanum.core.quota import Usage, victim_key
+from nanum.core.state import ClusterState
+
+Keys = list[tuple[str | None, str]]
+NO_LIMITS = Limits()
+
+
+@dataclass(slots=True, eq=False)
+class Shape:
+    """What a cycle needs of a job's request: the buckets it may use, whether it can never fit there, its partition.
+    Jobs of one shape share one object, and every answer that depends on the shape alone is remembered under it."""
+
+    keys: Keys
+    never: bool
+    part: str | None
+
+
+@dataclass(slots=True)
+class Partition:
+    reservations: list[Reservation] = field(default_factory=list)
+    head: Job | None = None  # the first blocked job
+
+
+def partition_of(lab: str, lend: bool, owners: set[str] | frozenset[str]) -> str | None:
+    """The partition a lab's jobs compete in: the whole cluster (None) when owners lend, else the lab's own nodes
+    (and the shared ones) if it owns any."""
+    return None if lend or lab not in owners else lab
+
+
+class CycleState:
+    """The working state of one cycle; see the module docstring."""
+
+    def __init__(
+        self, snapshot: Snapshot, policy: Policy, predictor: Predictor | None, cache: CycleCache | None,
+        explain: bool = True,
+    ) -> None:
+        self.snap, self.policy, self.predictor, self.cache = snapshot, policy, predictor, cache
+        self.explain = explain
+        self.placement: PlacementPolicy = policy.make_placement()
+        self.order = policy.make_order()
+        #: the order's priority classes, when the policy preempts by class (Policy checks the order has them).
+        self.classes: ClassOrder | None = cast(ClassOrder, self.order) if policy.preempt else None
+        if cache is not None:
+            self.state, self.usage = cache.prepare(snapshot)
+            self.total_gpus, self.owners = cache.total_gpus, cache.owners
+        else:
+            self.state = ClusterState.build(snapshot.nodes, snapshot.running)
+            self.usage = Usage.of(snapshot.running)
+            self.total_gpus = sum(len(n.gpus) for n in snapshot.nodes)
+            self.owners = {n.owner for n in snapshot.nodes if n.owner is not None}
+        #: labs and users with any limit or budget: only their jobs need `admit`.
+        self.limited = {x.name for x in snapshot.labs.values() if x.limits != NO_LIMITS}
+        self.limited |= {x.name for x in snapshot.users.values() if x.limits != NO_LIMITS}
+        self.starts: list[Start] = []
+        self.preemptions: list[Preempt] = []
+        self.pending: list[Pending] = []
+        self.partitions: dict[str | None, Partition] = {}
+        self.victims: set[JobId] = set()
+        self._timeline: Timeline | None = None
+        #: answers that depend only on the nodes, not on what runs: they live as long as the state (see CycleCache).
+        self._never: dict[tuple[object, ...], int] = self.state.static.setdefault("could_fit", {})
+        self._never_any: dict[tuple[object, ...], bool] = self.state.static.setdefault("never_fits", {})
+        self.room: dict[tuple[object, ...], str] = {}
+        self._shapes: dict[tuple[object, ...], Shape] = {}
+        self._runtimes: dict[JobId, float | None] = {}
+        self._fit: dict[tuple[object, ...], tuple[Placement, ...] | None] = {}
+        self._over: list[Running] | None = None  # running jobs started over a reservation, cheapest victim first
+        self._classes: RunClasses | None = None
+        #: memos of the steps (`nanum.core.steps`): what they found impossible, and their victim indexes.
+        self.no_reclaim: set[Shape] = set()
+        self.no_preempt: set[tuple[object, ...]] = set()
+        self.reclaimable: tuple[list[Running], dict[int, int]] | None = None
+        self.lower: dict[tuple[object, ...], tuple[list[Running], dict[int, int]]] = {}
+        #: (shape, borrowing, class) of jobs that fit nowhere and no step could help: every later job with the same
+        #: key is blocked too. Free GPUs only become fewer during a cycle, and the steps' answers depend only on the
+        #: key and are remembered for the cycle anyway; so a long queue of such jobs costs one lookup each. Not a
+        #: job that fits but waits behind its partition's head without backfill: a later one may have to preempt.
+        self.stuck: set[tuple[Shape, bool, int]] = set()
+
+    def decisions(self) -> Decisions:
+        return Decisions(tuple(self.starts), tuple(self.preemptions), tuple(self.pending))
+
+    # -- fits now, could ever fit ----------------------------------------------------------------------------------
+
+    def place(self, job: Job, shape: Shape, caps: dict[int, int] | None = None) -> tuple[Placement, ...] | None:
+        """Where `job` fits now (the placement policy's answer), remembered until the free capacity next changes.
+
+        Most of a long queue is jobs of a few shapes that do not fit (or fit but wait for a reservation): each
+        shape is tried once per change."""
+        key = (shape, id(caps), self.state.version)
+        if key in self._fit:
+            return self._fit[key]
+        found = self._fit[key] = self.placement.place(self.state, job, shape.keys, caps)
+        return found
+
+    def shape(self, job: Job) -> Shape:
+        """The shape of `job`'s request; one lookup per job, computed once per shape."""
+        key = (job.gpu_model, job.lab, job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels)
+        hit = self._shapes.get(key)
+        if hit is None:
+            pools = None if self.policy.lend else (None, job.lab)
+            keys = self.state.keys_for(job, pools)
+            part = partition_of(job.lab, self.policy.lend, self.owners)
+            hit = self._shapes[key] = Shape(keys, self._never_fits(job, keys), part)
+        return hit
+
+    def _never_fits(self, job: Job, keys: Keys) -> bool:
+        """True when no up node this job may use is big enough for it, whatever runs there (cached per shape)."""
+        cache_key = (id(keys), job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels)
+        hit = self._never_any.get(cache_key)
+        if hit is None:
+            hit = self._never_any[cache_key] = (
+                job.gpus > self.state.max_gpus_per_node
+                or sum(self._could_fit(key, job) for key in keys) < job.nodes
+            )
+        return hit
+
+    def _could_fit(self, key: tuple[str | None, str], job: Job) -> int:
+        """How many up nodes in bucket `key` could hold one node's share of `job` when empty (cached)."""
+        cache_key = (key, job.gpus, job.cpus, job.memory_mb, job.labels)
+        hit = self._never.get(cache_key)
+        if hit is None:
+            hit = self._never[cache_key] = sum(
+                1 for nf in self.state.nodes
+                if nf.key == key and nf.node.state is NodeState.UP and len(nf.node.gpus) >= job.gpus
+                and (not nf.node.cpus or job.cpus <= nf.node.cpus)
+                and (not nf.node.memory_mb or job.memory_mb <= nf.node.memory_mb)
+                and job.labels <= nf.node.labels
+            )
+        return hit
+
+    # -- what was decided ------------------------------------------------------------------------------------------
+
+    def runtime(self, job: Job) -> float | None:
+        """The planned run time of `job`, asked of the predictor once per cycle."""
+        if job.id not in self._runtimes:
+            self._runtimes[job.id] = expected_runtime(job, self.predictor)
+        return self._runtimes[job.id]
+
+    def start(self, job: Job, placements: tuple[Placement, ...], borrowing: bool, part: Partition,
+              over: bool = False) -> None:
+        for p in placements:
+            self.state.take(p, job)
+        self.usage.add(job)
+        end = planned_end(self.snap.now, self.runtime(job))
+        head = part.reservations[0] if part.reservations else None
+        if head is not None and (end is None or end > head.start):
+            for p in placements:
+                idx = self.state.by_name[p.node].index
+                if idx in head.caps:
+                    head.caps[idx] -= len(p.gpus)
+        if end is not None and self._timeline is not None:
+            for p in placements:
+                self._timeline.add(end, self.state.by_name[p.node].index, len(p.gpus), f"job {job.id} ends")
+        self.starts.append(Start(job_id=job.id, placements=placements, borrowing=borrowing, expected_end=end,
+                                 over_reservation=over))
+
+    def wait(self, job: Job, why: Reason, estimate: float | None = None) -> bool:
+        if self.explain:
+            self.pending.append(Pending(job_id=job.id, reason=why, estimated_start=estimate))
+        return True
+
+    def reserve(self, job: Job, shape: Shape, part: Partition) -> tuple[bool, Reservation | None]:
+        """Make `job` the head of `part` if it is the first blocked one, and reserve its start (and estimate the
+        next ones' up to `estimate_depth`): (whether it is the head, its reservation)."""
+        first = part.head is None
+        if first:
+            part.head = job
+        res: Reservation | None = None
+        if len(part.reservations) < self.policy.estimate_depth and (first or part.reservations):
+            res = reserve(job, self.state, self.timeline(), shape.keys, self.snap.now)
+            if res is not None:
+                res.end = planned_end(res.start, expected_runtime(job, self.predictor))
+                events = [(res.start, i, -g, f"job {job.id} starts") for i, g in res.nodes.items()]
+                if res.end is not None:
+                    events += [(res.end, i, g, f"job {job.id} ends") for i, g in res.nodes.items()]
+                if self.policy.estimate_depth > 1:
+                    self.timeline().extend(events)
+                part.reservations.append(res)
+        return first, res
+
+    # -- what runs -------------------------------------------------------------------------------------------------
+
+    def timeline(self) -> Timeline:
+        """Expected ends of running jobs and of jobs started this cycle, built once, on first need.
+
+        With `+preempt`, jobs started over a reservation free their GPUs now: they yield them to the partition's
+        first blocked job as soon as that lets it start."""
+        if self._timeline is None:
+            now = self.snap.now
+            over = [r for r in self.over_runs() if r.job.id not in self.victims] if self.policy.preempt else []
+            if self.cache is not None:
+                victims = self.victims
+                gone = {e for run in self.snap.running if run.job.id in victims for e in self.cache.ends_of(run)
+                        } if victims else set()
+                gone.update(e for run in over for e in self.cache.ends_of(run))
+                self._timeline = Timeline(self.state, self.cache.ends, now, gone)
+            else:
+                self._timeline = Timeline(self.state)
+                skip = {r.job.id for r in over}
+                self._timeline.extend(self._running_ends(r for r in self.snap.running if r.job.id not in skip))
+            self._timeline.extend(
+                (now, self.state.by_name[p.node].index, len(p.gpus),
+                 f"job {run.job.id} yields the GPUs it was backfilled onto")
+                for run in over for p in run.placements if p.node in self.state.by_name)
+            self._timeline.extend(
+                (start.expected_end, self.state.by_name[p.node].index, len(p.gpus), f"job {start.job_id} ends")
+                for start in self.starts if start.expected_end is not None for p in start.placements)
+        return self._timeline
+
+    def _running_ends(self, running: Iterable[Running]) -> Iterable[tuple[float, int, int, str]]:
+        now = self.snap.now
+        for run in running:
+            if run.job.id not in self.victims:
+                for end, idx, gpus, why in run_ends(run, self.state):
+                    yield (max(end, now), idx, gpus, why)
+
+    def over_runs(self) -> list[Running]:
+        """Running jobs started over a reservation, cheapest victim first; built on first need."""
+        if self._over is None:
+            runs = self.cache.over.values() if self.cache is not None else (
+                r for r in self.snap.running if r.over_reservation)
+            self._over = sorted(runs, key=victim_key)
+        return self._over
+
+    def run_classes(self) -> RunClasses:
+        """The running jobs' classes and victim ranking at `now`: carried by the cache, else built; on first need."""
+        if self._classes is None:
+            assert self.classes is not None
+            snap = self.snap
+            self._classes = (RunClasses.of(self.classes, snap.running, snap.now) if self.cache is None
+                             else self.cache.run_classes(self.classes, snap))
+        return self._classes
