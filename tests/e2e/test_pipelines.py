@@ -66,9 +66,11 @@ def test_a_chain_runs_in_order_and_a_failed_first_job_cancels_the_rest(cluster: 
     times = [float((workdir / n).read_text()) for n in "abc"]
     assert times == sorted(times)
 
-    bad = cluster.submit("bob", "--gpus", "0", "--cpus", "0", "--", "sh", "-c", "sleep 1; exit 3", cwd=workdir)
+    gate = "while [ ! -e go ]; do sleep 0.05; done; exit 3"  # fails once the test says so
+    bad = cluster.submit("bob", "--gpus", "0", "--cpus", "0", "--", "sh", "-c", gate, cwd=workdir)
     rest = cluster.submit("bob", "--gpus", "0", "--cpus", "0", "--after-ok", str(bad), "--", "true", cwd=workdir)
     last = cluster.submit("bob", "--gpus", "0", "--cpus", "0", "--after-ok", str(rest), "--", "true", cwd=workdir)
+    (workdir / "go").touch()
     got = cluster.wait_state(last, "cancelled")
     assert got["reason"] == (f"cancelled: dependency can never be met: job {rest} cancelled (--after-ok {rest})")
     assert cluster.job(rest)["reason"] == (

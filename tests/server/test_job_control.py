@@ -172,3 +172,18 @@ def test_bad_array_specs_are_refused_naming_what_works(client: AsgiClient) -> No
     for spec in ("5-1", "0-99%0", "a-b", "0-20000"):
         r = client.post("/api/v1/jobs", json={"command": ["x"], "array": spec}, headers=auth(ALICE))
         assert r.status_code == 422, spec
+
+
+def test_ps_and_show_agree_on_jobs_ahead_when_those_ahead_have_left(client: AsgiClient, agent: FakeAgent) -> None:
+    submit(client, gpus=4)
+    cycle(client, agent)
+    ahead = [int(submit(client, gpus=4)["id"]) for _ in range(2)]  # type: ignore[call-overload]
+    last = int(submit(client, gpus=4)["id"])  # type: ignore[call-overload]
+    tick(client)
+    assert str(job(client, last)["reason"]).startswith("2 jobs ahead")
+    for j in ahead:
+        post(client, f"/api/v1/jobs/{j}/cancel")
+    tick(client)  # a wording-only change is written back only now and then
+    listed = next(j for j in client.get("/api/v1/jobs", headers=auth(ALICE)).json() if j["id"] == last)
+    assert str(listed["reason"]).startswith("next in line")
+    assert job(client, last)["reason"] == listed["reason"]

@@ -20,6 +20,7 @@ the reason (or, with `keep_if_unmet`, kept pending with it), or shown what it st
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -203,6 +204,23 @@ def annotate(s: Session, jobs: list[dict[str, Any]]) -> None:
             if job["id"] in throttled:
                 job["reason"] = throttle_reason(job["array_id"], job["array_limit"])
                 job["reason_code"], job["estimated_start"], job["hint"] = "array_limit", None, None
+    _cap_ahead(s, jobs)
+
+
+_AHEAD = re.compile(r"^(\d+) jobs? ahead")
+
+
+def _cap_ahead(s: Session, jobs: list[dict[str, Any]]) -> None:
+    """A reason's "N jobs ahead" counts at most the jobs pending now: the scheduler rewrites a reason whose only
+    change is its wording now and then, so between two writes the count may be of jobs that have since started."""
+    found = [(job, m) for job in jobs if job["state"] == "pending" and (m := _AHEAD.match(job.get("reason") or ""))]
+    if not found:
+        return
+    most = max(int(s.scalar(select(func.count()).where(JobRow.state == "pending")) or 0) - 1, 0)
+    for job, match in found:
+        if int(match.group(1)) > most:
+            place = "next in line" if most == 0 else "1 job ahead" if most == 1 else f"{most} jobs ahead"
+            job["reason"] = place + job["reason"][match.end():]
 
 
 # -- settling dependents when a job ends -----------------------------------------------------------------------
