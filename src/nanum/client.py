@@ -444,6 +444,12 @@ class Client:
         """Set a user's own `max_gpus`, `max_running_jobs`, `monthly_gpu_hours` (admin); None removes one."""
         return self._call("PATCH", f"/users/{name}", json=limits).json()  # type: ignore[no-any-return]
 
+    def import_users(self, users: list[dict[str, Any]], *, dry_run: bool = False) -> dict[str, Any]:
+        """Create or update many users (admin): each ends with exactly the listed `labs`, `role` (member,
+        manager, admin), `unix_user` and `email`. The report lists what was created (with tokens) and changed."""
+        body = {"users": users, "dry_run": dry_run}
+        return self._call("POST", "/users/import", json=body).json()  # type: ignore[no-any-return]
+
     def lab_members(self, lab: str) -> list[dict[str, Any]]:
         """A lab's members with their roles and limits (its managers and admins)."""
         return self._call("GET", f"/labs/{lab}/members").json()  # type: ignore[no-any-return]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.cli.conftest import Nanum
 from tests.cli.fakeapi import FakeApi
 
@@ -35,3 +37,22 @@ def test_a_refused_member_change_is_one_line(api: FakeApi, nanum: Nanum) -> None
     result = nanum("lab", "member", "add", "nlp", "bob")
     assert (result.exit_code, result.stderr) == (
         2, "nanum: error: only a manager of lab nlp or an admin may manage its members\n")
+
+
+def test_user_import_reads_the_csv_and_refuses_a_bad_line(api: FakeApi, nanum: Nanum, tmp_path: Path) -> None:
+    users = tmp_path / "users.csv"
+    users.write_text("Name,Unix account,Labs,Role,E-mail\nkim,kim,vision; nlp,Manager,k@x.org\nlee,,,,\n")
+    api.on("POST", "/users/import", {"created": [], "changed": [], "unchanged": ["kim", "lee"], "dry_run": False})
+    result = nanum("user", "import", str(users))
+    assert (result.exit_code, result.stdout) == (0, "0 created, 0 changed, 2 unchanged\n")
+    assert api.sent("POST", "/users/import")[0].body == {"dry_run": False, "users": [
+        {"name": "kim", "unix_user": "kim", "labs": ["vision", "nlp"], "role": "manager", "email": "k@x.org"},
+        {"name": "lee", "unix_user": None, "labs": [], "role": "member", "email": None}]}
+    users.write_text("name,labs,role\nkim,vision,boss\n")
+    result = nanum("user", "import", str(users))
+    assert (result.exit_code, result.stderr) == (
+        2, f"nanum: error: {users} line 2: role 'boss' is not member, manager or admin\n")
+    users.write_text("name,group\nkim,vision\n")
+    result = nanum("user", "import", str(users))
+    assert result.stderr == (f"nanum: error: {users}: the header must name the columns name, unix_user, labs, role, "
+                             "email (unknown column 'group')\n")

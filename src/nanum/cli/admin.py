@@ -80,8 +80,13 @@ def user_add(
         print_json(created)
     else:
         print(created["token"])
-        if sys.stdout.isatty():
-            note(f"{name} can now run: nanum login --server {client.server} --token {created['token']}")
+        note(how_to_log_in(name, client.server, created["token"]))
+
+
+def how_to_log_in(name: str, server: str, token: str) -> str:
+    """What to tell a new user: the command that logs them in, and the web page that takes the same token."""
+    return (f"{name} logs in with: nanum login {server} --token {token}\n"
+            f"or in a browser at {server}/login with that token (shown only this once).")
 
 
 @user_app.command("list", cls=Command)
@@ -282,3 +287,4 @@ def node_add(name: NameArg, json: JsonOpt = False, server: ServerOpt = None, tok
 
 
 from nanum.cli import members as _members  # noqa: E402,F401  (registers `nanum lab member`)
+from nanum.cli import onboarding as _onboarding  # noqa: E402,F401  (registers `nanum user import`)

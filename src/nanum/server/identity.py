@@ -3,9 +3,9 @@ tokens, bulk imports and password logins (docs/api.md)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from nanum.server.inputs import ApiIn
 from nanum.server.schemas import GpuHours, Quota
@@ -37,3 +37,41 @@ class MemberLimits(ApiIn):
     max_running_jobs: Quota | None = None
     monthly_gpu_hours: GpuHours | None = None
 
+
+
+ImportRole = Literal["member", "manager", "admin"]
+
+
+class ImportedUser(ApiIn):
+    """One person of a bulk import: the user as they should be after it."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    unix_user: str | None = Field(default=None, min_length=1, max_length=64)
+    labs: list[Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]] = Field(
+        default_factory=list, max_length=256)
+    #: `manager`: of every lab listed; `admin`: an admin (and a member of the labs listed).
+    role: ImportRole = "member"
+    email: str | None = Field(default=None, max_length=255)
+
+
+class ImportIn(ApiIn):
+    """The people to create or bring up to date. Each listed user ends with exactly these labs, role, Unix
+    account and email; users not listed are left alone. `dry_run`: report what would change, change nothing."""
+
+    users: list[ImportedUser] = Field(max_length=10_000)
+    dry_run: bool = False
+
+
+class ImportedChange(BaseModel):
+    name: str
+    #: field -> [before, after]; `labs` as sorted lists, `role` as member/manager/admin.
+    changes: dict[str, list[Any]]
+    #: the new user's API token (shown only here); None for users that existed.
+    token: str | None = None
+
+
+class ImportOut(BaseModel):
+    created: list[ImportedChange]
+    changed: list[ImportedChange]
+    unchanged: list[str]
+    dry_run: bool
