@@ -271,8 +271,9 @@ def _check(server: ServerProc, submitter: Submitter, rundir: Path, result: SeedR
         result.runs += len(starts)
         result.requeued += len(starts) > 1
         events = _events(server, job_id)
-        lost_at = [t for t, kind, _ in events if kind == "lost"]
-        stops_at = [t for t, kind, _ in events if kind in ("preempting", "lost")]
+        # Given up with its node by the server, or stopped by its own agent's fence (requeued for want of a lease).
+        lost_at = [t for t, kind, msg in events if kind == "lost" or (kind == "requeued" and "lease" in (msg or ""))]
+        stops_at = [t for t, kind, _ in events if kind in ("preempting", "lost")] + lost_at
         excused = [e for e in ends[:-1] if _unreported(e, result.outages, lost_at) or _raced(e, starts, stops_at)]
         if len(ends) - len(excused) != 1:
             v.append(f"job {job_id} ran to its end {len(ends)} times ({len(starts)} runs): {lines}; server: "
@@ -288,8 +289,9 @@ def _check(server: ServerProc, submitter: Submitter, rundir: Path, result: SeedR
 
 def _unreported(end: list[str], outages: list[tuple[str, float, float]], lost_at: list[float]) -> bool:
     """Whether a run that ended at `end` may have gone unreported: its node's agent was killed or frozen then
-    (or within a second after, before it could report), and the server later gave the job up with its node.
-    Such a job rightly runs again: the server cannot know that it finished."""
+    (or within a second after, before it could report), and the server later gave the job up with its node, or
+    its agent's fence stopped it as it was ending (a job that exits 0 after SIGTERM may have saved its work and
+    left early, so a fenced job is requeued). Such a job rightly runs again: the server cannot know it finished."""
     node, at = end[2], float(end[5])
     cut_off = any(n == node and start - 1.0 <= at <= stop for n, start, stop in outages)
     return cut_off and any(t > at for t in lost_at)

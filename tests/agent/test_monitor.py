@@ -159,6 +159,10 @@ class FakeNvml:
         return []
 
 
+#: A pid no process here can have: above Linux's PID_MAX_LIMIT (2**22), as from another pid namespace.
+INVISIBLE = 2**22 + 1
+
+
 def test_nvml_readings_tell_job_processes_from_strangers(
     executor: Executor, state_dir: Path, stray: subprocess.Popen[bytes]
 ) -> None:
@@ -167,13 +171,13 @@ def test_nvml_readings_tell_job_processes_from_strangers(
     assert pid is not None
     time.sleep(0.1)
     child = int(subprocess.check_output(["pgrep", "-s", str(pid), "sleep"]).split()[0])
-    nvml = FakeNvml({0: [(child, 20 << 30), (4_000_000_000, None)], 1: [(stray.pid, 512 << 20)]})
+    nvml = FakeNvml({0: [(child, 20 << 30), (INVISIBLE, None)], 1: [(stray.pid, 512 << 20)]})
     monitor = Monitor(NvmlSampler(nvml))
     gpus = by_index(monitor.read(views(executor)))
     assert gpus[0].util == 87 and gpus[0].memory_mb == 30 * 1024 and gpus[0].power_w == 312.0
     assert gpus[0].temperature_c == 61 and gpus[1].power_w is None
     owners = {p.pid: p.job_id for p in gpus[0].processes}
-    assert owners == {child: 1, 4_000_000_000: 1}  # its child, and a pid not visible here on its GPU
+    assert owners == {child: 1, INVISIBLE: 1}  # its child, and a pid not visible here on its GPU
     [stranger] = gpus[1].processes
     assert stranger.job_id is None and stranger.memory_mb == 512 and stranger.command == "sleep 60"
     assert stranger.user == pwd_name()

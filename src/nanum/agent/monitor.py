@@ -134,7 +134,7 @@ class NvmlSampler:
 
 def _mib(used: int | None) -> int:
     """NVML's per-process memory in bytes (None or a huge sentinel when not available) as MiB."""
-    if used is None or used < 0 or used >= 1 << 60:
+    if used is None or used < 0 or used >= 1 << 51:  # 2 PiB: a sentinel, and no MiB count fits 32 bits past it
         return 0
     return int(used) // (1024 * 1024)
 
