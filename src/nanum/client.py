@@ -450,6 +450,20 @@ class Client:
         body = {"users": users, "dry_run": dry_run}
         return self._call("POST", "/users/import", json=body).json()  # type: ignore[no-any-return]
 
+    def tokens(self, user: str | None = None) -> list[dict[str, Any]]:
+        """Your API tokens (an admin: `user`'s), never their values; id 0 is the first token."""
+        params = {"user": user} if user else None
+        return self._call("GET", "/tokens", params=params).json()  # type: ignore[no-any-return]
+
+    def create_token(self, name: str, expires_in_s: float | None = None) -> dict[str, Any]:
+        """A new token for yourself; its value (`token`) is in this reply only."""
+        body = {"name": name, "expires_in_s": expires_in_s}
+        return self._call("POST", "/tokens", json=body).json()  # type: ignore[no-any-return]
+
+    def revoke_token(self, token_id: int, user: str | None = None) -> None:
+        """Revoke one of your tokens (an admin: `user`'s) at once."""
+        self._call("DELETE", f"/tokens/{token_id}", params={"user": user} if user else None)
+
     def lab_members(self, lab: str) -> list[dict[str, Any]]:
         """A lab's members with their roles and limits (its managers and admins)."""
         return self._call("GET", f"/labs/{lab}/members").json()  # type: ignore[no-any-return]

@@ -56,3 +56,22 @@ def test_user_import_reads_the_csv_and_refuses_a_bad_line(api: FakeApi, nanum: N
     result = nanum("user", "import", str(users))
     assert result.stderr == (f"nanum: error: {users}: the header must name the columns name, unix_user, labs, role, "
                              "email (unknown column 'group')\n")
+
+
+def test_token_commands(api: FakeApi, nanum: Nanum) -> None:
+    api.on("GET", "/tokens", [
+        {"id": 0, "name": "first token", "created": "2026-11-30T09:00:00.000Z", "expires": None, "last_used": None},
+        {"id": 3, "name": "login on laptop", "created": "2026-12-01T10:00:00.000Z",
+         "expires": "2026-12-31T10:00:00.000Z", "last_used": "2026-12-01T11:30:12.000Z"}])
+    api.on("POST", "/tokens", {"id": 4, "name": "ci", "token": "tok-new", "created": "2026-12-01T12:00:00.000Z",
+                               "expires": "2026-12-02T12:00:00.000Z", "last_used": None}, status=201)
+    api.on("DELETE", "/tokens/3", None)
+    listed = nanum("token", "list").stdout.splitlines()
+    assert listed[1].split() == ["0", "first", "token", "2026-11-30", "09:00", "never", "-"]
+    assert listed[2].split() == ["3", "login", "on", "laptop", "2026-12-01", "10:00", "2026-12-31", "10:00",
+                                 "2026-12-01", "11:30"]
+    assert nanum("token", "create", "ci", "--expires", "1d").stdout == "tok-new\n"
+    assert api.sent("POST", "/tokens")[0].body == {"name": "ci", "expires_in_s": 86400}
+    assert nanum("token", "revoke", "3").stdout == "Revoked token 3\n"
+    assert nanum("token", "revoke", "3", "--user", "bob").stdout == "Revoked token 3 of bob\n"
+    assert api.sent("DELETE", "/tokens/3")[1].query == {"user": ["bob"]}

@@ -161,6 +161,12 @@ def remove_member(w: World) -> Call:
     return Call(f"{V1}/labs/vision/members/{fresh_user(w, 'vision')}", witness=vision_members(w))
 
 
+def revoke_alices_token(w: World) -> Call:
+    r = w.client.post(V1 + "/tokens", json={"name": w.fresh_name("t")}, headers=auth(ALICE))
+    assert r.status_code == 201, r.text
+    return Call(f"{V1}/tokens/{r.json()['id']}?user=alice", witness=names(w, V1 + "/tokens?user=alice"))
+
+
 def submit_job(w: World) -> Call:
     return Call("/api/v1/jobs", {"command": ["true"], "gpus": 0}, witness=lambda: len(w.read("/api/v1/jobs?all=1")))
 
@@ -254,6 +260,9 @@ TABLE = [
     row("DELETE", "/api/v1/labs/{lab}/members/{user}", remove_member,          401, 401, 403, 403, 403, 403, 204, 401, 204, 403),
     row("PATCH", "/api/v1/labs/{lab}/members/{user}",
         at(V1 + "/labs/vision/members/alice", {"max_gpus": 2}, user_limits),   401, 401, 403, 403, 403, 403, 200, 401, 200, 403),
+    row("POST", "/api/v1/tokens", at(V1 + "/tokens", {"name": "laptop"}),     401, 401, 201, 201, 201, 201, 201, 401, 201, 201),
+    row("GET", "/api/v1/tokens", at(V1 + "/tokens"),                           401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
+    row("DELETE", "/api/v1/tokens/{token_id}", revoke_alices_token,             401, 401, 403, 403, 403, 204, 204, 401, 403, 403),
     row("POST", "/api/v1/agent/heartbeat", heartbeat,                          401, 401, 401, 401, 401, 401, 401, 200, 401, 401),
 ]
 

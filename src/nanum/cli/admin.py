@@ -288,3 +288,4 @@ def node_add(name: NameArg, json: JsonOpt = False, server: ServerOpt = None, tok
 
 from nanum.cli import members as _members  # noqa: E402,F401  (registers `nanum lab member`)
 from nanum.cli import onboarding as _onboarding  # noqa: E402,F401  (registers `nanum user import`)
+from nanum.cli import tokens as _tokens  # noqa: E402,F401  (registers `nanum token`)

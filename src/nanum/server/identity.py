@@ -75,3 +75,27 @@ class ImportOut(BaseModel):
     changed: list[ImportedChange]
     unchanged: list[str]
     dry_run: bool
+
+
+class TokenIn(ApiIn):
+    """A new API token for yourself: a name to know it by, and how long it lasts (None: until revoked)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64)]
+    expires_in_s: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)
+
+
+class TokenInfo(BaseModel):
+    """One API token of a user (never its value); times in ISO 8601 UTC, `expires` null: until revoked."""
+
+    id: int
+    name: str
+    created: str | None
+    expires: str | None
+    last_used: str | None
+
+
+class TokenNew(TokenInfo):
+    """A token just made: its value is shown only here."""
+
+    token: str
+    last_used: str | None = None

@@ -1,12 +1,17 @@
-"""Routes for bringing people in: bulk import (admin)."""
+"""Routes for bringing people in and letting them in: bulk import (admin), API tokens (everyone's own)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
-from nanum.server.auth import AdminDep, Context
-from nanum.server.identity import ImportIn, ImportOut
-from nanum.server.services import onboarding
+from fastapi import APIRouter, Path, Query, Response
+
+from nanum.server.auth import AdminDep, CallerDep, Context
+from nanum.server.identity import ImportIn, ImportOut, TokenIn, TokenInfo, TokenNew
+from nanum.server.limits import MAX_STORED_ID
+from nanum.server.services import onboarding, tokens
+
+OfUser = Annotated[str | None, Query(max_length=64, description="another user's (admins only)")]
 
 router = APIRouter(tags=["accounts"])
 
@@ -16,3 +21,23 @@ def import_users(body: ImportIn, ctx: Context, admin: AdminDep) -> ImportOut:
     """Create or update many users at once (name, Unix account, labs, role, email): each listed user ends with
     exactly what is listed; the same list again changes nothing. New users' tokens are in the reply only."""
     return onboarding.import_users(ctx, admin.name, body)
+
+
+@router.post("/tokens", status_code=201)
+def create_token(body: TokenIn, ctx: Context, caller: CallerDep) -> TokenNew:
+    """A new API token for yourself (shown only here), lasting `expires_in_s` seconds or until revoked."""
+    return tokens.create(ctx, caller.id, body.name, body.expires_in_s)
+
+
+@router.get("/tokens")
+def list_tokens(ctx: Context, caller: CallerDep, user: OfUser = None) -> list[TokenInfo]:
+    """Your API tokens (never their values); id 0 is your first token."""
+    return tokens.list_tokens(ctx, caller, user)
+
+
+@router.delete("/tokens/{token_id}", status_code=204)
+def revoke_token(token_id: Annotated[int, Path(ge=0, le=MAX_STORED_ID)], ctx: Context, caller: CallerDep,
+                 user: OfUser = None) -> Response:
+    """Revoke one of your tokens at once (id 0: your first token)."""
+    tokens.revoke(ctx, caller, token_id, user)
+    return Response(status_code=204)

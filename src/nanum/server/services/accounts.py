@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from nanum.server.auth import Caller, NodeCaller, hash_token, new_token
 from nanum.server.context import ServerContext
-from nanum.server.errors import BadRequest, Conflict, NotFound
+from nanum.server.errors import BadRequest, Conflict, NotFound, Unauthorized
 from nanum.server.schemas import LabIn, LabOut, LabPatch, UserIn, UserOut, UserPatch
 from nanum.server.services import audit
 from nanum.store import LabRow, MembershipRow, NodeRow, UserRow
@@ -25,9 +25,23 @@ USER_FIELDS = ("max_gpus", "max_running_jobs", "monthly_gpu_hours")
 
 
 def caller_by_token_hash(ctx: ServerContext, digest: str) -> Caller | None:
+    """The user holding this token (their first, or one of `tokens`); None: nobody. Raises Unauthorized for an
+    expired token or a disabled user."""
+    from nanum.server.services import tokens
+
     with ctx.db.read() as s:
         user = s.scalars(select(UserRow).where(UserRow.token_hash == digest)).first()
-        return None if user is None else caller_for(s, user)
+        if user is None:
+            user = tokens.user_for(ctx, s, digest)
+        if user is None:
+            return None
+        refuse_disabled(user)
+        return caller_for(s, user)
+
+
+def refuse_disabled(user: UserRow) -> None:
+    if user.disabled:
+        raise Unauthorized(f"user {user.name} is disabled; ask an admin if that is a mistake")
 
 
 def caller_for(s: Session, user: UserRow) -> Caller:

@@ -53,11 +53,19 @@ def _sign(key: bytes, message: str) -> str:
 
 
 def user_for_token(ctx: ServerContext, token: str) -> tuple[int, str] | None:
-    """(user id, token hash) of the user with this API token."""
+    """(user id, the hash a session is signed with) of the user holding this API token (their first or another
+    one that has not expired); None for no such token or a disabled user."""
+    from nanum.server.errors import Unauthorized
+    from nanum.server.services import tokens
+
     digest = hash_token(token.strip())
-    with ctx.db.read() as s:
-        found = s.scalar(select(UserRow.id).where(UserRow.token_hash == digest))
-    return None if found is None else (int(found), digest)
+    try:
+        with ctx.db.read() as s:
+            user = s.scalars(select(UserRow).where(UserRow.token_hash == digest)).first() or tokens.user_for(
+                ctx, s, digest)
+            return None if user is None or user.disabled else (user.id, user.token_hash)
+    except Unauthorized:
+        return None
 
 
 def start(request: Request, response: Response, user_id: int, token_hash: str) -> None:
@@ -126,7 +134,9 @@ async def caller(request: Request) -> Caller:
 def _verify(ctx: ServerContext, key: bytes, parts: list[str]) -> Caller | None:
     with ctx.db.read() as s:
         user = s.get(UserRow, int(parts[0]))
-        if user is None or not hmac.compare_digest(_sign(key, f"{parts[0]}.{parts[1]}.{user.token_hash}"), parts[2]):
+        if user is None or user.disabled:
+            return None
+        if not hmac.compare_digest(_sign(key, f"{parts[0]}.{parts[1]}.{user.token_hash}"), parts[2]):
             return None
         return accounts.caller_for(s, user)
 
