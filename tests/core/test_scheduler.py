@@ -127,7 +127,8 @@ def test_easy_backfill_starts_a_short_job_that_ends_before_the_reservation() -> 
     assert head.estimated_start == 1000.0
     assert str(head.reason) == "next in line; reserved to start in 15m 0s when job 50 reaches its time limit"
     assert reason(d, 3).code is Code.BACKFILL
-    assert str(reason(d, 3)) == "2 jobs ahead; starting now would delay job 1, reserved to start in 15m 0s"
+    # job 2 started in this cycle: only job 1 is still ahead of job 3
+    assert str(reason(d, 3)) == "1 job ahead; starting now would delay job 1, reserved to start in 15m 0s"
 
 
 def test_a_long_job_held_back_by_the_reservation_does_not_hold_back_a_short_one() -> None:
@@ -243,3 +244,28 @@ def test_the_default_policy_is_the_one_the_trace_study_chose() -> None:
     default = Policy.default()
     assert (default.order, default.placement, default.backfill, default.preempt) == ("gittins", "binpack", True, True)
     assert Policy.parse(default.label) == default
+
+
+def test_a_run_past_its_expected_end_moves_the_estimate_of_the_job_waiting_on_it() -> None:
+    cluster = nodes(1, gpus=4)
+    late = running(job(50, gpus=4), {"n0": (0, 1, 2, 3)}, start=0.0, end=3600.0)  # planned 1 h, runs on
+    for now, expected in ((3700.0, 7200.0), (7300.0, 14400.0)):
+        d = schedule(snap(cluster, (job(1, gpus=4),), (late,), now=now), Policy())
+        head = d.pending_by_id()[1]
+        assert head.estimated_start == expected  # as long again as planned, doubling: never "in 0s"
+        assert "(it has run past its first estimate)" in str(head.reason)
+    capped = running(job(51, gpus=4, time_limit=5000.0), {"n0": (0, 1, 2, 3)}, start=0.0, end=3600.0)
+    d = schedule(snap(cluster, (job(1, gpus=4),), (capped,), now=3700.0), Policy())
+    assert d.pending_by_id()[1].estimated_start == 5000.0  # never past its time limit
+    assert str(d.pending_by_id()[1].reason).endswith("when job 51 reaches its time limit")
+
+
+def test_jobs_ahead_counts_only_jobs_of_the_same_partition_that_still_wait() -> None:
+    cluster = (node("a0", 4, owner="a"), node("b0", 4, owner="b"))
+    pending = (job(1, 4, lab="b"), job(2, 1, lab="a"), job(3, 4, lab="b"), job(4, 4, lab="a"), job(5, 4, lab="a"))
+    hold = running(job(50, 2, lab="a"), {"a0": (0, 1)}, end=1000.0)
+    d = schedule(snap(cluster, pending, (hold,), labs=(lab("a"), lab("b"))), Policy(lend=False))
+    assert started(d) == [1, 2]
+    assert str(reason(d, 3)).startswith("next in line")  # job 1 ahead of it started
+    assert str(reason(d, 4)).startswith("next in line")  # job 2 started; job 3 is another partition's
+    assert str(reason(d, 5)).startswith("1 job ahead")

@@ -13,6 +13,7 @@ and change. It owns the cycle's caches, each remembered for as long as its answe
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import cast
@@ -24,7 +25,7 @@ from nanum.core.decision import Decisions, Pending, Preempt, Reason, Start
 from nanum.core.model import Job, JobId, Limits, NodeState, Placement, Running, Snapshot
 from nanum.core.placement import PlacementPolicy
 from nanum.core.policy import Policy
-from nanum.core.predict import Predictor, expected_runtime, planned_end
+from nanum.core.predict import Predictor, expected_runtime, overdue_end, planned_end
 from nanum.core.preempt import ClassOrder
 from nanum.core.quota import Usage, victim_key
 from nanum.core.state import ClusterState
@@ -47,6 +48,7 @@ class Shape:
 class Partition:
     reservations: list[Reservation] = field(default_factory=list)
     head: Job | None = None  # the first blocked job
+    shown: Reservation | None = None  # the head's start estimate as shown (see `CycleState.reserve`)
 
 
 def partition_of(lab: str, lend: bool, owners: set[str] | frozenset[str]) -> str | None:
@@ -84,7 +86,10 @@ class CycleState:
         self.pending: list[Pending] = []
         self.partitions: dict[str | None, Partition] = {}
         self.victims: set[JobId] = set()
+        #: per partition, the jobs considered so far that wait (for "N jobs ahead"; counted only with `explain`).
+        self.waiting: Counter[str | None] = Counter()
         self._timeline: Timeline | None = None
+        self._overdue: Timeline | None = None
         #: answers that depend only on the nodes, not on what runs: they live as long as the state (see CycleCache).
         self._never: dict[tuple[object, ...], int] = self.state.static.setdefault("could_fit", {})
         self._never_any: dict[tuple[object, ...], bool] = self.state.static.setdefault("never_fits", {})
@@ -186,11 +191,16 @@ class CycleState:
     def wait(self, job: Job, why: Reason, estimate: float | None = None) -> bool:
         if self.explain:
             self.pending.append(Pending(job_id=job.id, reason=why, estimated_start=estimate))
+            self.waiting[partition_of(job.lab, self.policy.lend, self.owners)] += 1
         return True
 
-    def reserve(self, job: Job, shape: Shape, part: Partition) -> tuple[bool, Reservation | None]:
+    def reserve(self, job: Job, shape: Shape, part: Partition) -> tuple[bool, Reservation | None, Reservation | None]:
         """Make `job` the head of `part` if it is the first blocked one, and reserve its start (and estimate the
-        next ones' up to `estimate_depth`): (whether it is the head, its reservation)."""
+        next ones' up to `estimate_depth`): (whether it is the head, its reservation, the estimate to show).
+
+        Backfill plans with the GPUs of a run past its expected end as free now: they may be freed any moment.
+        The estimate shown (with `explain`) instead expects such a run to end at its `overdue_end`, so it moves on
+        while the run does; otherwise it is the reservation itself."""
         first = part.head is None
         if first:
             part.head = job
@@ -205,7 +215,40 @@ class CycleState:
                 if self.policy.estimate_depth > 1:
                     self.timeline().extend(events)
                 part.reservations.append(res)
-        return first, res
+        shown = res
+        if self.explain and res is not None and res.start <= self.snap.now:
+            shown = reserve(job, self.state, self._overdue_timeline(), shape.keys, self.snap.now) or res
+        if first:
+            part.shown = shown
+        return first, res, shown
+
+    def _overdue_timeline(self) -> Timeline:
+        """The timeline with runs past their expected end expected to end at their `overdue_end` (built once)."""
+        if self._overdue is None:
+            now, state = self.snap.now, self.state
+            over = {r.job.id for r in self.over_runs()} if self.policy.preempt else set()
+            events: list[tuple[float, int, int, str]] = []
+            for run in self.snap.running:
+                if run.job.id in self.victims:
+                    continue
+                if run.job.id in over:
+                    events += [(now, state.by_name[p.node].index, len(p.gpus),
+                                f"job {run.job.id} yields the GPUs it was backfilled onto")
+                               for p in run.placements if p.node in state.by_name]
+                    continue
+                for end, idx, gpus, why in run_ends(run, state):
+                    if end < now:
+                        limit = run.job.time_limit
+                        end = overdue_end(run.start_time, end, now, limit)
+                        capped = limit is not None and end == run.start_time + limit
+                        why = (f"job {run.job.id} reaches its time limit" if capped else
+                               f"job {run.job.id} is expected to end (it has run past its first estimate)")
+                    events.append((end, idx, gpus, why))
+            events += [(start.expected_end, state.by_name[p.node].index, len(p.gpus), f"job {start.job_id} ends")
+                       for start in self.starts if start.expected_end is not None for p in start.placements]
+            self._overdue = Timeline(state)
+            self._overdue.extend(events)
+        return self._overdue
 
     # -- what runs -------------------------------------------------------------------------------------------------
 

@@ -9,7 +9,9 @@ Every job left pending gets one `Reason`, from the first that applies:
 4. it does not fit: what it needs against what is free (`RESOURCES`), e.g. "needs 4 GPUs on one node; the largest
    free block is 2 (node n3); with --gpus 2 it would fit now".
 
-Each reason opens with the job's place in the queue: "next in line", or "N jobs ahead".
+Each reason opens with the job's place in its partition's queue: "next in line", or "N jobs ahead", counting the
+jobs of its partition the cycle considered before it (in queue order, owners within their guarantee before
+borrowers) that wait too. Jobs that start in the cycle, and other partitions' jobs, are not ahead of it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def explain(c: CycleState, job: Job, shape: Shape, part: Partition, ahead: int, 
         code = Code.RESERVED if first else Code.QUEUED
         return c.wait(job, Reason(code, f"{place}; {when} when {res.cause}"), res.start)
     if not first and c.policy.backfill and fits_now:
-        held = part.reservations[0] if part.reservations else None
+        held = part.shown
         when = f", reserved to start in {human(held.start - now)}" if held else ""
         return c.wait(job, Reason(Code.BACKFILL, f"{place}; starting now would delay job {blocker}{when}"))
     if not first and not c.policy.backfill:

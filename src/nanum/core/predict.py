@@ -199,3 +199,19 @@ def expected_end(job: Job, predictor: Predictor | None, start: float, *, restart
                  done: float = 0.0) -> float | None:
     """`planned_end` with the run time the scheduler plans with (`expected_runtime`)."""
     return planned_end(start, expected_runtime(job, predictor), restart=restart, done=done)
+
+
+def overdue_end(start: float, expected_end: float, now: float, time_limit: float | None = None) -> float:
+    """When a run that is still going at `now`, past its `expected_end`, is now expected to end: it takes as long
+    again as planned (at least a minute), doubling until that lies ahead of `now`, and never past its time limit.
+    So an estimate that waits on it moves on with it instead of reading "in 0s" for as long as it overruns.
+
+    Example: planned for 1 h from 10:00, still running at 11:30: expected to end at 12:00, then at 14:00."""
+    planned = max(expected_end - start, 60.0)
+    end = start + planned
+    while end <= now:
+        planned *= 2
+        end = start + planned
+    if time_limit is not None and start + time_limit > now:
+        end = min(end, start + time_limit)
+    return end

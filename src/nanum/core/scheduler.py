@@ -55,15 +55,15 @@ def schedule(
     order = c.order
     queue = sorted(snapshot.pending, key=lambda j: order.sort_key(j, ctx))
     # 2. Owners first: jobs within their lab's guarantee (or in labs without one).
-    borrowers = [(pos, job) for pos, job in enumerate(queue) if not consider(c, steps, job, pos, borrowing=False)]
+    borrowers = [job for job in queue if not consider(c, steps, job, borrowing=False)]
     # 3. Then borrowers, on what is left.
-    for pos, job in borrowers:
-        consider(c, steps, job, pos, borrowing=True)
+    for job in borrowers:
+        consider(c, steps, job, borrowing=True)
     # 4. Reasons and estimates were collected along the way.
     return c.decisions()
 
 
-def consider(c: CycleState, steps: tuple[Step, ...], job: Job, pos: int, *, borrowing: bool) -> bool:
+def consider(c: CycleState, steps: tuple[Step, ...], job: Job, *, borrowing: bool) -> bool:
     """Start, preempt for, or explain `job` (see the module docstring). False only when pass one defers it as a
     borrower. In pass two (`borrowing`) the job is known to borrow: its lab's usage has only grown since pass one."""
     borrows = borrowing or would_borrow(job, c.usage, c.snap.labs)
@@ -83,7 +83,7 @@ def consider(c: CycleState, steps: tuple[Step, ...], job: Job, pos: int, *, borr
     # 3. Stuck like a job before it?
     stuck = (shape, borrows, c.classes.level(job, job.attained_gpu_seconds) if c.classes else 0)
     if stuck in c.stuck:
-        return _blocked(c, job, shape, part, pos, False)
+        return _blocked(c, job, shape, part, False)
     # 4. Place it, with backfill.
     placement, fits_now, over = _try_place(c, job, shape, part, borrows)
     if placement is not None:
@@ -96,7 +96,7 @@ def consider(c: CycleState, steps: tuple[Step, ...], job: Job, pos: int, *, borr
     # 6. Blocked: reserve, estimate, explain.
     if not fits_now and c.place(job, shape) is None:
         c.stuck.add(stuck)
-    return _blocked(c, job, shape, part, pos, fits_now)
+    return _blocked(c, job, shape, part, fits_now)
 
 
 def _refused(c: CycleState, job: Job, borrows: bool) -> Reason | None:
@@ -137,7 +137,8 @@ def _try_place(
     return around, True, False
 
 
-def _blocked(c: CycleState, job: Job, shape: Shape, part: Partition, pos: int, fits_now: bool) -> bool:
-    """Reserve `job`'s start if it is its partition's first blocked job (or estimate it), then say why it waits."""
-    first, res = c.reserve(job, shape, part)
-    return not c.explain or explain(c, job, shape, part, pos, fits_now, first, res)
+def _blocked(c: CycleState, job: Job, shape: Shape, part: Partition, fits_now: bool) -> bool:
+    """Reserve `job`'s start if it is its partition's first blocked job (or estimate it), then say why it waits:
+    behind the jobs of its partition considered before it that wait too (owners' before borrowers')."""
+    first, _, shown = c.reserve(job, shape, part)
+    return not c.explain or explain(c, job, shape, part, c.waiting[shape.part], fits_now, first, shown)
