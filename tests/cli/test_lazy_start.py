@@ -13,17 +13,20 @@ from nanum.cli import COMMAND_MODULES, COMMANDS, modules_for
 def test_the_table_names_each_commands_module_and_every_module_of_two_or_more_commands() -> None:
     from nanum.cli.app import app
 
-    found: dict[str, str] = {}
     for module in COMMAND_MODULES:
-        before = len(app.registered_commands), len(app.registered_groups)
         importlib.import_module(f"nanum.cli.{module}")
-        commands = app.registered_commands[before[0]:]
-        groups = app.registered_groups[before[1]:]
-        names = [c.name or c.callback.__name__.replace("_", "-") for c in commands]  # type: ignore[union-attr]
-        names += [str(g.name or g.typer_instance.info.name) for g in groups]
-        if len(names) >= 2:
-            found.update(dict.fromkeys(names, module))
-    assert found == COMMANDS
+    defined: dict[str, str] = {}
+    for c in app.registered_commands:
+        defined[c.name or c.callback.__name__.replace("_", "-")] = c.callback.__module__  # type: ignore[union-attr]
+    for g in app.registered_groups:
+        sub = g.typer_instance
+        first = sub.registered_commands[0].callback if sub.registered_commands else sub.registered_callback.callback
+        defined[str(g.name or sub.info.name)] = first.__module__  # type: ignore[union-attr]
+    by_module: dict[str, list[str]] = {}
+    for name, module in defined.items():
+        by_module.setdefault(module.removeprefix("nanum.cli."), []).append(name)
+    expected = {name: module for module, names in by_module.items() if len(names) >= 2 for name in names}
+    assert expected == COMMANDS
 
 
 def test_a_known_command_loads_its_module_alone_and_help_loads_all() -> None:
