@@ -450,6 +450,16 @@ class Client:
         body = {"users": users, "dry_run": dry_run}
         return self._call("POST", "/users/import", json=body).json()  # type: ignore[no-any-return]
 
+    def auth_methods(self) -> dict[str, Any]:
+        """How this server lets people log in (no token needed): `token` always, `password` with a directory."""
+        return self._call("GET", "/auth").json()  # type: ignore[no-any-return]
+
+    def password_login(self, username: str, password: str, token_name: str = "login") -> dict[str, Any]:
+        """Log in with a directory name and password (no token needed); the reply holds a new API token
+        (`token`, expiring at `expires`), the user's `name`, `unix_user` and `labs`."""
+        body = {"username": username, "password": password, "token_name": token_name}
+        return self._call("POST", "/login", json=body).json()  # type: ignore[no-any-return]
+
     def tokens(self, user: str | None = None) -> list[dict[str, Any]]:
         """Your API tokens (an admin: `user`'s), never their values; id 0 is the first token."""
         params = {"user": user} if user else None

@@ -75,3 +75,34 @@ def test_token_commands(api: FakeApi, nanum: Nanum) -> None:
     assert nanum("token", "revoke", "3").stdout == "Revoked token 3\n"
     assert nanum("token", "revoke", "3", "--user", "bob").stdout == "Revoked token 3 of bob\n"
     assert api.sent("DELETE", "/tokens/3")[1].query == {"user": ["bob"]}
+
+
+def test_login_asks_a_directory_name_and_password_without_echo(api: FakeApi) -> None:
+    import json
+
+    from nanum.config import credentials_path
+
+    api.on("GET", "/auth", {"token": True, "password": True, "directory": "ldap"})
+    api.on("POST", "/login", {"name": "kim", "unix_user": "kim", "labs": ["vision"], "token": "tok-kim",
+                              "expires": "2026-12-31T10:00:00.000Z"})
+    api.on("GET", "/me", {"name": "kim", "admin": False, "labs": ["vision"], "default_lab": "vision",
+                          "unix_user": "kim"})
+    runner = Nanum(None)
+    result = runner.runner.invoke(runner.app, ["login", api.url], input="kim\nsecret-pw\n")
+    assert result.exit_code == 0, result.output
+    assert "secret-pw" not in result.output
+    assert "Logged in to" in result.stdout and "as kim" in result.stdout
+    assert "the token expires 2026-12-31 10:00 UTC" in result.stdout
+    sent = api.sent("POST", "/login")[0].body
+    assert (sent["username"], sent["password"]) == ("kim", "secret-pw") and sent["token_name"].startswith("login on ")
+    assert json.loads(credentials_path().read_text())["token"] == "tok-kim"
+    assert api.sent("GET", "/me")[0].headers["Authorization"] == "Bearer tok-kim"
+
+
+def test_login_asks_for_a_token_where_the_server_takes_no_passwords(api: FakeApi) -> None:
+    api.on("GET", "/auth", {"token": True, "password": False, "directory": None})
+    api.on("GET", "/me", {"name": "bob", "admin": False, "labs": [], "default_lab": None, "unix_user": None})
+    runner = Nanum(None)
+    result = runner.runner.invoke(runner.app, ["login", api.url], input="tok-bob\n")
+    assert result.exit_code == 0, result.output
+    assert "tok-bob" not in result.output and api.sent("POST", "/login") == []

@@ -11,6 +11,7 @@ column per caller:
 - `admin`; `node`: the node token of `gpu-01`;
 - `mgr`: erin, a manager of lab `vision` (the job's lab), who owns nothing; `omgr`: frank, a manager of lab `nlp`.
 
+`GET /auth` and `POST /login` take no token (this server has no directory, so a password login is 400).
 Users act on their own jobs only (cancel, checkpoint, logs), a lab's managers on that lab's jobs, members and
 member limits and on no other lab's; admins on everything; everyone sees the queue, the
 nodes, labs and usage; node tokens reach only the agent endpoint. Every cell runs against a fresh resource where
@@ -263,6 +264,9 @@ TABLE = [
     row("POST", "/api/v1/tokens", at(V1 + "/tokens", {"name": "laptop"}),     401, 401, 201, 201, 201, 201, 201, 401, 201, 201),
     row("GET", "/api/v1/tokens", at(V1 + "/tokens"),                           401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
     row("DELETE", "/api/v1/tokens/{token_id}", revoke_alices_token,             401, 401, 403, 403, 403, 204, 204, 401, 403, 403),
+    row("GET", "/api/v1/auth", at(V1 + "/auth"),                               200, 200, 200, 200, 200, 200, 200, 200, 200, 200),
+    row("POST", "/api/v1/login", at(V1 + "/login", {"username": "alice", "password": "pw"}),
+                                                                               400, 400, 400, 400, 400, 400, 400, 400, 400, 400),
     row("POST", "/api/v1/agent/heartbeat", heartbeat,                          401, 401, 401, 401, 401, 401, 401, 200, 401, 401),
 ]
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,6 +22,9 @@ from nanum.cli.common import (
     note,
     print_json,
 )
+
+if TYPE_CHECKING:
+    from nanum.client import Client
 
 _Opt = typer.Option
 NameArg = Annotated[str, typer.Argument(show_default=False)]
@@ -43,21 +46,55 @@ def login(
                                        help="Server URL, e.g. http://gpu-head:8765", show_default=False)] = None,
     token: Annotated[str | None, _Opt("--token", envvar="NANUM_TOKEN",
                                       help="Your API token (default: asked for, hidden).")] = None,
+    user: Annotated[str | None, _Opt("--user", "-u", metavar="NAME", help="Your directory name, where the "
+                                     "server takes passwords (default: asked for, offering this account's).")] = None,
+    password_stdin: Annotated[bool, _Opt("--password-stdin", help="Read the password from standard input "
+                                         "instead of asking (for scripts).")] = False,
 ) -> None:
-    """Check a server URL and token and save them for the other commands: `nanum login http://gpu-head:8765`."""
+    """Log in and save the server and your token for the other commands: `nanum login http://gpu-head:8765`.
+    Where the server has a directory, asks your name and password (never echoed) and saves the token it hands
+    out, which expires; else asks for your API token."""
     from nanum.client import Client
     from nanum.config import save_credentials
 
     server = url or server
     if not server:
         raise UsageProblem("give the server's URL: `nanum login http://HOST:8765`")
+    server = server.rstrip("/")
+    expires = None
+    if not token:
+        with Client(server) as anonymous:
+            if _takes_passwords(anonymous):
+                token, expires = _password_login(anonymous, user, password_stdin)
     if not token:
         token = typer.prompt("API token", hide_input=True)
     with Client(server, token) as client:
         me = client.me()
-    path = save_credentials(server.rstrip("/"), token)
+    path = save_credentials(server, token)
     role = " (admin)" if me.get("admin") else ""
-    print(f"Logged in to {server.rstrip('/')} as {me['name']}{role}; saved to {path}")
+    until = f"; the token expires {expires[:16].replace('T', ' ')} UTC" if expires else ""
+    print(f"Logged in to {server} as {me['name']}{role}; saved to {path}{until}")
+
+
+def _takes_passwords(client: Client) -> bool:
+    from nanum.client import ApiError
+
+    try:
+        return bool(client.auth_methods().get("password"))
+    except ApiError as exc:
+        if exc.status == 404:  # a server from before directory logins
+            return False
+        raise
+
+
+def _password_login(client: Client, user: str | None, password_stdin: bool) -> tuple[str, str | None]:
+    import getpass
+    import socket
+
+    name = user or typer.prompt("Username", default=getpass.getuser())
+    password = sys.stdin.readline().rstrip("\n") if password_stdin else typer.prompt("Password", hide_input=True)
+    done = client.password_login(name, password, f"login on {socket.gethostname()}"[:64])
+    return done["token"], done.get("expires")
 
 
 @user_app.command("add", cls=Command)

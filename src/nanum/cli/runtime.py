@@ -42,6 +42,28 @@ GraceOpt = Annotated[
     typer.Option("--grace", metavar="S", min=0, help="Seconds from SIGTERM to SIGKILL for labs without their own "
                  "(default: 60)."),
 ]
+LdapUrlOpt = Annotated[str | None, typer.Option(
+    "--ldap-url", metavar="URL", help="Let people log in with their directory password, e.g. "
+    "ldap://ldap.uni.example (ldaps:// for TLS); needs --ldap-base.", rich_help_panel="Directory login")]
+LdapBaseOpt = Annotated[str | None, typer.Option(
+    "--ldap-base", metavar="DN", help="Where people and groups are, e.g. dc=uni,dc=example.",
+    rich_help_panel="Directory login")]
+LdapBindOpt = Annotated[str | None, typer.Option(
+    "--ldap-bind-dn", metavar="DN", help="Search as this DN (default: anonymously); needs "
+    "--ldap-bind-password-file.", rich_help_panel="Directory login")]
+LdapPasswordOpt = Annotated[Path | None, typer.Option(
+    "--ldap-bind-password-file", metavar="FILE", help="The bind DN's password, in a file only you may read "
+    "(chmod 600).", rich_help_panel="Directory login")]
+LdapGroupOpt = Annotated[str | None, typer.Option(
+    "--ldap-group-lab", metavar="REGEX", help="Groups whose DN matches REGEX make their members members of the "
+    "lab its first group names, e.g. 'cn=(.*)-lab,ou=groups' (default: every group, by its cn).",
+    rich_help_panel="Directory login")]
+LdapRecheckOpt = Annotated[float, typer.Option(
+    "--ldap-recheck", metavar="S", min=0, help="Check a directory user's standing again after S seconds: a "
+    "disabled or removed account is refused from then on.", rich_help_panel="Directory login")]
+LdapDaysOpt = Annotated[float, typer.Option(
+    "--ldap-token-days", metavar="D", min=0.001, help="How long the token a password login hands out lasts.",
+    rich_help_panel="Directory login")]
 LeaseOpt = Annotated[
     float | None,
     typer.Option("--lease", metavar="S", min=0.5, help="An agent that gets no reply from the server for S seconds "
@@ -66,9 +88,18 @@ def up(
     lease: LeaseOpt = None,
     webhook_allow_host: WebhookHostOpt = None,
     metrics_names: MetricsNamesOpt = False,
+    ldap_url: LdapUrlOpt = None,
+    ldap_base: LdapBaseOpt = None,
+    ldap_bind_dn: LdapBindOpt = None,
+    ldap_bind_password_file: LdapPasswordOpt = None,
+    ldap_group_lab: LdapGroupOpt = None,
+    ldap_recheck: LdapRecheckOpt = 300.0,
+    ldap_token_days: LdapDaysOpt = 30.0,
 ) -> None:
     """Start nanum on this machine: the server, the scheduler and an agent for this machine's GPUs."""
     tuning = _scheduling(policy, half_life, grace, lease) | _exposure(webhook_allow_host, metrics_names)
+    tuning |= _directory(ldap_url, ldap_base, ldap_bind_dn, ldap_bind_password_file, ldap_group_lab, ldap_recheck,
+                         ldap_token_days)
     _run(home, host, port, db, allow_root_jobs, with_agent=True, simulate=simulate_gpus, tuning=tuning)
 
 
@@ -85,9 +116,18 @@ def server(
     lease: LeaseOpt = None,
     webhook_allow_host: WebhookHostOpt = None,
     metrics_names: MetricsNamesOpt = False,
+    ldap_url: LdapUrlOpt = None,
+    ldap_base: LdapBaseOpt = None,
+    ldap_bind_dn: LdapBindOpt = None,
+    ldap_bind_password_file: LdapPasswordOpt = None,
+    ldap_group_lab: LdapGroupOpt = None,
+    ldap_recheck: LdapRecheckOpt = 300.0,
+    ldap_token_days: LdapDaysOpt = 30.0,
 ) -> None:
     """Start only the server and scheduler; GPU machines join with `nanum agent`."""
     tuning = _scheduling(policy, half_life, grace, lease) | _exposure(webhook_allow_host, metrics_names)
+    tuning |= _directory(ldap_url, ldap_base, ldap_bind_dn, ldap_bind_password_file, ldap_group_lab, ldap_recheck,
+                         ldap_token_days)
     _run(home, host, port, db, allow_root_jobs, with_agent=False, simulate=None, tuning=tuning)
 
 
@@ -124,6 +164,48 @@ def _exposure(webhook_hosts: list[str] | None, metrics_names: bool) -> dict[str,
     """Server settings that open what is closed by default: webhooks to internal hosts, names in /metrics."""
     hosts = frozenset(h.strip().lower().strip("[]").rstrip(".") for h in webhook_hosts or () if h.strip())
     return {"webhook_allow_hosts": hosts, "metrics_names": metrics_names}
+
+
+def _directory(url: str | None, base: str | None, bind_dn: str | None, password_file: Path | None,
+               group_lab: str | None, recheck: float, token_days: float) -> dict[str, Any]:
+    """The directory login settings, checked now so that a mistake fails before anything starts."""
+    import re
+
+    from nanum.cli.common import fail
+    from nanum.server.settings import DEFAULT_GROUP_LAB, LdapSettings
+
+    if url is None:
+        if base or bind_dn or password_file or group_lab:
+            fail("the --ldap-* options need --ldap-url (the directory's address, e.g. ldap://ldap.uni.example)", 2)
+        return {}
+    if not url.startswith(("ldap://", "ldaps://")) or not base:
+        fail("--ldap-url takes ldap://HOST[:PORT] or ldaps://HOST[:PORT], and --ldap-base the DN people and groups "
+             "are under, e.g. dc=uni,dc=example", 2)
+    if (bind_dn is None) != (password_file is None):
+        fail("--ldap-bind-dn and --ldap-bind-password-file go together; give both, or neither to search "
+             "anonymously", 2)
+    try:
+        re.compile(group_lab or DEFAULT_GROUP_LAB)
+    except re.error as exc:
+        fail(f"--ldap-group-lab: {exc}; give a regular expression such as 'cn=(.*)-lab,ou=groups'", 2)
+    password = _secret_file(password_file) if password_file is not None else None
+    return {"ldap": LdapSettings(url=url, base=base, bind_dn=bind_dn, bind_password=password,
+                                 group_lab=group_lab or DEFAULT_GROUP_LAB, recheck_s=recheck,
+                                 token_lifetime_s=token_days * 86400)}
+
+
+def _secret_file(path: Path) -> str:
+    """A password file's first line; refused, as ssh refuses keys, when others may read or change it."""
+    from nanum.cli.common import fail
+
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text()
+    except OSError as exc:
+        fail(f"cannot read --ldap-bind-password-file {path}: {exc.strerror}", 2)
+    if mode & 0o077:
+        fail(f"{path} may be read or changed by other users; run `chmod 600 {path}`", 2)
+    return text.splitlines()[0] if text else ""
 
 
 def _run(

@@ -41,6 +41,8 @@ class Caller:
     #: The labs this user manages, by name and by id: their members, member limits, jobs and logs.
     managed: frozenset[str] = frozenset()
     managed_ids: frozenset[int] = frozenset()
+    #: Made from a directory login: their standing there is checked again now and then (services.logins).
+    directory: bool = False
 
     def may_manage(self, owner_id: int, lab_id: int | None = None) -> bool:
         """May act on a job of `owner_id` charged to lab `lab_id`: its owner, a manager of that lab, an admin."""
@@ -89,6 +91,11 @@ async def current_caller(request: Request, ctx: Context) -> Caller:
             raise Unauthorized("unknown API token; check NANUM_TOKEN or run `nanum login` again")
         ctx.caches.callers.put(key, found)
     assert isinstance(found, Caller)
+    if found.directory:
+        from nanum.server.services import logins
+
+        if logins.due(ctx, found.name):
+            await run_in_threadpool(logins.recheck, ctx, found.id, found.name, "ldap")
     return found
 
 

@@ -99,3 +99,27 @@ class TokenNew(TokenInfo):
 
     token: str
     last_used: str | None = None
+
+
+class LoginIn(ApiIn):
+    """A directory name and password; `token_name` names the token handed out (e.g. `login on laptop`)."""
+
+    username: Annotated[str, Field(min_length=1, max_length=64)]
+    password: Annotated[str, Field(max_length=1024)]
+    token_name: Annotated[str, Field(min_length=1, max_length=64)] = "login"
+
+
+class LoginOut(BaseModel):
+    """Who logged in, and their new API token (shown only here) with when it expires."""
+
+    name: str
+    unix_user: str
+    labs: list[str]
+    token: str
+    expires: str | None
+
+
+class AuthMethods(BaseModel):
+    token: bool
+    password: bool
+    directory: str | None

@@ -13,6 +13,27 @@ from nanum.store.db import sqlite_url
 DEFAULT_POLICY = Policy.default().label
 
 
+#: A group DN -> lab name rule when none is given: every group is a lab named by its cn.
+DEFAULT_GROUP_LAB = r"^cn=([A-Za-z0-9][A-Za-z0-9._-]*),"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LdapSettings:
+    """Where the directory is and how to read it (`nanum up --ldap-url ...`; nanum.server.directory)."""
+
+    url: str
+    base: str
+    bind_dn: str | None = None
+    bind_password: str | None = None
+    #: A regular expression over a group's DN; its first group is the lab's name.
+    group_lab: str = DEFAULT_GROUP_LAB
+    #: How often a directory user's tokens and sessions are checked against the directory again (seconds).
+    recheck_s: float = 300.0
+    #: How long the token a password login hands out lasts.
+    token_lifetime_s: float = 30 * 86400
+    timeout_s: int = 10
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServerSettings:
     """`home` holds the SQLite database (unless `db_url` names another), job logs and checkpoints."""
@@ -41,6 +62,8 @@ class ServerSettings:
     webhook_allow_hosts: frozenset[str] = frozenset()
     #: Whether `/metrics` (served without a token) names users and labs; off, it gives cluster totals only.
     metrics_names: bool = False
+    #: A directory people log in to with their password; None: API tokens only.
+    ldap: LdapSettings | None = None
 
     @property
     def fence_margin_s(self) -> float:

@@ -1,4 +1,5 @@
-"""Routes for bringing people in and letting them in: bulk import (admin), API tokens (everyone's own)."""
+"""Routes for bringing people in and letting them in: bulk import (admin), API tokens (everyone's own), and
+logging in with a directory password (no token needed)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response
 
 from nanum.server.auth import AdminDep, CallerDep, Context
-from nanum.server.identity import ImportIn, ImportOut, TokenIn, TokenInfo, TokenNew
+from nanum.server.identity import AuthMethods, ImportIn, ImportOut, LoginIn, LoginOut, TokenIn, TokenInfo, TokenNew
 from nanum.server.limits import MAX_STORED_ID
-from nanum.server.services import onboarding, tokens
+from nanum.server.services import logins, onboarding, tokens
 
 OfUser = Annotated[str | None, Query(max_length=64, description="another user's (admins only)")]
 
@@ -41,3 +42,16 @@ def revoke_token(token_id: Annotated[int, Path(ge=0, le=MAX_STORED_ID)], ctx: Co
     """Revoke one of your tokens at once (id 0: your first token)."""
     tokens.revoke(ctx, caller, token_id, user)
     return Response(status_code=204)
+
+
+@router.get("/auth")
+def auth_methods(ctx: Context) -> AuthMethods:
+    """How people log in here: with an API token always; with their directory password where one is set."""
+    return AuthMethods.model_validate(logins.methods(ctx))
+
+
+@router.post("/login")
+def login(body: LoginIn, ctx: Context) -> LoginOut:
+    """Log in with a directory name and password (401 if wrong, disabled or unknown): the user is made or brought
+    up to date from the directory, and gets an API token that expires (the server's --ldap-token-days)."""
+    return logins.password_login(ctx, body.username, body.password, body.token_name)

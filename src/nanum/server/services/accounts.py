@@ -27,7 +27,7 @@ USER_FIELDS = ("max_gpus", "max_running_jobs", "monthly_gpu_hours")
 def caller_by_token_hash(ctx: ServerContext, digest: str) -> Caller | None:
     """The user holding this token (their first, or one of `tokens`); None: nobody. Raises Unauthorized for an
     expired token or a disabled user."""
-    from nanum.server.services import tokens
+    from nanum.server.services import logins, tokens
 
     with ctx.db.read() as s:
         user = s.scalars(select(UserRow).where(UserRow.token_hash == digest)).first()
@@ -36,7 +36,10 @@ def caller_by_token_hash(ctx: ServerContext, digest: str) -> Caller | None:
         if user is None:
             return None
         refuse_disabled(user)
-        return caller_for(s, user)
+        caller = caller_for(s, user)
+    if caller.directory:
+        logins.recheck(ctx, caller.id, caller.name, "ldap")
+    return caller
 
 
 def refuse_disabled(user: UserRow) -> None:
@@ -57,7 +60,7 @@ def caller_for(s: Session, user: UserRow) -> Caller:
     if default is None and user.default_lab_id is not None:
         default = s.scalar(select(LabRow.name).where(LabRow.id == user.default_lab_id))
     return Caller(user.id, user.name, user.admin, user.unix_user, default, frozenset(labs.values()), user.max_gpus,
-                  managed=frozenset(managed.values()), managed_ids=frozenset(managed))
+                  managed=frozenset(managed.values()), managed_ids=frozenset(managed), directory=user.source == "ldap")
 
 
 def refuse_root_jobs(ctx: ServerContext, caller: Caller) -> None:

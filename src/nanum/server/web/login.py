@@ -1,4 +1,5 @@
-"""Logging in to the dashboard with an API token, and out again."""
+"""Logging in to the dashboard with a directory name and password (where the server has a directory) or an API
+token, and out again."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from nanum.server.errors import ApiError
+from nanum.server.services import logins
 from nanum.server.web import session
 from nanum.server.web.render import page
 
@@ -24,11 +27,12 @@ async def login_form(request: Request, next: str = "/") -> Response:
     return _form(request, next, None)
 
 
-def _form(request: Request, next: str, error: str | None) -> Response:
+def _form(request: Request, next: str, error: str | None, username: str = "", status: int = 401) -> Response:
     nonce = session.login_nonce(request)
+    passwords = request.app.state.ctx.settings.ldap is not None
     response = page(
-        request, "login.html", None, status_code=401 if error else 200, next=session.safe_next(next), error=error,
-        nonce=nonce,
+        request, "login.html", None, status_code=status if error else 200, next=session.safe_next(next),
+        error=error, nonce=nonce, passwords=passwords, username=username,
     )  # fmt: skip
     session.keep_login_nonce(request, response, nonce)
     return response
@@ -38,11 +42,19 @@ def _form(request: Request, next: str, error: str | None) -> Response:
 async def login(
     request: Request,
     token: Annotated[str, Form()] = "",
+    username: Annotated[str, Form(max_length=64)] = "",
+    password: Annotated[str, Form(max_length=1024)] = "",
     nonce: Annotated[str, Form()] = "",
     next: Annotated[str, Form()] = "/",
 ) -> Response:
     session.check_login_nonce(request, nonce)
-    found = await run_in_threadpool(session.user_for_token, request.app.state.ctx, token) if token.strip() else None
+    if username.strip():
+        try:
+            found = await run_in_threadpool(logins.session_user, request.app.state.ctx, username, password)
+        except ApiError as exc:
+            return _form(request, next, exc.detail, username=username.strip(), status=exc.status)
+    else:
+        found = await run_in_threadpool(session.user_for_token, request.app.state.ctx, token) if token.strip() else None
     if found is None:
         return _form(request, next, UNKNOWN_TOKEN)
     response = RedirectResponse(session.safe_next(next), status_code=303)

@@ -21,7 +21,8 @@ from starlette.concurrency import run_in_threadpool
 
 from nanum.server.auth import Caller, hash_token
 from nanum.server.context import ServerContext
-from nanum.server.services import accounts, monitor_settings
+from nanum.server.errors import Unauthorized
+from nanum.server.services import accounts, logins, monitor_settings
 from nanum.store import UserRow
 
 COOKIE = "nanum_session"
@@ -55,7 +56,6 @@ def _sign(key: bytes, message: str) -> str:
 def user_for_token(ctx: ServerContext, token: str) -> tuple[int, str] | None:
     """(user id, the hash a session is signed with) of the user holding this API token (their first or another
     one that has not expired); None for no such token or a disabled user."""
-    from nanum.server.errors import Unauthorized
     from nanum.server.services import tokens
 
     digest = hash_token(token.strip())
@@ -127,6 +127,11 @@ async def caller(request: Request) -> Caller:
             raise LoginRequired()
         ctx.caches.callers.put(key, found)
     assert isinstance(found, Caller)
+    if found.directory and logins.due(ctx, found.name):
+        try:
+            await run_in_threadpool(logins.recheck, ctx, found.id, found.name, "ldap")
+        except Unauthorized:
+            raise LoginRequired() from None
     request.state.caller = found
     return found
 
@@ -138,7 +143,12 @@ def _verify(ctx: ServerContext, key: bytes, parts: list[str]) -> Caller | None:
             return None
         if not hmac.compare_digest(_sign(key, f"{parts[0]}.{parts[1]}.{user.token_hash}"), parts[2]):
             return None
-        return accounts.caller_for(s, user)
+        caller = accounts.caller_for(s, user)
+    try:
+        logins.recheck(ctx, caller.id, caller.name, "ldap" if caller.directory else None)
+    except Unauthorized:
+        return None
+    return caller
 
 
 def csrf_token(request: Request) -> str:

@@ -1,0 +1,156 @@
+"""Logging in with a directory password (`nanum login`, the web form): who the directory says a person is
+becomes a nanum user, and a token that lasts `token_lifetime_s` is handed out.
+
+The user is made at the first login: name and Unix account from the entry's `uid` (jobs run as that account, so
+as its uidNumber wherever the nodes read the same directory), `uidNumber` and `mail` kept, labs from the groups
+(`nanum.server.directory`). Each login brings these up to date: labs the directory adds are joined, labs it no
+longer gives are left (a lab the user manages stays). A directory user's tokens and web sessions are checked
+against the directory again every `recheck_s`: an entry removed or disabled there disables the user here, and
+every request of theirs is refused from then on; their jobs stay, visible to admins. When the directory cannot
+be reached, people already in keep working and new logins are refused with 503.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from sqlalchemy import select, update
+
+from nanum.server.auth import hash_token, new_token
+from nanum.server.context import ServerContext
+from nanum.server.errors import ApiError, BadRequest, Unauthorized
+from nanum.server.identity import LoginOut
+from nanum.server.services import tokens
+from nanum.server.services.accounts import MANAGER, MEMBER, ensure_lab
+from nanum.store import LabRow, MembershipRow, UserRow
+
+log = logging.getLogger(__name__)
+
+_checked: dict[tuple[str, str], float] = {}
+_lock = threading.Lock()
+
+
+class DirectoryDown(ApiError):
+    status = 503
+
+
+def methods(ctx: ServerContext) -> dict[str, object]:
+    """How people log in to this server: always with an API token; with a password where a directory is set."""
+    ldap = ctx.settings.ldap
+    return {"token": True, "password": ldap is not None, "directory": "ldap" if ldap is not None else None}
+
+
+def password_login(ctx: ServerContext, username: str, password: str, token_name: str) -> LoginOut:
+    """Check the name and password with the directory, bring the user up to date, hand out a token."""
+    ldap = ctx.settings.ldap
+    user_id, name, unix_user, labs = _authenticate(ctx, username, password)
+    assert ldap is not None
+    token = tokens.create(ctx, user_id, token_name, ldap.token_lifetime_s)
+    return LoginOut(name=name, unix_user=unix_user, labs=labs, token=token.token, expires=token.expires)
+
+
+def session_user(ctx: ServerContext, username: str, password: str) -> tuple[int, str]:
+    """(user id, the hash a web session is signed with) after a password login; raises as `password_login`.
+    A web session needs no API token, so none is made."""
+    user_id = _authenticate(ctx, username, password)[0]
+    with ctx.db.read() as s:
+        user = s.get(UserRow, user_id)
+        assert user is not None
+        return user.id, user.token_hash
+
+
+def _authenticate(ctx: ServerContext, username: str, password: str) -> tuple[int, str, str, list[str]]:
+    from nanum.server.directory import DirectoryUnavailable, LoginRefused, directory_for
+
+    ldap = ctx.settings.ldap
+    if ldap is None:
+        raise BadRequest("this server takes no passwords; log in with an API token: nanum login URL --token TOKEN")
+    try:
+        person = directory_for(ldap).authenticate(username.strip(), password)
+    except LoginRefused as exc:
+        raise Unauthorized(str(exc)) from None
+    except DirectoryUnavailable as exc:
+        log.warning("%s", exc)
+        raise DirectoryDown("the directory cannot be reached just now; try again in a minute, or use an API "
+                            "token (nanum login URL --token TOKEN)") from None
+    found = _bring_in(ctx, person)
+    with _lock:
+        _checked[(ldap.url, found[1])] = time.monotonic()
+    return found
+
+
+def due(ctx: ServerContext, name: str) -> bool:
+    """Whether directory user `name` is to be checked again (no I/O: cheap on every request)."""
+    ldap = ctx.settings.ldap
+    if ldap is None:
+        return False
+    with _lock:
+        return time.monotonic() - _checked.get((ldap.url, name), float("-inf")) >= ldap.recheck_s
+
+
+def recheck(ctx: ServerContext, user_id: int, name: str, source: str | None) -> None:
+    """For a directory user: ask the directory again (at most every `recheck_s`) whether they may still come in;
+    disable them here and raise Unauthorized when not."""
+    from nanum.server.directory import DirectoryUnavailable, directory_for
+
+    ldap = ctx.settings.ldap
+    if source != "ldap" or ldap is None:
+        return
+    key, now = (ldap.url, name), time.monotonic()
+    with _lock:
+        if now - _checked.get(key, float("-inf")) < ldap.recheck_s:
+            return
+    try:
+        why = directory_for(ldap).standing(name)
+    except DirectoryUnavailable as exc:
+        log.warning("%s; %s keeps working until it answers", exc, name)
+        return
+    if why is None:
+        with _lock:
+            _checked[key] = now
+        return
+    with ctx.db.write() as s:
+        s.execute(update(UserRow).where(UserRow.id == user_id).values(disabled=True))
+    ctx.caches.callers.clear()
+    log.warning("directory user %s is %s: disabled", name, why)
+    raise Unauthorized(f"user {name} is disabled: the directory account is {why}; ask an admin if that is a "
+                       "mistake")
+
+
+def _bring_in(ctx: ServerContext, person: object) -> tuple[int, str, str, list[str]]:
+    """Create or update the user for a directory `person`; (id, name, unix account, labs)."""
+    from nanum.server.directory import DirectoryUser
+
+    assert isinstance(person, DirectoryUser)
+    now = time.time()
+    with ctx.db.write() as s:
+        user = s.scalars(select(UserRow).where(UserRow.name == person.uid)).first()
+        if user is None:
+            user = UserRow(name=person.uid, token_hash=hash_token(new_token()), admin=False, decayed_usage=0.0,
+                           decayed_at=now, created=now)
+            s.add(user)
+            s.flush()
+        user.source, user.unix_user, user.uid_number, user.disabled = "ldap", person.uid, person.uid_number, False
+        user.email = person.email or user.email
+        rows = {lab: row for lab, row in s.execute(select(LabRow.name, MembershipRow).join(
+            MembershipRow, MembershipRow.lab_id == LabRow.id).where(MembershipRow.user_id == user.id))}
+        for lab, row in rows.items():
+            if lab not in person.labs and row.role != MANAGER:
+                s.delete(row)
+        for lab in person.labs:
+            if lab not in rows:
+                s.add(MembershipRow(user_id=user.id, lab_id=ensure_lab(s, lab).id, role=MEMBER))
+        s.flush()
+        labs = sorted(s.scalars(select(LabRow.name).join(MembershipRow, MembershipRow.lab_id == LabRow.id)
+                                .where(MembershipRow.user_id == user.id)))
+        current = s.scalar(select(LabRow.name).where(LabRow.id == user.default_lab_id)) if user.default_lab_id else None
+        if current not in labs:
+            first = person.labs[0] if person.labs else (labs[0] if labs else None)
+            user.default_lab_id = s.scalar(select(LabRow.id).where(LabRow.name == first)) if first else None
+        out = (user.id, user.name, person.uid, labs)
+    ctx.caches.callers.clear()
+    ctx.caches.labs.clear()
+    return out
+
