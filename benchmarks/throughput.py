@@ -9,7 +9,10 @@ Figures, each printed beside Slurm 22.05 (sbatch) and Debian's task-spooler (`ts
   2. submissions per second through the API: `--api-jobs` submissions from `--clients` concurrent httpx
      clients, while every GPU is busy so the jobs queue (the scheduler still runs on each submission);
   3. submissions per second through the CLI: `nanum submit` processes one after another;
-  4. the `nanum` command's start-up: `nanum --help` and `nanum ps`, best of ten;
+  4. the `nanum` command's start-up: `nanum --help` and `nanum ps`, best of ten; each of `nanum submit`, `ps`,
+     `show` and `cancel` as one process (median wall and CPU time of --cli-runs), a bash loop of --loop-jobs
+     `nanum submit` (beside `sbatch --wrap true` in the same loop where sbatch is installed), and a 1,000-task
+     array submitted in one request (`--cli-only` prints just these);
   5. draining `--jobs` trivial jobs (`true`, 1 GPU each) on 8 GPUs: from the first submission until the last
      job is recorded completed, all submitted at once; and a check that none was lost.
 Targets (issue): >= 500 submissions/s via the API, median submit-to-start < 100 ms, the drain < 26 s.
@@ -25,6 +28,7 @@ import contextlib
 import json
 import os
 import pwd
+import resource
 import shutil
 import signal
 import statistics
@@ -177,6 +181,64 @@ def cli_rate(env: dict[str, str], n: int, workdir: Path) -> float:
     return n / (time.perf_counter() - started)
 
 
+def per_process(argv_for: Callable[[], list[str]], env: dict[str, str], workdir: Path, n: int) -> tuple[float, float]:
+    """Median wall and CPU seconds (user + system) of one `nanum` process."""
+    walls, cpus = [], []
+    for _ in range(n):
+        argv = argv_for()
+        before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+        subprocess.run(argv, env=env, cwd=workdir, check=True, capture_output=True)
+        walls.append(time.perf_counter() - started)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def cli_figures(client: Client, env: dict[str, str], workdir: Path, n: int, loop: int) -> dict[str, float]:
+    """Per-process times of submit, ps, show and cancel (median of `n`), a shell loop of `loop` submits (and of
+    sbatch where it is installed), and a 1,000-task array in one request; run while every GPU is busy."""
+    exe = nanum_exe()
+    submit = [*exe, "submit", "--gpus", "1", "--cpus", "0", "--", "true"]
+    out: dict[str, float] = {}
+    for name, argv_for in (("submit", lambda: submit), ("ps", lambda: [*exe, "ps"])):
+        out[f"{name}_wall_s"], out[f"{name}_cpu_s"] = per_process(argv_for, env, workdir, n)
+    ids = iter([client.submit(["true"], gpus=1, cpus=0, workdir=str(workdir))["id"] for _ in range(n)])
+    out["show_wall_s"], out["show_cpu_s"] = per_process(lambda: [*exe, "show", str(ids.__next__())], env,
+                                                        workdir, n)
+    ids = iter([client.submit(["true"], gpus=1, cpus=0, workdir=str(workdir))["id"] for _ in range(n)])
+    out["cancel_wall_s"], out["cancel_cpu_s"] = per_process(lambda: [*exe, "cancel", str(ids.__next__())], env,
+                                                            workdir, n)
+    out["loop_per_s"] = shell_loop(f'"{exe[0]}" submit --gpus 1 --cpus 0 -- true', env, workdir, loop)
+    if shutil.which("sbatch"):
+        out["sbatch_loop_per_s"] = shell_loop("sbatch --wrap true", env, workdir, loop)
+    started = time.perf_counter()
+    client.submit(["true"], gpus=1, cpus=0, workdir=str(workdir), array="0-999")
+    out["array_1000_s"] = time.perf_counter() - started
+    return out
+
+
+def shell_loop(command: str, env: dict[str, str], workdir: Path, n: int) -> float:
+    """Commands per second of `for i in $(seq N); do COMMAND > /dev/null; done` in bash."""
+    started = time.perf_counter()
+    subprocess.run(["bash", "-c", f"for i in $(seq {n}); do {command} > /dev/null || exit 1; done"], env=env,
+                   cwd=workdir, check=True)
+    return n / (time.perf_counter() - started)
+
+
+def print_cli(figures: dict[str, float], loop: int) -> None:
+    print(f"{'one nanum process (median)':<34} {'wall':>9} {'CPU':>9}")
+    for name in ("submit", "ps", "show", "cancel"):
+        wall, cpu = figures[f"{name}_wall_s"] * 1000, figures[f"{name}_cpu_s"] * 1000
+        print(f"{'  nanum ' + name:<34} {wall:>6.0f} ms {cpu:>6.0f} ms  {'met' if wall <= 50 else 'MISSED'} (<= 50 ms)")
+    sbatch = figures.get("sbatch_loop_per_s")
+    beside = f"sbatch here {sbatch:.0f}/s" if sbatch else f"sbatch {SLURM['cli']:.0f}/s (Slurm 22.05, measured before)"
+    rate = figures["loop_per_s"]
+    print(f"{f'shell loop of {loop} nanum submit':<34} {rate:>6.1f}/s   {beside}; "
+          f"{'met' if rate >= 20 else 'MISSED'} (>= 20/s)")
+    print(f"{'1,000-task array, one request':<34} {figures['array_1000_s'] * 1000:>6.0f} ms  "
+          f"{'met' if figures['array_1000_s'] < 1 else 'MISSED'} (< 1 s)")
+
+
 def best_of(n: int, argv: list[str], env: dict[str, str]) -> float:
     times = []
     for _ in range(n):
@@ -254,6 +316,9 @@ def main() -> None:
     parser.add_argument("--api-jobs", type=int, default=2000)
     parser.add_argument("--cli-jobs", type=int, default=100)
     parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--cli-runs", type=int, default=20, help="processes timed per command")
+    parser.add_argument("--loop-jobs", type=int, default=200, help="submits in the shell loop")
+    parser.add_argument("--cli-only", action="store_true", help="only the CLI figures (quick)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `timeout` still stops the nanum it started
@@ -267,6 +332,14 @@ def main() -> None:
         env = {**env, "NANUM_SERVER": url, "NANUM_TOKEN": token}
         with Client(url, token) as client:
             print(f"nanum at {url}, {args.gpus} simulated GPUs, jobs run as {account}", flush=True)
+            cli_figs: dict[str, float] = {}
+            with_gpus_busy(client, workdir, args.gpus, lambda: cli_figs.update(
+                cli_figures(client, env, workdir, args.cli_runs, args.loop_jobs)) or 0.0)
+            print_cli(cli_figs, args.loop_jobs)
+            if args.cli_only:
+                if args.json:
+                    args.json.write_text(json.dumps(cli_figs, indent=2))
+                return
             latency = measure_latency(client, args.latency_jobs, workdir)
             api = with_gpus_busy(client, workdir, args.gpus,
                                  lambda: api_rate(url, token, args.api_jobs, args.clients, workdir))
@@ -280,7 +353,7 @@ def main() -> None:
         "api_submissions_per_s": api, "cli_submissions_per_s": cli,
         "latency_median_s": statistics.median(latency), "latency_p99_s": percentile(latency, 0.99),
         "cli_help_s": help_s, "cli_ps_s": ps_s, "drain_s": drain_s, "drain_submit_s": submit_s,
-        "drain_jobs": args.jobs, "lost": lost,
+        "drain_jobs": args.jobs, "lost": lost, **cli_figs,
     }
     print()
     print(f"{'':<34} {'nanum':>11}   {'Slurm':>9} {'':>10}   {'ts':>9} {'':>9}")
@@ -292,6 +365,7 @@ def main() -> None:
     print(f"{'  of which submitting':<34} {submit_s:>9.2f} s")
     print(f"{'  jobs lost':<34} {lost:>11}")
     print(f"{'nanum --help / nanum ps':<34} {help_s * 1000:>6.0f} ms / {ps_s * 1000:.0f} ms")
+    print_cli(cli_figs, args.loop_jobs)
     print("(x: how many times nanum's figure beats the other; below 1 means slower)")
     print(f"targets: API >= 500/s {'met' if api >= 500 else 'MISSED'}; "
           f"median start < 100 ms {'met' if figures['latency_median_s'] < 0.1 else 'MISSED'}; "

@@ -3,6 +3,8 @@
 `nanum submit`, `ps`, `show` and `cancel` run in shell loops, so `main` imports only the module that defines the
 command given (`COMMANDS`); `nanum --help`, a command not in the table and a mistyped one load them all (help
 lists every command; a typo gets its suggestion). A test checks the table against what each module registers.
+`submit`, `ps`, `show` and `cancel` are first offered to the quick path (`nanum.cli.fast`), which runs them
+without click or Typer when it can parse them as they would.
 """
 
 from __future__ import annotations
@@ -30,7 +32,16 @@ def modules_for(argv: list[str]) -> tuple[str, ...]:
     return (COMMANDS[first],) if first in COMMANDS else COMMAND_MODULES
 
 
+#: Commands the quick path (`nanum.cli.fast`) may run without click and Typer.
+QUICK = frozenset({"submit", "ps", "show", "cancel"})
+
+
 def main() -> None:
+    if sys.argv[1:2] and sys.argv[1] in QUICK:
+        from nanum.cli import fast
+
+        if fast.run(sys.argv[1:]):
+            return
     from nanum.cli.app import app
 
     for name in modules_for(sys.argv[1:]):

@@ -2,24 +2,22 @@
 rule that a failure is one `nanum: error: ...` line on stderr with exit code 1 (failed) or 2 (bad usage or
 refused request).
 
-Kept free of heavy imports: httpx and rich load only when a command talks to a server or draws a table.
+The parts that need neither click nor Typer are in `nanum.cli.base` (re-exported here).
 """
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn
 
 import click
 import typer
 import typer.core
 
-if TYPE_CHECKING:
-    from nanum.client import Client
+from nanum.cli.base import UsageProblem, clean_errors, connect, exit_code_for_status, fail, note, print_json
 
-F = TypeVar("F", bound=Callable[..., Any])
+__all__ = ["Command", "Group", "JsonOpt", "ServerOpt", "TokenOpt", "UsageProblem", "clean_errors", "connect",
+           "exit_code_for_status", "fail", "note", "print_json"]
 
 ServerOpt = Annotated[
     str | None,
@@ -75,66 +73,3 @@ class Group(_OneLineUsageErrors, typer.core.TyperGroup):
             return super().invoke(ctx)
         except click.UsageError as exc:
             _usage_error(exc.ctx or ctx, exc)
-
-
-class UsageProblem(Exception):
-    """A bad value on the command line or in a script header: exit code 2."""
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    """Print `nanum: error: MESSAGE` on stderr and exit."""
-    sys.stderr.write(f"nanum: error: {message}\n")
-    raise typer.Exit(code)
-
-
-def note(message: str) -> None:
-    """A line for the person at the terminal (stderr, so stdout stays parseable)."""
-    sys.stderr.write(f"{message}\n")
-
-
-def connect(server: str | None, token: str | None) -> Client:
-    """The client for the resolved settings; exits with a clear line when no server is configured."""
-    from nanum.client import Client, resolve_settings
-
-    url, tok = resolve_settings(server, token)
-    if url is None:
-        fail("no nanum server configured; start one with `nanum up`, or run "
-             "`nanum login --server URL --token TOKEN`, or set NANUM_SERVER and NANUM_TOKEN", 2)
-    return Client(url, tok)
-
-
-def exit_code_for_status(status: int) -> int:
-    """Refused requests (4xx) are exit 2; server trouble (5xx) is exit 1."""
-    return 2 if 400 <= status < 500 else 1
-
-
-def clean_errors(func: F) -> F:
-    """Turn the client's exceptions and bad values into one line on stderr and the right exit code."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from nanum.client import ApiError, NanumError
-
-        try:
-            return func(*args, **kwargs)
-        except UsageProblem as exc:
-            fail(str(exc), 2)
-        except ApiError as exc:
-            fail(exc.detail, exit_code_for_status(exc.status))
-        except NanumError as exc:
-            fail(str(exc), 1)
-        except KeyboardInterrupt:
-            sys.stderr.write("\n")
-            raise typer.Exit(130) from None
-        except BrokenPipeError:
-            sys.stderr.close()  # `nanum ps | head`: the reader left; nothing more to say
-            raise typer.Exit(0) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-def print_json(data: Any) -> None:
-    import json
-
-    sys.stdout.write(json.dumps(data, indent=2) + "\n")
-

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from nanum.cli import jobcmds
 from nanum.cli.app import app
 from nanum.cli.common import Command, JsonOpt, ServerOpt, TokenOpt, clean_errors, connect, fail, note, print_json
 
@@ -90,37 +91,7 @@ def submit(
 ) -> None:
     """Queue a job: `nanum submit --gpus 2 --time 4h -- python train.py`, or `nanum submit train.sh` (its
     #NANUM lines take these options; #SBATCH and #BSUB lines are read too)."""
-    from pathlib import Path
-
-    from nanum.cli.jobspec import HEADER_OPTIONS, SubmitOptions, build_request, parse_env, parse_mem, parse_time
-
-    def refs(values: list[str] | None, option: str) -> tuple[str, ...] | None:
-        return tuple(r for v in values for r in HEADER_OPTIONS[option][1](v)) if values else None
-
-    options = SubmitOptions(
-        gpus=gpus, nodes=nodes, gpu_model=gpu_model, cpus=cpus, priority=priority, lab=lab, name=name,
-        workdir=workdir, memory_mb=parse_mem(mem) if mem is not None else None,
-        time_limit_s=parse_time(time) if time is not None else None, env=parse_env(env or []),
-        preemptible=False if no_preempt else None,
-        array=HEADER_OPTIONS["--array"][1](array) if array is not None else None,
-        after=refs(after, "--after"), after_ok=refs(after_ok, "--after-ok"),
-        after_failed=refs(after_failed, "--after-failed"), after_any=refs(after_any, "--after-any"),
-        keep_if_unmet=True if keep_if_unmet else None,
-        retries=HEADER_OPTIONS["--retries"][1](str(retries)) if retries is not None else None,
-        output=output, error=error,
-    )
-    notes: list[str] = []
-    body = build_request(list(command or []), options, Path.cwd(), notes)
-    for line in notes:
-        note(line)
-    with connect(server, token) as client:
-        job = client.submit(body.pop("command"), **body)
-    if json:
-        print_json(job)
-    elif job.get("array_id") is not None:
-        print(f"Submitted array job {job['array_id']} ({options.array or 'from the script'})")
-    else:
-        print(f"Submitted job {job['id']}")
+    jobcmds.submit(**locals())
 
 
 @app.command(cls=Command)
@@ -144,33 +115,7 @@ def ps(
     token: TokenOpt = None,
 ) -> None:
     """The queue: running and waiting jobs of everyone (why they wait, when they should start)."""
-    from nanum.cli import psformat
-
-    names = psformat.fields_from_format(format) if format else psformat.fields_from_list(fields) if fields else None
-    with connect(server, token) as client:
-        jobs = client.jobs(all=all, user=user, lab=lab, state=state)
-    if json:
-        print_json(jobs)
-        return
-    if not jobs:
-        if not noheader:
-            note("No jobs." if all or state else "No active jobs (`nanum ps --all` shows finished ones).")
-        return
-    from datetime import UTC, datetime
-
-    from nanum.cli.views import BORROW_MARK, PS_COLUMNS, budget_captions, print_table
-
-    now = datetime.now(UTC)
-    shown = jobs if expand else psformat.fold(jobs)  # type: ignore[arg-type]
-    if names is not None:
-        print_table(psformat.headers(names), psformat.rows(shown, names, now), wide="REASON", header=not noheader)
-        return
-    rows = psformat.default_rows(shown, now)
-    borrowing = any(row[4].endswith(BORROW_MARK) for row in rows)
-    captions = [f"{BORROW_MARK} borrowing idle GPUs: preempted first when their lab needs them"] if borrowing else []
-    captions += budget_captions(jobs)  # type: ignore[arg-type]
-    print_table(PS_COLUMNS, rows, caption=None if noheader else "\n".join(captions) or None, wide="REASON",
-                header=not noheader)
+    jobcmds.ps(**locals())
 
 
 @app.command(cls=Command)
@@ -178,20 +123,7 @@ def ps(
 def show(job_id: Annotated[str, typer.Argument(show_default=False, help="Job ID, or ID_TASK.")],
          json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None) -> None:
     """Everything about one job."""
-    from nanum.cli.control import chain, resolve
-
-    with connect(server, token) as client:
-        job = client.job(resolve(client, job_id)[0])
-        waits = chain(client, job) if job.get("after") and not json else []  # type: ignore[arg-type]
-    if json:
-        print_json(job)
-        return
-    from nanum.cli.views import show_lines
-
-    lines = show_lines(job)  # type: ignore[arg-type]
-    lines += [("waits for" if i == 0 else "", line) for i, line in enumerate(waits)]
-    width = max(len(k) for k, _ in lines)
-    sys.stdout.write("".join(f"{k + ':' if k else '':<{width + 1}} {v}\n" for k, v in lines))
+    jobcmds.show(**locals())
 
 
 @app.command(cls=Command)
@@ -279,9 +211,7 @@ def cancel(
     token: TokenOpt = None,
 ) -> None:
     """Cancel jobs (yours, or anyone's as an admin); running ones are stopped."""
-    from nanum.cli.control import each
-
-    each(job_ids, server, token, "cancel", "Cancelled")
+    jobcmds.cancel(job_ids, server, token)
 
 
 @app.command(cls=Command)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from nanum.cli.common import UsageProblem
+from nanum.cli.base import UsageProblem
 from nanum.server.limits import MAX_CPUS, MAX_GPUS, MAX_MEMORY_MB, MAX_NODES, MAX_TIME_LIMIT_S
 
 _MEM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from nanum.cli.common import UsageProblem
+from nanum.cli.base import UsageProblem
 from nanum.cli.views import duration, gpus_text, job_time, where, why
 
 SHORT_STATES = {"pending": "PD", "running": "R", "completed": "CD", "failed": "F", "cancelled": "CA",
