@@ -64,6 +64,8 @@ class Cluster:
     starts: int = 0
     #: Environment of `nanum up` and its agent beyond the usual, e.g. NANUM_SAMPLE_INTERVAL.
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: More options for `nanum up`, e.g. a directory's --ldap-url.
+    extra_args: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -87,7 +89,7 @@ class Cluster:
         with (self.root / f"up-{self.starts}.log").open("wb") as log:
             self.proc = subprocess.Popen(
                 [*nanum_command(), "up", "--home", str(self.home), "--port", str(self.port),
-                 "--simulate-gpus", self.gpus],
+                 "--simulate-gpus", self.gpus, *self.extra_args],
                 env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         deadline = time.monotonic() + timeout
