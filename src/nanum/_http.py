@@ -12,8 +12,7 @@ import json as jsonlib
 import select
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from urllib.parse import urlencode, urlsplit
 
 from nanum import __version__
@@ -34,8 +33,7 @@ class Timeout(Exception):
     """The server took the request but did not answer in time."""
 
 
-@dataclass(frozen=True, slots=True)
-class Response:
+class Response(NamedTuple):
     status: int
     reason: str
     headers: Mapping[str, str]  # names in lower case
@@ -234,8 +232,7 @@ class PlainConnection:
         return data
 
 
-@dataclass(frozen=True, slots=True)
-class PlainResponse:
+class PlainResponse(NamedTuple):
     status: int
     reason: str
     headers: list[tuple[str, str]]

@@ -23,8 +23,7 @@ import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, TypeVar
 
 from nanum._http import ConnectFailed, HttpTransport, Response, StdlibTransport, Timeout
 
@@ -179,8 +178,7 @@ class NewToken(TypedDict):
     token: str
 
 
-@dataclass(frozen=True, slots=True)
-class LogChunk:
+class LogChunk(NamedTuple):
     """Output of a job from some byte offset; `offset` is where the next read starts, `state` the job's."""
 
     text: str

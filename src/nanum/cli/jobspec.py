@@ -19,9 +19,8 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from nanum.cli.base import UsageProblem
 from nanum.server.limits import MAX_CPUS, MAX_GPUS, MAX_MEMORY_MB, MAX_NODES, MAX_TIME_LIMIT_S
@@ -95,8 +94,7 @@ def parse_env(items: list[str], option: str = "--env") -> dict[str, str]:
     return env
 
 
-@dataclass(frozen=True, slots=True)
-class SubmitOptions:
+class SubmitOptions(NamedTuple):
     """Options of one submission; None means "not given" so that script headers and the server fill in."""
 
     gpus: int | None = None
@@ -109,7 +107,7 @@ class SubmitOptions:
     lab: str | None = None
     name: str | None = None
     workdir: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = {}  # noqa: RUF012 - never changed in place: `over` makes a new one
     preemptible: bool | None = None
     array: str | None = None
     after: tuple[str, ...] | None = None
@@ -123,9 +121,9 @@ class SubmitOptions:
 
     def over(self, base: SubmitOptions) -> SubmitOptions:
         """These options where given, else `base`'s; environment variables are merged, these winning."""
-        merged = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        merged = {name: value for name, value in zip(self._fields, self, strict=True) if value is not None}
         merged["env"] = {**base.env, **self.env}
-        return replace(base, **merged)
+        return base._replace(**merged)
 
 
 def _int(option: str, lo: int, hi: int | None = None) -> Any:
