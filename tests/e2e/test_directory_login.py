@@ -62,6 +62,8 @@ def test_a_directory_user_logs_in_by_cli_and_runs_as_their_directory_uid(
     cluster: Cluster, directory: Directory, workdir: Path
 ) -> None:
     account = job_account()
+    assert f"People log in with their directory account ({directory.url}): nanum login {cluster.url}" in \
+        cluster.log_tail(100)
     wrong = as_person(cluster, "login", cluster.url, "--user", account, "--password-stdin", stdin="nope\n")
     assert (wrong.returncode, wrong.stderr) == (2, "nanum: error: wrong username or password\n")
     done = as_person(cluster, "login", cluster.url, "--user", account, "--password-stdin", stdin=PASSWORD + "\n")

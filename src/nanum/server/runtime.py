@@ -342,6 +342,8 @@ def _announce(ctx: ServerContext, url: str, started: Started, agent: LocalAgent 
             f"Created admin {getpass.getuser()}; token in {ctx.settings.home / 'admin-token'} "
             "(saved for the nanum CLI)."
         )
+    if ctx.settings.ldap is not None:
+        lines.append(f"People log in with their directory account ({ctx.settings.ldap.url}): nanum login {url}")
     lines += [
         "Submit a job:   nanum submit --gpus 1 -- python train.py",
         "Watch:          nanum ps   ·   nanum nodes   ·   nanum logs -f ID",
