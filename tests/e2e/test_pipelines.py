@@ -151,3 +151,36 @@ def test_unmodified_slurm_and_lsf_scripts_run_with_their_resources_and_output_fi
     while not (workdir / f"lsf-{job['id']}.out").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert (workdir / f"lsf-{job['id']}.out").read_text().startswith("gpus ")
+
+
+SWEEP = """name = "grid"
+command = "echo a={a} b={b}; echo NANUM_METRIC loss=$(( 1000 - {a} * 100 - {b} )) step=1"
+max_running = 3
+gpus = 0
+cpus = 0
+metric = "loss"
+
+[grid]
+a = [1, 2, 3]
+b = [10, 20, 30]
+"""
+
+
+def test_a_grid_sweep_runs_every_trial_and_show_sorts_them_by_the_metric(cluster: Cluster, workdir: Path) -> None:
+    (workdir / "sweep.toml").write_text(SWEEP)
+    out = ok(cluster.nanum("sweep", "sweep.toml", user="dave", cwd=workdir))
+    sweep = int(out.split()[2].rstrip(":"))
+    assert out.startswith(f"Submitted sweep {sweep}: 9 trials (grid over a, b)")
+    tasks = cluster.api("GET", "/jobs", query=f"array={sweep}")
+    assert len(tasks) == 9 and tasks[0]["array_limit"] == 3
+    wait_all(cluster, [t["id"] for t in tasks], "completed")
+    csv = ok(cluster.nanum("sweep", "show", str(sweep), "--csv", user="dave")).splitlines()
+    assert csv[0] == "trial,id,state,a,b,loss,step"
+    rows = [line.split(",") for line in csv[1:]]
+    assert [(int(r[3]), int(r[4]), int(r[5])) for r in rows] == sorted(
+        ((a, b, 1000 - a * 100 - b) for a in (1, 2, 3) for b in (10, 20, 30)), key=lambda t: t[2])
+    assert {r[2] for r in rows} == {"completed"}
+    shown = ok(cluster.nanum("sweep", "show", str(sweep), "--max", user="dave")).splitlines()
+    assert shown[0].split() == ["TRIAL", "ID", "STATE", "a", "b", "loss", "step"]
+    assert shown[1].split()[1:6] == [f"{sweep}_0", "completed", "1", "10", "890"]
+    assert shown[-1] == "sorted by loss, highest first"

@@ -1,0 +1,250 @@
+"""Hyperparameter sweeps: `nanum sweep sweep.toml` runs a grid or a random search as one job array, and
+`nanum sweep show ID` lists its trials with their parameters, state and last metrics.
+
+    name = "lr-sweep"
+    command = "python train.py --lr {lr} --batch {batch}"   # {name}: the trial's value, quoted for the shell
+    max_running = 4          # at most 4 trials at once (the array's %4); default: no limit
+    gpus = 1                 # and cpus, mem, time, lab, priority, workdir: as `nanum submit` takes them
+    metric = "val_loss"      # what `sweep show` sorts by (default: the first metric reported)
+    goal = "min"             # or "max"
+
+    [grid]                   # every combination: 3 x 3 = 9 trials
+    lr = [0.1, 0.01, 0.001]
+    batch = [32, 64, 128]
+
+    # or, instead of [grid]:
+    [random]
+    trials = 20
+    seed = 1
+    lr = {min = 1e-4, max = 1e-1, log = true}
+    batch = [32, 64, 128]    # a list: one of its values
+
+A trial reports a metric by printing a line `NANUM_METRIC name=value` (e.g. `NANUM_METRIC val_loss=0.31`); the
+last value of each name counts. The trials' parameters travel with the array (its `NANUM_SWEEP` variable), so
+`sweep show` needs nothing but the array's id.
+"""
+
+from __future__ import annotations
+
+import json as jsonlib
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+
+from nanum.cli.app import app
+from nanum.cli.common import Group, JsonOpt, ServerOpt, TokenOpt, UsageProblem, clean_errors, connect
+
+METRIC_PREFIX = "NANUM_METRIC "
+SUBMIT_KEYS = ("gpus", "cpus", "mem", "time", "lab", "priority", "workdir", "nodes", "gpu_model")
+
+
+class SweepGroup(Group):
+    """`nanum sweep FILE` is `nanum sweep run FILE`."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["run", *args]
+        return super().resolve_command(ctx, args)
+
+
+sweep_app = typer.Typer(cls=SweepGroup, help="Hyperparameter sweeps: `nanum sweep sweep.toml`, "
+                                             "`nanum sweep show ID`.", no_args_is_help=True)
+app.add_typer(sweep_app, name="sweep")
+
+
+def load(path: Path) -> dict[str, Any]:
+    import tomllib
+
+    try:
+        return tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise UsageProblem(f"cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageProblem(f"{path} is not valid TOML: {exc}") from None
+
+
+def trials(spec: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """The parameter sets of a sweep: every combination of [grid], or [random]'s `trials` draws."""
+    if ("grid" in spec) == ("random" in spec):
+        raise UsageProblem(f"{where}: give either a [grid] or a [random] table of parameters")
+    if "grid" in spec:
+        import itertools
+
+        grid = spec["grid"]
+        bad = [k for k, v in grid.items() if not isinstance(v, list) or not v]
+        if bad or not grid:
+            raise UsageProblem(f"{where}: each [grid] parameter needs a list of values, e.g. lr = [0.1, 0.01]")
+        names = list(grid)
+        return [dict(zip(names, values, strict=True)) for values in itertools.product(*grid.values())]
+    return _random(dict(spec["random"]), where)
+
+
+def _random(table: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    import math
+    import random
+
+    count, seed = table.pop("trials", None), table.pop("seed", 0)
+    if not isinstance(count, int) or count < 1:
+        raise UsageProblem(f"{where}: [random] needs trials = N, the number of trials to draw")
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        trial: dict[str, Any] = {}
+        for name, dist in table.items():
+            if isinstance(dist, list) and dist:
+                trial[name] = rng.choice(dist)
+            elif isinstance(dist, dict) and {"min", "max"} <= set(dist):
+                lo, hi = float(dist["min"]), float(dist["max"])
+                if dist.get("log"):
+                    trial[name] = float(f"{math.exp(rng.uniform(math.log(lo), math.log(hi))):.6g}")
+                elif isinstance(dist["min"], int) and isinstance(dist["max"], int):
+                    trial[name] = rng.randint(int(lo), int(hi))
+                else:
+                    trial[name] = float(f"{rng.uniform(lo, hi):.6g}")
+            else:
+                raise UsageProblem(f"{where}: [random] parameter {name} needs a list of values or "
+                                   "{min = A, max = B} (add log = true for a log scale)")
+        out.append(trial)
+    return out
+
+
+def commands(template: str, sets: list[dict[str, Any]], where: str) -> list[str]:
+    """The template with each trial's values, quoted for the shell."""
+    import shlex
+
+    out = []
+    for values in sets:
+        try:
+            out.append(template.format_map({k: shlex.quote(str(v)) for k, v in values.items()}))
+        except (KeyError, IndexError, ValueError) as exc:
+            raise UsageProblem(f"{where}: the command names {exc} which no parameter gives; write a literal "
+                               "brace as {{ or }}") from None
+    return out
+
+
+#: Runs the trial whose index is $NANUM_ARRAY_TASK_ID: its command is that positional argument.
+_PICK = 'shift "$NANUM_ARRAY_TASK_ID"; exec /bin/sh -c "$1"'
+
+
+@sweep_app.command("run")
+@clean_errors
+def run(
+    file: Annotated[Path, typer.Argument(metavar="SWEEP.TOML", show_default=False, help="The sweep to run.")],
+    json: JsonOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Run a sweep: one array task per trial, each with its parameters in the command."""
+    from nanum.cli.jobspec import SubmitOptions, build_request, parse_mem, parse_time
+
+    spec = load(file)
+    if not isinstance(spec.get("command"), str) or not spec["command"].strip():
+        raise UsageProblem(f"{file.name}: give the command to run, e.g. command = \"python train.py --lr {{lr}}\"")
+    sets = trials(spec, file.name)
+    lines = commands(spec["command"], sets, file.name)
+    limit = spec.get("max_running")
+    options = SubmitOptions(
+        gpus=spec.get("gpus"), nodes=spec.get("nodes"), gpu_model=spec.get("gpu_model"), cpus=spec.get("cpus"),
+        memory_mb=parse_mem(str(spec["mem"])) if "mem" in spec else None,
+        time_limit_s=parse_time(str(spec["time"])) if "time" in spec else None, priority=spec.get("priority"),
+        lab=spec.get("lab"), name=spec.get("name") or file.stem, workdir=spec.get("workdir"),
+        array=f"0-{len(sets) - 1}" + (f"%{limit}" if limit else ""),
+        env={"NANUM_SWEEP": jsonlib.dumps({"params": sets, "metric": spec.get("metric"),
+                                           "goal": spec.get("goal", "min")}, separators=(",", ":"))},
+    )
+    body = build_request(["/bin/sh", "-c", _PICK, "nanum-sweep", *lines], options, Path.cwd())
+    with connect(server, token) as client:
+        job = client.submit(body.pop("command"), **body)
+    if json:
+        from nanum.cli.base import print_json
+
+        print_json(job)
+        return
+    kind = "grid" if "grid" in spec else "random search"
+    print(f"Submitted sweep {job['array_id']}: {len(sets)} trials ({kind} over {', '.join(sets[0])}); "
+          f"`nanum sweep show {job['array_id']}` lists them")
+
+
+@sweep_app.command("show")
+@clean_errors
+def show(
+    sweep_id: Annotated[int, typer.Argument(metavar="ID", show_default=False, help="The sweep's id.")],
+    sort: Annotated[str | None, typer.Option("--sort", metavar="METRIC", help=(
+        "Sort by this metric (default: the sweep's metric, else the first reported)."))] = None,
+    highest_first: Annotated[bool, typer.Option("--max", help="Highest first (default: the sweep's goal).")] = False,
+    csv: Annotated[bool, typer.Option("--csv", help="Comma-separated values, with a header line.")] = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """A sweep's trials: parameters, state and the last value of each metric, best first."""
+    with connect(server, token) as client:
+        tasks = client.array_tasks(sweep_id)
+        if not tasks:
+            raise UsageProblem(f"job {sweep_id} is not a sweep (no array tasks); `nanum ps` lists the sweeps")
+        found = jsonlib.loads((tasks[0].get("env") or {}).get("NANUM_SWEEP") or "null")
+        if found is None:
+            raise UsageProblem(f"array {sweep_id} was not started by `nanum sweep`, or its environment is hidden "
+                               "from you (only its owner and admins see it)")
+        metrics = [_metrics(client, t["id"]) for t in tasks]
+    params: list[dict[str, Any]] = found["params"]
+    names = list(params[0]) if params else []
+    metric_names = list(dict.fromkeys(m for ms in metrics for m in ms))
+    key = sort or found.get("metric") or (metric_names[0] if metric_names else None)
+    highest = highest_first or found.get("goal") == "max"
+    rows = []
+    for task, values in zip(tasks, metrics, strict=True):
+        trial = params[task["array_task"]] if task["array_task"] < len(params) else {}
+        rows.append((task, trial, values))
+    if key is not None:
+        rows.sort(key=lambda r: (key not in r[2], -r[2][key] if highest and key in r[2] else r[2].get(key, 0.0)))
+    header = ["TRIAL", "ID", "STATE", *names, *metric_names]
+    table = [(str(t["array_task"]), f"{sweep_id}_{t['array_task']}", t["state"],
+              *(str(trial.get(n, "")) for n in names), *(_number(values.get(m)) for m in metric_names))
+             for t, trial, values in rows]
+    if csv:
+        import csv as csvlib
+
+        writer = csvlib.writer(sys.stdout, lineterminator="\n")
+        writer.writerow([h.lower() for h in header])
+        writer.writerows(table)
+        return
+    from nanum.cli.views import print_table
+
+    caption = f"sorted by {key}, {'highest' if highest else 'lowest'} first" if key else "no metrics reported yet"
+    print_table(header, table, caption=caption)
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.6g}"
+
+
+def _metrics(client: Any, job_id: int) -> dict[str, float]:
+    """The last value of each `NANUM_METRIC name=value` line in a job's output."""
+    found: dict[str, float] = {}
+    offset, rest = 0, ""
+    while True:
+        chunk = client.logs(job_id, offset)
+        for line in (rest + chunk.text).split("\n")[:-1] if chunk.text else []:
+            parse_metric(line, found)
+        rest = (rest + chunk.text).rsplit("\n", 1)[-1] if chunk.text else rest
+        if not chunk.text or chunk.offset <= offset:
+            break
+        offset = chunk.offset
+    parse_metric(rest, found)
+    return found
+
+
+def parse_metric(line: str, into: dict[str, float]) -> None:
+    """`NANUM_METRIC loss=0.31` (several `name=value` pairs may follow one prefix) into `into`."""
+    if not line.startswith(METRIC_PREFIX):
+        return
+    for pair in line[len(METRIC_PREFIX):].split():
+        name, eq, value = pair.partition("=")
+        if eq:
+            try:
+                into[name] = float(value)
+            except ValueError:
+                continue

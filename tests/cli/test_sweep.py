@@ -1,0 +1,46 @@
+"""Sweep files: grids and random searches expand into trials; metrics are read from output lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from nanum.cli.common import UsageProblem
+from nanum.cli.sweep import commands, parse_metric, trials
+
+
+def test_a_grid_is_every_combination_in_order() -> None:
+    sets = trials({"grid": {"lr": [0.1, 0.01], "batch": [32, 64, 128]}}, "s.toml")
+    assert len(sets) == 6 and sets[0] == {"lr": 0.1, "batch": 32} and sets[-1] == {"lr": 0.01, "batch": 128}
+
+
+def test_a_random_search_draws_within_bounds_and_is_repeatable() -> None:
+    spec = {"random": {"trials": 20, "seed": 3, "lr": {"min": 1e-4, "max": 1e-1, "log": True},
+                       "layers": {"min": 2, "max": 8}, "opt": ["adam", "sgd"]}}
+    sets = trials(spec, "s.toml")
+    assert sets == trials(spec, "s.toml") and len(sets) == 20
+    assert all(1e-4 <= s["lr"] <= 1e-1 and 2 <= s["layers"] <= 8 and s["opt"] in ("adam", "sgd") for s in sets)
+    assert all(isinstance(s["layers"], int) for s in sets)
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    pytest.param({}, "either a \\[grid\\] or a \\[random\\]", id="neither"),
+    pytest.param({"grid": {"lr": 0.1}}, "needs a list of values", id="grid-scalar"),
+    pytest.param({"random": {"lr": [1]}}, "trials = N", id="random-no-count"),
+    pytest.param({"random": {"trials": 2, "lr": "x"}}, "min = A, max = B", id="random-bad"),
+])
+def test_bad_sweeps_say_what_to_write(spec: dict[str, object], message: str) -> None:
+    with pytest.raises(UsageProblem, match=message):
+        trials(spec, "s.toml")
+
+
+def test_placeholders_are_filled_and_quoted() -> None:
+    assert commands("train --lr {lr} --name {n}", [{"lr": 0.1, "n": "a b"}], "s") == ["train --lr 0.1 --name 'a b'"]
+    with pytest.raises(UsageProblem, match="names 'x' which no parameter gives"):
+        commands("train {x}", [{"lr": 1}], "s")
+
+
+def test_metric_lines_give_the_last_value_of_each_name() -> None:
+    found: dict[str, float] = {}
+    for line in ("NANUM_METRIC loss=0.5 acc=0.7", "epoch 2", "NANUM_METRIC loss=0.25", "NANUM_METRIC bad=x"):
+        parse_metric(line, found)
+    assert found == {"loss": 0.25, "acc": 0.7}
