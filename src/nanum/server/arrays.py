@@ -16,14 +16,16 @@ def parse_array(text: str) -> tuple[list[int], int | None]:
     spec, _, limit_text = text.partition("%")
     limit = None
     if limit_text:
-        if not limit_text.isdigit() or int(limit_text) < 1:
-            raise ValueError(f"array {text!r}: the running limit after % must be a whole number of at least 1")
+        if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_ARRAY_TASKS:
+            raise ValueError(f"array {text!r}: the running limit after % must be a whole number from 1 to "
+                             f"{MAX_ARRAY_TASKS:,}")
         limit = int(limit_text)
     tasks: set[int] = set()
     for part in spec.split(","):
-        tasks.update(_range(part, text))
-        if len(tasks) > MAX_ARRAY_TASKS:
+        indices = _range(part, text)
+        if len(indices) > MAX_ARRAY_TASKS or len(tasks.union(indices)) > MAX_ARRAY_TASKS:
             raise ValueError(f"array {text!r} has more than {MAX_ARRAY_TASKS:,} tasks; split it into several arrays")
+        tasks.update(indices)
     return sorted(tasks), limit
 
 
