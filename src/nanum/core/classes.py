@@ -7,8 +7,9 @@ changed since the last cycle:
 
 - runs that came or left (a `CycleCache` knows them from its own diff), and runs passed as a new object, say after
   a checkpoint: same class, a new victim key;
-- runs whose class rose. A run's class only rises as it receives service, so `rise_time` finds by bisection a time
-  up to which it surely stays in its class; the run is looked at again only then (at the latest after `HORIZON`).
+- runs whose class rose. A run's class only rises as it receives service, so a run still in its class at its
+  expected end is looked at again only then; otherwise `rise_time` finds by bisection a time up to which it surely
+  stays in its class, and it is looked at again then (at the latest after `HORIZON`).
 
 The classes and the ranking are exactly those of a fresh computation at every `now`, which never goes back. A
 `CycleCache` carries one `RunClasses` from cycle to cycle; without a cache a cycle builds one for itself (`of`).
@@ -92,13 +93,6 @@ class RunClasses:
         """The class of `run` (one of the running jobs of the last update) at that update's `now`."""
         return self._runs[run.job.id].level
 
-    def lowest_class(self, lab: str) -> int:
-        """The lowest class (the highest number) among the running jobs a job of `lab` may preempt, class aside:
-        its lab's own and every borrower; -1 when there are none."""
-        runs = self._runs
-        return max((runs[entries[0][1]].level for entries in (self._by_lab.get(lab), self._borrowed) if entries),
-                   default=-1)
-
     def victims(self, lab: str, below: int, borrowers_only: bool = False) -> Iterator[Running]:
         """The running jobs a job of `lab` in class `below` may preempt, cheapest first: its lab's own and other
         labs' borrowers (only borrowers, for a job that borrows), of a class lower than `below` (a higher number)."""
@@ -135,8 +129,12 @@ class RunClasses:
             known.level = level
             known.entry = (class_victim_key(level, run), known.entry[1])
             self._insert(known)
-        rise = rise_time(self.classes, run, level, now, now + HORIZON)
-        known.check_at = now + HORIZON if rise is None else rise
+        end = run.expected_end
+        if end is not None and end > now and self.classes.level(run.job, attained(run, end)) <= level:
+            known.check_at = end  # most runs end in their class: one look tells, and a late one is bisected then
+        else:
+            rise = rise_time(self.classes, run, level, now, now + HORIZON)
+            known.check_at = now + HORIZON if rise is None else rise
         heapq.heappush(self._checks, (known.check_at, run.job.id))
 
     def _lists(self, run: Running) -> Iterator[list[Entry]]:

@@ -29,6 +29,7 @@ which the tests compare against).
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -36,12 +37,12 @@ from itertools import chain
 from typing import cast
 
 from nanum.core.cache import CycleCache
-from nanum.core.classes import RunClasses
+from nanum.core.classes import HORIZON, rise_time
 from nanum.core.decision import Decisions
 from nanum.core.model import Job, JobId, Lab, Node, NodeState, Running, Snapshot
 from nanum.core.policy import Policy
 from nanum.core.predict import Predictor
-from nanum.core.preempt import ClassOrder
+from nanum.core.preempt import ClassOrder, attained
 from nanum.core.scheduler import partition_of, schedule
 
 #: A source of checkpoints taken by a time: (job, when it last saved its state) for the runs that saved since asked.
@@ -99,7 +100,14 @@ class Incremental:
         policy = self.policy
         self._capacity = _Capacity(nodes, policy.lend)
         owners = {n.owner for n in nodes if n.owner is not None}
-        self._part: Callable[[str], str | None] = lambda lab: partition_of(lab, policy.lend, owners)
+        parts: dict[str, str | None] = {}
+
+        def part(lab: str) -> str | None:
+            if lab not in parts:
+                parts[lab] = partition_of(lab, policy.lend, owners)
+            return parts[lab]
+
+        self._part: Callable[[str], str | None] = part
         #: partitions may be left out: they share no GPUs, or no one plans on the shared ones (estimate depth 1).
         self._prune = not self._explain and not policy.lend and (
             policy.estimate_depth == 1 or not self._capacity.pool_free[None])
@@ -258,7 +266,7 @@ class Incremental:
         self._account(run, +1)
         if self._classes is not None:
             self._classes.queue(job, -1)
-            self._classes.came[job.id] = run
+            self._classes.start(run)
 
     def _stop(self, job_id: JobId) -> None:
         run = self.running.pop(job_id)
@@ -314,32 +322,71 @@ class _Capacity:
 
 
 class _Classes:
-    """With `+preempt`: the classes of pending jobs per lab, and the running jobs' classes (`RunClasses`)."""
+    """With `+preempt`: how many pending jobs, and preemptible running jobs, each lab has in each class (and the
+    borrowers among the running ones), kept current as running jobs rise a class. A run whose class may have risen
+    is looked at again at its expected end if it is still in its class then, else when `rise_time` says."""
 
     def __init__(self, classes: ClassOrder) -> None:
         self.classes = classes
-        self.runs = RunClasses(classes)
         self.pending: dict[str, Counter[int]] = {}
-        self.came: dict[JobId, Running] = {}  # runs not yet told to `runs`
-        self.gone: dict[JobId, Running] = {}
+        self.running: dict[str, Counter[int]] = {}
+        self.borrowed: Counter[int] = Counter()
+        self.runs: dict[JobId, tuple[Running, int, int]] = {}  # job -> (run, class, watch token)
+        self.rises: list[tuple[float, JobId, int]] = []  # (when, job, token): look at a run's class again
+        self.tokens = 0
 
     def queue(self, job: Job, sign: int) -> None:
         _count(self.pending.setdefault(job.lab, Counter()), self.classes.level(job, job.attained_gpu_seconds), sign)
 
+    def start(self, run: Running) -> None:
+        """`run` starts in the class of the pending job: it has received nothing more yet."""
+        level = self.classes.level(run.job, run.job.attained_gpu_seconds)
+        self._count(run, level, +1)
+        self._watch(run, level, run.start_time)
+
     def stop(self, run: Running) -> None:
-        if self.came.pop(run.job.id, None) is None:
-            self.gone[run.job.id] = run
+        _, level, _ = self.runs.pop(run.job.id)
+        self._count(run, level, -1)
 
     def update(self, now: float) -> None:
-        self.runs.update(now, came=self.came.values(), gone=self.gone.values())
-        self.came, self.gone = {}, {}
+        """Bring the class of every running job that may have risen by `now` up to date."""
+        rises, runs = self.rises, self.runs
+        while rises and rises[0][0] <= now:
+            _, key, token = heapq.heappop(rises)
+            known = runs.get(key)
+            if known is None or known[2] != token:
+                continue
+            run, level, _ = known
+            new = self.classes.level(run.job, attained(run, now))
+            if new != level:
+                self._count(run, level, -1)
+                self._count(run, new, +1)
+            self._watch(run, new, now)
 
     def outranks(self, lab: str) -> bool:
-        """Whether a pending job of `lab` is of a higher class than a running job it may preempt."""
+        """Whether a pending job of `lab` is of a higher class than a running job it may preempt: its own lab's
+        or a borrower."""
         levels = self.pending.get(lab)
         if not levels:
             return False
-        return self.runs.lowest_class(lab) > min(levels)
+        return max((*self.running.get(lab, ()), *self.borrowed), default=-1) > min(levels)
+
+    def _watch(self, run: Running, level: int, since: float) -> None:
+        end = run.expected_end
+        if end is not None and end > since and self.classes.level(run.job, attained(run, end)) <= level:
+            when = end
+        else:
+            rise = rise_time(self.classes, run, level, since, since + HORIZON)
+            when = since + HORIZON if rise is None else rise
+        self.tokens += 1
+        self.runs[run.job.id] = (run, level, self.tokens)
+        heapq.heappush(self.rises, (when, run.job.id, self.tokens))
+
+    def _count(self, run: Running, level: int, sign: int) -> None:
+        if run.job.preemptible:
+            _count(self.running.setdefault(run.job.lab, Counter()), level, sign)
+            if run.borrowing:
+                _count(self.borrowed, level, sign)
 
 
 def _count(counts: Counter[int], key: int, sign: int) -> None:
