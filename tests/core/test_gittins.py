@@ -103,3 +103,37 @@ def test_long_gittins_jobs_never_preempt_each_other(order: str, expected: list[t
     back = job(1, 4, attained_gpu_seconds=5 * HOUR)
     d = schedule(snap(nodes(1), (back,), (victim,)), Policy.parse(f"{order}+preempt+nobackfill", lend=False))
     assert [(p.job_id, p.for_job) for p in d.preemptions] == expected
+
+
+def test_a_users_priority_reorders_only_that_users_own_jobs() -> None:
+    cluster = nodes(1, gpus=1)
+    hold = running(job(90, user="x"), {"n0": (0,)}, end=1000.0)
+    pending = (job(1, user="alice"), job(2, user="bob"), job(3, user="alice", priority=50))
+    d = schedule(snap(cluster, pending, (hold,)), Policy.default())
+    assert str(d.pending_by_id()[3].reason).startswith("next in line")  # alice's priority 50 takes her first place
+    assert str(d.pending_by_id()[2].reason).startswith("1 job ahead")  # bob keeps his place
+    assert str(d.pending_by_id()[1].reason).startswith("2 jobs ahead")
+
+
+def test_a_lab_under_its_fair_share_goes_first_among_jobs_without_an_index() -> None:
+    from nanum.core import Lab
+
+    cluster = nodes(1, gpus=1)
+    hold = running(job(90, lab="a"), {"n0": (0,)}, end=1000.0)
+    heavy, idle = Lab(name="a", decayed_usage=1000.0), Lab(name="b")
+    d = schedule(snap(cluster, (job(1, lab="a"), job(2, lab="b")), (hold,), labs=(heavy, idle)), Policy.default())
+    assert str(d.pending_by_id()[2].reason).startswith("next in line")
+    assert str(d.pending_by_id()[1].reason).startswith("1 job ahead")
+
+
+def test_fair_share_orders_jobs_of_equal_index_and_never_beats_the_index() -> None:
+    from nanum.core import Lab, OrderContext
+    from nanum.core.ordering import Gittins
+
+    p = learned(1, 1, 1, 1, 1, 1, 10, 10, 10, 10)
+    labs = {"a": Lab(name="a", decayed_usage=1000.0), "b": Lab(name="b")}
+    ctx = OrderContext(0.0, labs, {}, 8, p)
+    a, b = Gittins().sort_key(job(1, lab="a"), ctx), Gittins().sort_key(job(2, lab="b"), ctx)
+    assert b < a  # the same index: the idle lab first
+    served = Gittins().sort_key(job(3, lab="b", attained_gpu_seconds=2 * HOUR), ctx)
+    assert a < served  # a higher index goes first whatever the lab's usage

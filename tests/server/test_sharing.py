@@ -334,3 +334,17 @@ def test_a_job_backfilled_over_a_reservation_yields_when_the_reserved_job_can_st
     assert requeued["state"] == "pending" and requeued["preemptions"] == 1 and requeued["over_reservation"] is False
     tick(client)
     assert job(client, wide["id"])["state"] == "running"
+
+
+def test_a_users_priority_puts_their_own_job_first_and_priority_agrees_with_the_reasons(
+    client: AsgiClient, agent: FakeAgent
+) -> None:
+    blocker = submit(client, gpus=4)
+    tick(client)
+    assert job(client, blocker["id"])["state"] == "running"
+    low, high = submit(client, gpus=1)["id"], submit(client, gpus=1, priority=50)["id"]
+    tick(client)
+    got = client.get("/api/v1/priority", headers=auth(ALICE)).json()
+    assert [(j["job_id"], j["rank"]) for j in got["jobs"]] == [(high, 1), (low, 2)]
+    assert str(job(client, high)["reason"]).startswith("next in line")
+    assert str(job(client, low)["reason"]).startswith("1 job ahead")

@@ -12,7 +12,8 @@ Each order gives a sort key; ties always fall back to submit time and then job i
   index first: the job most likely to finish per GPU-second spent, from the service distribution of similar
   finished jobs (`HistoryPredictor.gittins_index`; see nanum.core.predict). A waiting job whose burst siblings
   already run is known to need more than half of what the most-served of them received (nanum.core.bursts).
-  Without a distribution it is FIFO inside a class.
+  Between equal indices (and without a distribution) the lab with the higher fair-share factor goes first, then
+  FIFO. A user's priority reorders that user's own jobs among their places in the queue (`by_user_priority`).
 - `shortest`: shortest expected run time first (the predictor's estimate capped by the time limit), as Helios' QSSF;
   a job with neither runs after all jobs with an estimate.
 """
@@ -161,6 +162,7 @@ class Gittins(Las):
     submitted after it."""
 
     name: ClassVar[str] = "gittins"
+    reads_usage: ClassVar[bool] = True
 
     def level(self, job: Job, attained: float) -> int:
         """0 below 4 GPU-hours received, else 1."""
@@ -171,7 +173,30 @@ class Gittins(Las):
         sibling = ctx.sibling_service(job)
         more_than = 0.0 if sibling is None else SIBLING_SHARE * sibling
         index = gittins_index(job, attained, ctx.predictor, more_than)
-        return (self.level(job, attained), -(index or 0.0), job.submit_time, job.id)
+        return (self.level(job, attained), -(index or 0.0), -ctx.lab_factor(job.lab), job.submit_time, job.id)
+
+    def arrange(self, queue: list[Job]) -> list[Job]:
+        """`by_user_priority`: a user's priorities reorder that user's own jobs."""
+        return by_user_priority(queue)
+
+
+def by_user_priority(queue: list[Job]) -> list[Job]:
+    """`queue` with each user's jobs moved among that user's own places, highest priority first (ties keep their
+    order). A user's priority never moves a job ahead of other users' jobs, only ahead of the user's own.
+
+    Example: alice's jobs 1 (priority 0) and 3 (priority 50) hold places 1 and 3, bob's job 2 place 2: the queue
+    becomes 3, 2, 1."""
+    if all(job.priority == queue[0].priority for job in queue):
+        return queue
+    places: dict[str, list[int]] = {}
+    for pos, job in enumerate(queue):
+        places.setdefault(job.user, []).append(pos)
+    out = list(queue)
+    for spots in places.values():
+        mine = sorted((queue[pos] for pos in spots), key=lambda j: -j.priority)  # stable: ties keep their order
+        for pos, job in zip(spots, mine, strict=True):
+            out[pos] = job
+    return out
 
 
 class Shortest:

@@ -54,6 +54,9 @@ def schedule(
                        cache.siblings if cache is not None else None)
     order = c.order
     queue = sorted(snapshot.pending, key=lambda j: order.sort_key(j, ctx))
+    arrange = getattr(order, "arrange", None)
+    if arrange is not None and queue:
+        queue = arrange(queue)
     # 2. Owners first: jobs within their lab's guarantee (or in labs without one).
     borrowers = [job for job in queue if not consider(c, steps, job, borrowing=False)]
     # 3. Then borrowers, on what is left.

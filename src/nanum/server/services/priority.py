@@ -2,16 +2,20 @@
 
 The factors and weights are the core's (`nanum.core.priority_factors`, `PRIORITY_WEIGHTS`), computed on the same
 snapshot the scheduler reads (decayed usage with the server's half-life, running jobs' time included), and `rank`
-is the job's place in the queue under the server's order, whichever order that is.
+is the job's place in its partition's queue under the server's order, whichever order that is, with a user's
+priorities arranged among their own jobs as the scheduler does (`by_user_priority` under `gittins`): rank N is the
+job a reason calls "N-1 jobs ahead" (1: "next in line").
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any
 
 from nanum.core import HistoryPredictor, OrderContext, priority_factors
 from nanum.core.ordering import PRIORITY_WEIGHTS
+from nanum.core.scheduler import partition_of
 from nanum.server import snapshot
 from nanum.server.context import ServerContext
 
@@ -25,8 +29,16 @@ def report(ctx: ServerContext, *, user: str | None = None, lab: str | None = Non
     order_ctx = OrderContext(now, snap.labs, snap.users, sum(len(n.gpus) for n in snap.nodes), None, snap.running)
     order = ctx.policy.make_order()
     queue = sorted(snap.pending, key=lambda j: order.sort_key(j, order_ctx))
+    arrange = getattr(order, "arrange", None)
+    if arrange is not None and queue:
+        queue = arrange(queue)
+    owners = {n.owner for n in snap.nodes if n.owner is not None}
+    places: Counter[str | None] = Counter()
     rows = []
-    for rank, job in enumerate(queue, 1):
+    for job in queue:
+        part = partition_of(job.lab, ctx.policy.lend, owners)
+        places[part] += 1
+        rank = places[part]
         if (user and job.user != user) or (lab and job.lab != lab):
             continue
         factors = priority_factors(job, order_ctx)
