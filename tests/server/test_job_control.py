@@ -187,3 +187,13 @@ def test_ps_and_show_agree_on_jobs_ahead_when_those_ahead_have_left(client: Asgi
     listed = next(j for j in client.get("/api/v1/jobs", headers=auth(ALICE)).json() if j["id"] == last)
     assert str(listed["reason"]).startswith("next in line")
     assert job(client, last)["reason"] == listed["reason"]
+
+
+def test_modifying_an_array_changes_its_waiting_tasks_only(client: AsgiClient, agent: FakeAgent) -> None:
+    array = int(submit(client, gpus=0, array="0-3%2", name="old")["id"])  # type: ignore[call-overload]
+    cycle(client, agent)
+    r = client.patch(f"/api/v1/jobs/{array}", json={"name": "new"}, headers=auth(ALICE))
+    assert r.status_code == 200, r.text
+    tasks = client.get(f"/api/v1/jobs?array={array}", headers=auth(ALICE)).json()
+    assert [(t["state"], t["name"]) for t in tasks] == [
+        ("running", "old"), ("running", "old"), ("pending", "new"), ("pending", "new")]

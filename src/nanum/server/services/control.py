@@ -66,9 +66,10 @@ def modify(ctx: ServerContext, caller: Caller, job_id: int, patch: JobPatch) -> 
     now = time.time()
     with ctx.db.write() as s:
         targets = jobs.owned_jobs(s, caller, job_id, active=True)
-        for job in targets:
-            if job.state not in WAITING:
-                raise Conflict(f"job {job.id} is {job.state}; only a pending or held job can be modified")
+        waiting = [job for job in targets if job.state in WAITING]  # an array's running tasks stay as they are
+        if not waiting:
+            raise Conflict(f"job {job_id} is {targets[0].state}; only a pending or held job can be modified")
+        for job in waiting:
             _apply(job, changes, lab.id if lab is not None else None)
             if not caller.admin:
                 jobs.refuse_impossible(ctx, job, caller, lab.lab.name if lab is not None else _lab_name(ctx, job))
