@@ -1,0 +1,43 @@
+"""`nanum hold`, `release`, `modify`, `top`, `requeue` and task IDs (`12_7`) against a scripted server."""
+
+from __future__ import annotations
+
+from tests.cli.conftest import Nanum
+from tests.cli.fakeapi import FakeApi
+
+JOB = {"id": 12, "name": "t", "state": "pending", "array_id": None, "array_task": None}
+
+
+def test_hold_and_release_each_id_and_a_task_by_its_index(nanum: Nanum, api: FakeApi) -> None:
+    api.on("GET", "/jobs", [{**JOB, "id": 19, "array_id": 12, "array_task": 7}])
+    api.on("POST", "/jobs/12/hold", JOB)
+    api.on("POST", "/jobs/19/hold", JOB)
+    result = nanum("hold", "12", "12_7")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "Held job 12\nHeld job 12_7\n"
+    assert api.sent("POST", "/jobs/19/hold")[0].query == {"one": ["true"]}
+    assert api.sent("POST", "/jobs/12/hold")[0].query == {}
+    assert api.sent("GET", "/jobs")[0].query == {"array": ["12"]}
+    missing = nanum("release", "12_9")
+    assert missing.exit_code == 2 and "array 12 has no task 9" in missing.stderr
+
+
+def test_modify_sends_only_what_was_given(nanum: Nanum, api: FakeApi) -> None:
+    api.on("PATCH", "/jobs/12", JOB)
+    result = nanum("modify", "12", "--time", "2h", "-J", "new", "--gpus", "2")
+    assert result.exit_code == 0, result.output
+    assert api.sent("PATCH", "/jobs/12")[0].body == {"time_limit_s": 7200, "gpus": 2, "name": "new"}
+    nothing = nanum("modify", "12")
+    assert nothing.exit_code == 2 and "nothing to change; give --time" in nothing.stderr
+
+
+def test_top_and_requeue(nanum: Nanum, api: FakeApi) -> None:
+    api.on("POST", "/jobs/12/top", JOB)
+    api.on("POST", "/jobs/12/requeue", JOB)
+    assert nanum("top", "12").stdout == "Moved job 12 before your other waiting jobs\n"
+    assert nanum("requeue", "12").stdout == "Requeued job 12\n"
+    api.on("POST", "/jobs/13/requeue", {"detail": "job 13 is pending, not running or ended; it is already "
+                                                  "waiting to run"}, status=409)
+    refused = nanum("requeue", "13")
+    assert refused.exit_code == 2 and refused.stderr == (
+        "nanum: error: job 13 is pending, not running or ended; it is already waiting to run\n")
