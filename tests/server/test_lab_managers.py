@@ -35,6 +35,7 @@ def test_a_manager_adds_and_removes_members_of_their_lab_only(client: AsgiClient
     members = {m["user"]: m["role"] for m in call(client, "GET", "/labs/vision/members", PROF).json()}
     assert members == {"alice": "member", "bob": "member", "prof": "manager", "student": "member"}
     assert call(client, "GET", "/me", "student-token").json()["labs"] == ["physics", "vision"]
+    assert call(client, "GET", "/labs/vision", "student-token").json()["managers"] == ["prof"]
     r = call(client, "PUT", "/labs/nlp/members/student", PROF, {"role": "member"})
     assert r.status_code == 403 and r.json()["detail"] == "only a manager of lab nlp or an admin may manage its members"
     r = call(client, "PUT", "/labs/vision/members/student", PROF, {"role": "manager"})

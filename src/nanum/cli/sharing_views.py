@@ -60,6 +60,7 @@ def lab_lines(lab: dict[str, Any]) -> list[tuple[str, str]]:
         ("lab", lab["name"]),
         ("quota", quota_text(lab)),
         ("members", ", ".join(lab.get("members") or []) or "-"),
+        ("managers", ", ".join(lab.get("managers") or []) or "-"),
         (
             "now",
             f"{lab['running_jobs']} running ({lab['gpus_in_use']} GPUs, {lab['borrowed_gpus']} borrowed), "

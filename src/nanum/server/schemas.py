@@ -333,6 +333,8 @@ class LabDetail(LabOut):
     """`GET /labs/{name}`: the quota, who is in the lab, what it runs and used this month, and its history."""
 
     members: list[str]
+    #: the members who manage the lab (its members, their limits, its jobs)
+    managers: list[str] = Field(default_factory=list)
     running_jobs: int
     pending_jobs: int
     gpus_in_use: int

@@ -22,12 +22,13 @@ def lab_detail(ctx: ServerContext, name: str) -> dict[str, Any]:
         lab = s.scalars(select(LabRow).where(LabRow.name == name)).first()
         if lab is None:
             raise NotFound(f"no lab named {name}; `nanum lab list` shows the labs")
-        members = s.scalars(
-            select(UserRow.name)
+        roles = s.execute(
+            select(UserRow.name, MembershipRow.role)
             .join(MembershipRow, MembershipRow.user_id == UserRow.id)
             .where(MembershipRow.lab_id == lab.id)
             .order_by(UserRow.name)
         ).all()
+        members = [name for name, _ in roles]
         running = s.execute(
             select(JobRow.gpus, JobRow.nodes, JobRow.borrowing).where(
                 JobRow.lab_id == lab.id, JobRow.state == "running"
@@ -48,7 +49,8 @@ def lab_detail(ctx: ServerContext, name: str) -> dict[str, Any]:
         budget = budgets.Budget("lab", name, used, lab.monthly_gpu_hours).out(budgets.month_name(now))
     return {
         **lab_out(lab).model_dump(),
-        "members": list(members),
+        "members": members,
+        "managers": [name for name, role in roles if role == "manager"],
         "running_jobs": len(running),
         "pending_jobs": int(pending or 0),
         "gpus_in_use": sum(r.gpus * r.nodes for r in running),
