@@ -5,56 +5,40 @@ from __future__ import annotations
 import time
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import Connection, MetaData, Table, func, select
 from sqlalchemy.exc import IntegrityError
 
-from nanum.store import AllocationRow, Database, EventRow, JobRow, LabRow, NodeRow, UsageRow, UserRow
+from nanum.store import AllocationRow, Base, Database, EventRow, JobRow, UsageRow, UserRow
 
 
 def _seed(db: Database) -> tuple[int, int, int, int]:
+    """A lab, a user, a node and two running jobs (node id, job ids, user id). Inserted into the tables as the
+    database has them, so that it also seeds a database still at an older revision (tests/store/test_*upgrade*)."""
     now = time.time()
     with db.write() as s:
-        lab = LabRow(name="vision", weight=1.0, decayed_usage=0.0, decayed_at=now, created=now)
-        s.add(lab)
-        s.flush()
-        user = UserRow(
-            name="alice",
-            token_hash="h" * 64,
-            admin=False,
-            default_lab_id=lab.id,
-            decayed_usage=0.0,
-            decayed_at=now,
-            created=now,
-        )
-        node = NodeRow(name="gpu-01", state="up", desired_version=0, created=now)
-        s.add_all([user, node])
-        s.flush()
+        conn = s.connection()
+        lab = _insert(conn, "labs", name="vision", weight=1.0, decayed_usage=0.0, decayed_at=now, created=now)
+        user = _insert(conn, "users", name="alice", token_hash="h" * 64, admin=False, default_lab_id=lab,
+                       decayed_usage=0.0, decayed_at=now, created=now)
+        node = _insert(conn, "nodes", name="gpu-01", state="up", desired_version=0, created=now)
         jobs = [
-            JobRow(
-                name=f"j{i}",
-                user_id=user.id,
-                lab_id=lab.id,
-                command=["true"],
-                workdir="/",
-                env={},
-                gpus=1,
-                nodes=1,
-                cpus=1,
-                priority=0,
-                kind="batch",
-                preemptible=True,
-                state="running",
-                borrowing=False,
-                allocation=[],
-                submit_time=now,
-                runs=1,
-                attained_gpu_seconds=0.0,
-            )
+            _insert(conn, "jobs", name=f"j{i}", user_id=user, lab_id=lab, command=["true"], workdir="/", env={},
+                    gpus=1, nodes=1, cpus=1, priority=0, kind="batch", preemptible=True, state="running",
+                    borrowing=False, over_reservation=False, allocation=[], submit_time=now, runs=1,
+                    attained_gpu_seconds=0.0)
             for i in range(2)
         ]
-        s.add_all(jobs)
-        s.flush()
-        return node.id, jobs[0].id, jobs[1].id, user.id
+        return node, jobs[0], jobs[1], user
+
+
+def _insert(conn: Connection, table: str, **values: object) -> int:
+    """Insert `values` that the table has (reflected, not the models: it may be an older revision); its id."""
+    reflected = Table(table, MetaData(), autoload_with=conn)
+    known = {k: v for k, v in values.items() if k in reflected.c}
+    typed = Base.metadata.tables[table]
+    row = {k: typed.c[k].type.bind_processor(conn.dialect)(v) if typed.c[k].type.bind_processor(conn.dialect)
+           else v for k, v in known.items()}
+    return int(conn.execute(reflected.insert().values(**row).returning(reflected.c.id)).scalar_one())
 
 
 def test_a_gpu_can_never_be_held_by_two_jobs(database: Database) -> None:
