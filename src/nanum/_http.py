@@ -9,11 +9,11 @@ connection dropped before an answer) and `Timeout` (connected, but no answer in 
 from __future__ import annotations
 
 import json as jsonlib
+import re
 import select
 import socket
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
-from urllib.parse import urlencode, urlsplit
 
 from nanum import __version__
 
@@ -65,12 +65,12 @@ class StdlibTransport:
     might have been acted on)."""
 
     def __init__(self, base_url: str, headers: Mapping[str, str], timeout: float) -> None:
-        url = urlsplit(base_url)
-        if url.scheme not in ("http", "https") or not url.hostname:
+        scheme, host, port, path = split_url(base_url)
+        if scheme not in ("http", "https") or not host:
             raise ValueError(f"{base_url!r} is not an http:// or https:// URL")
-        self._https = url.scheme == "https"
-        self._host, self._port = url.hostname, url.port
-        self._base = url.path.rstrip("/")
+        self._https = scheme == "https"
+        self._host, self._port = host, port
+        self._base = path.rstrip("/")
         self._headers = {"Accept": "application/json", "User-Agent": f"nanum/{__version__}", **headers}
         self._timeout = timeout
         self._conn: http.client.HTTPConnection | PlainConnection | None = None
@@ -78,7 +78,7 @@ class StdlibTransport:
     def request(self, method: str, path: str, *, json: Any = None, params: Params = None) -> Response:
         body = None if json is None else jsonlib.dumps(json).encode()
         headers = {**self._headers, **({"Content-Type": "application/json"} if body is not None else {})}
-        target = self._base + path + (f"?{urlencode(params, doseq=True)}" if params else "")
+        target = self._base + path + (f"?{query(params)}" if params else "")
         for attempt in (1, 2):
             conn, reused = self._connection()
             try:
@@ -130,6 +130,39 @@ class StdlibTransport:
         return PlainConnection(self._host, self._port or 80, self._timeout)
 
 
+_URL = re.compile(r"^(https?)://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::(\d{1,5}))?(/[^?#]*)?$")
+_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
+
+
+def split_url(url: str) -> tuple[str, str | None, int | None, str]:
+    """(scheme, host, port, path) of a server URL, as `urllib.parse.urlsplit` reads it; that module (which
+    imports `ipaddress`) loads only for URLs beyond `http[s]://host[:port][/path]`. Raises ValueError for a bad
+    port."""
+    if found := _URL.match(url):
+        scheme, host, port, path = found.groups()
+        if port is not None and int(port) > 65535:
+            raise ValueError(f"port out of range in {url!r}")
+        return scheme, host.strip("[]").lower(), None if port is None else int(port), path or ""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return parts.scheme, parts.hostname, parts.port, parts.path
+
+
+def query(params: Params) -> str:
+    """`urllib.parse.urlencode(params, doseq=True)`: a list or tuple value gives one pair per item."""
+    pairs = params.items() if isinstance(params, Mapping) else params or ()
+    out = []
+    for key, value in pairs:
+        for item in value if isinstance(value, list | tuple) else (value,):
+            out.append(f"{_quote(key)}={_quote(item)}")
+    return "&".join(out)
+
+
+def _quote(value: Any) -> str:
+    return "".join(chr(c) if c in _SAFE else "+" if c == 32 else f"%{c:02X}" for c in str(value).encode())
+
+
 class PlainConnection:
     """HTTP/1.1 over a plain socket, with the part of `http.client.HTTPConnection`'s interface the transport
     uses: `http.client` imports the `email` package, which alone costs a `nanum` command a third of its start.
@@ -157,7 +190,8 @@ class PlainConnection:
                 headers: Mapping[str, str] | None = None) -> None:
         if self.sock is None:
             self.connect()
-        host = self.host if self.port == 80 else f"{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        host = host if self.port == 80 else f"{host}:{self.port}"
         lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", f"Content-Length: {len(body or b'')}"]
         lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
         self._method = method
