@@ -22,8 +22,19 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from nanum.core import HistoryPredictor, Job, Lab, Limits, NodeState, Placement, Running, Snapshot, Start, User, decay
-from nanum.core import expected_runtime as planned_runtime
+from nanum.core import (
+    HistoryPredictor,
+    Job,
+    Lab,
+    Limits,
+    NodeState,
+    Placement,
+    Running,
+    Snapshot,
+    User,
+    decay,
+    expected_end,
+)
 from nanum.core.fairshare import DEFAULT_HALF_LIFE
 from nanum.server.services import eligibility
 from nanum.server.services.lifecycle import month_of, month_start
@@ -148,14 +159,6 @@ def _busy_outside(
             busy[name].update(g for g in gpus if (name, g) not in held)
 
 
-def free_gpus(snapshot: Snapshot, starts: tuple[Start, ...]) -> int:
-    """GPUs on up nodes that nobody holds once `starts` have started."""
-    up = {n.name: n for n in snapshot.nodes if n.state is NodeState.UP}
-    taken = sum(len(p.gpus) for run in snapshot.running for p in run.placements if p.node in up)
-    taken += sum(len(p.gpus) for start in starts for p in start.placements if p.node in up)
-    return sum(len(n.gpus) - len(n.busy_gpus) for n in up.values()) - taken
-
-
 def _state(row: Any, now: float, timeout: float) -> NodeState:
     if row.state == "draining":
         return NodeState.DRAINING
@@ -164,14 +167,13 @@ def _state(row: Any, now: float, timeout: float) -> NodeState:
 
 
 def _running(job: Any, row: Any, places: list[Placement], predictor: HistoryPredictor) -> Running:
-    runtime = planned_runtime(job, predictor)
     start = row.start_time or 0.0
     return Running(
         job=job,
         placements=tuple(places),
         start_time=start,
         borrowing=row.borrowing,
-        expected_end=None if runtime is None else start + runtime,
+        expected_end=expected_end(job, predictor, start),
         last_checkpoint=row.last_checkpoint,
         over_reservation=row.over_reservation,
     )
