@@ -112,7 +112,7 @@ def test_only_the_owner_or_an_admin_may_cancel_a_job(cluster: Cluster, workdir: 
 
     refused = cluster.nanum("cancel", str(job_id), user="bob")
     assert refused.returncode == 2
-    assert refused.stderr.startswith(f"nanum: error: job {job_id}: ")
+    assert refused.stderr.startswith(f"nanum: error: job {job_id} belongs to another user; ")
     assert len(refused.stderr.splitlines()) == 1
     assert cluster.job(job_id)["state"] == "running"
     logs = cluster.nanum("logs", str(job_id), user="bob")
