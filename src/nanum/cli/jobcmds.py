@@ -26,7 +26,7 @@ def submit(
 ) -> None:
     """Queue a job: `nanum submit --gpus 2 --time 4h -- python train.py`, or `nanum submit train.sh` (its
     #NANUM lines take these options; #SBATCH and #BSUB lines are read too)."""
-    from pathlib import Path
+    import os
 
     from nanum.cli.jobspec import HEADER_OPTIONS, SubmitOptions, build_request, parse_env, parse_mem, parse_time
 
@@ -46,7 +46,7 @@ def submit(
         output=output, error=error,
     )
     notes: list[str] = []
-    body = build_request(list(command or []), options, Path.cwd(), notes)
+    body = build_request(list(command or []), options, os.getcwd(), notes)
     for line in notes:
         note(line)
     with connect(server, token) as client:

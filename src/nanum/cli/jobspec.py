@@ -19,11 +19,15 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nanum.cli.base import UsageProblem
 from nanum.server.limits import MAX_CPUS, MAX_GPUS, MAX_MEMORY_MB, MAX_NODES, MAX_TIME_LIMIT_S
+
+if TYPE_CHECKING:
+    from os import PathLike
+
+    StrPath = str | PathLike[str]
 
 _MEM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _MEM_FACTOR = {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024 * 1024}
@@ -219,12 +223,12 @@ def parse_header_args(args: list[str], where: str) -> SubmitOptions:
         raise UsageProblem(f"{where}: {exc}") from None
 
 
-def read_script_header(path: Path) -> SubmitOptions:
+def read_script_header(path: StrPath) -> SubmitOptions:
     """The `#NANUM` (and `#SBATCH`, `#BSUB`) options at the top of a script."""
     return read_script(path)[0]
 
 
-def read_script(path: Path) -> tuple[SubmitOptions, list[str]]:
+def read_script(path: StrPath) -> tuple[SubmitOptions, list[str]]:
     """The options in a script's header and what was made of each `#SBATCH` and `#BSUB` line (used as what,
     or ignored and why). The header ends at the first line that is not a comment or blank. `#NANUM` lines win
     over `#SBATCH` and `#BSUB` lines; a bad `#NANUM` line is an error, a foreign line nanum cannot follow is
@@ -234,12 +238,14 @@ def read_script(path: Path) -> tuple[SubmitOptions, list[str]]:
     native, foreign = SubmitOptions(), SubmitOptions()
     notes: list[str] = []
     try:
-        lines = path.read_text(errors="replace").splitlines()
+        with open(path, errors="replace") as f:
+            lines = f.read().splitlines()
     except OSError as exc:
-        raise UsageProblem(f"cannot read the script {path}: {exc.strerror}") from None
+        raise UsageProblem(f"cannot read the script {os.fspath(path)}: {exc.strerror}") from None
+    name = os.path.basename(path)
     for number, line in enumerate(lines, start=1):
         stripped = line.strip()
-        where = f"{path.name} line {number}"
+        where = f"{name} line {number}"
         if stripped.startswith("#NANUM"):
             native = parse_header_args(_words(stripped[len("#NANUM"):], where), where).over(native)
         elif stripped.startswith(("#SBATCH", "#BSUB")):
@@ -260,39 +266,39 @@ def _words(text: str, where: str) -> list[str]:
         raise UsageProblem(f"{where}: {exc}") from None
 
 
-def script_command(path: Path, args: list[str]) -> list[str]:
+def script_command(script: StrPath, args: list[str]) -> list[str]:
     """How to run a script: itself if executable, else through its `#!` interpreter, else through bash."""
-    path = path.resolve()
+    path = os.path.realpath(script)
     if os.access(path, os.X_OK):
-        return [str(path), *args]
-    with path.open("rb") as f:
+        return [path, *args]
+    with open(path, "rb") as f:
         first = f.readline(256).decode(errors="replace")
     if first.startswith("#!") and (interpreter := shlex.split(first[2:].strip())):
-        return [*interpreter, str(path), *args]
-    return ["bash", str(path), *args]
+        return [*interpreter, path, *args]
+    return ["bash", path, *args]
 
 
-def build_request(command: list[str], cli: SubmitOptions, cwd: Path, notes: list[str] | None = None) -> dict[str, Any]:
+def build_request(command: list[str], cli: SubmitOptions, cwd: StrPath, notes: list[str] | None = None
+                  ) -> dict[str, Any]:
     """The `POST /jobs` body for `command` (a script path or an argv) with the command line's options. What was
     made of a script's `#SBATCH` and `#BSUB` lines is added to `notes`."""
     if not command:
         raise UsageProblem("nothing to run; give a command after `--` or a script, e.g. "
                            "`nanum submit --gpus 1 -- python train.py`")
     options = cli
-    first = Path(command[0]) if Path(command[0]).is_absolute() else cwd / command[0]
-    if first.is_file() and ("/" in command[0] or not _on_path(command[0])):
+    cwd = os.fspath(cwd)
+    default_name = os.path.basename(command[0].rstrip("/")) or command[0]
+    first = command[0] if os.path.isabs(command[0]) else os.path.join(cwd, command[0])
+    if os.path.isfile(first) and ("/" in command[0] or not _on_path(command[0])):
         header, found = read_script(first)
         options = cli.over(header)
         (notes if notes is not None else []).extend(found)
         command = script_command(first, command[1:])
-        default_name = first.name
-    else:
-        default_name = Path(command[0]).name
-    workdir = Path(options.workdir) if options.workdir else cwd
+    workdir = options.workdir or cwd
     body: dict[str, Any] = {
         "command": command,
         "name": options.name or default_name,
-        "workdir": str(workdir if workdir.is_absolute() else (cwd / workdir).resolve()),
+        "workdir": _clean(workdir) if os.path.isabs(workdir) else os.path.realpath(os.path.join(cwd, workdir)),
         "env": options.env,
     }
     for key in _PASSED_AS_IS:
@@ -345,6 +351,11 @@ def _check_bounds(body: dict[str, Any]) -> None:
             raise UsageProblem(f"{option}: at most {words} may be asked for; give less")
         if value is not None and value < least:
             raise UsageProblem(f"{option}: {value} is below {least}; give {least} or more")
+
+
+def _clean(path: str) -> str:
+    """An absolute path without repeated or trailing slashes, as `pathlib` writes it ('..' stays)."""
+    return "/" + "/".join(p for p in path.split("/") if p and p != ".")
 
 
 def _on_path(name: str) -> bool:
