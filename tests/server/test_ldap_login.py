@@ -132,3 +132,14 @@ def test_the_web_form_logs_in_with_the_directory_password(client: AsgiClient) ->
     client.cookies.clear()
     page = client.get("/queue", headers={"Cookie": f"nanum_session={ok.cookies['nanum_session']}"})
     assert page.status_code == 200 and "kim" in page.text
+
+
+def test_password_guessing_is_stopped_for_that_name_only(client: AsgiClient) -> None:
+    for _ in range(5):
+        assert login(client, "kim", "guess").status_code == 401
+    r = login(client, "kim", "kim-pw")
+    assert r.status_code == 429
+    assert r.json()["detail"] == "too many failed logins for kim; wait 5 minutes and try again"
+    assert login(client, "KIM", "kim-pw").status_code == 429
+    directory_users = client.post("/api/v1/login", json={"username": "nobody", "password": "x"})
+    assert directory_users.status_code == 401  # another name is not held back

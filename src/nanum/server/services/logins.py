@@ -36,6 +36,16 @@ class DirectoryDown(ApiError):
     status = 503
 
 
+class TooManyFailures(ApiError):
+    status = 429
+
+
+#: Failed logins a name may have within FAILURE_WINDOW_S before its logins are refused without asking the
+#: directory (password guessing through nanum; the directory's own lockout policy still applies).
+MAX_FAILURES, FAILURE_WINDOW_S = 5, 300.0
+_failures: dict[tuple[str, str], list[float]] = {}
+
+
 def methods(ctx: ServerContext) -> dict[str, object]:
     """How people log in to this server: always with an API token; with a password where a directory is set."""
     ldap = ctx.settings.ldap
@@ -67,9 +77,14 @@ def _authenticate(ctx: ServerContext, username: str, password: str) -> tuple[int
     ldap = ctx.settings.ldap
     if ldap is None:
         raise BadRequest("this server takes no passwords; log in with an API token: nanum login URL --token TOKEN")
+    name = username.strip()
+    key = (ldap.url, name.lower())
+    _refuse_guessing(key, name)
     try:
-        person = directory_for(ldap).authenticate(username.strip(), password)
+        person = directory_for(ldap).authenticate(name, password)
     except LoginRefused as exc:
+        with _lock:
+            _failures.setdefault(key, []).append(time.monotonic())
         raise Unauthorized(str(exc)) from None
     except DirectoryUnavailable as exc:
         log.warning("%s", exc)
@@ -78,7 +93,21 @@ def _authenticate(ctx: ServerContext, username: str, password: str) -> tuple[int
     found = _bring_in(ctx, person)
     with _lock:
         _checked[(ldap.url, found[1])] = time.monotonic()
+        _failures.pop(key, None)
     return found
+
+
+def _refuse_guessing(key: tuple[str, str], name: str) -> None:
+    now = time.monotonic()
+    with _lock:
+        recent = [t for t in _failures.get(key, []) if t > now - FAILURE_WINDOW_S]
+        _failures[key] = recent
+        if len(_failures) > 100_000:  # names nobody has: keep the table bounded
+            _failures.clear()
+    if len(recent) >= MAX_FAILURES:
+        wait = int(recent[0] + FAILURE_WINDOW_S - now) // 60 + 1
+        raise TooManyFailures(f"too many failed logins for {name}; wait {wait} minute{'s' if wait != 1 else ''} "
+                              "and try again")
 
 
 def due(ctx: ServerContext, name: str) -> bool:
