@@ -57,6 +57,7 @@ def test_the_dashboard_does_not_show_another_users_environment(client: AsgiClien
                      id="cloud-metadata"),
         pytest.param("http://0.0.0.0/", "webhook host 0.0.0.0 is an unspecified address", id="unspecified"),
         pytest.param("http://[::ffff:127.0.0.1]/", "is a loopback address", id="ipv4-mapped"),
+        pytest.param("http://[::1/hook", "is not a well-formed URL", id="unclosed-ipv6"),
     ],
 )
 def test_webhooks_to_the_servers_own_network_are_refused(client: AsgiClient, url: str, message: str) -> None:

@@ -48,15 +48,19 @@ def check_url(url: str, allowed: Collection[str]) -> None:
 
 
 def parse(url: str) -> Target:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError:  # e.g. an unclosed [ of an IPv6 address
+        raise Refused(f"webhook URL {url!r} is not a well-formed URL") from None
+    if parts.scheme not in ("http", "https") or not hostname:
         raise Refused(f"webhook URL {url!r} is not an http:// or https:// URL with a host")
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         raise Refused(f"webhook URL {url!r} has an invalid port") from None
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return Target(parts.scheme, parts.hostname.lower().rstrip("."), port, path)
+    return Target(parts.scheme, hostname.lower().rstrip("."), port, path)
 
 
 def post(url: str, body: bytes, allowed: Collection[str], timeout: float) -> int:
