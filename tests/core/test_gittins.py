@@ -113,27 +113,3 @@ def test_a_users_priority_reorders_only_that_users_own_jobs() -> None:
     assert str(d.pending_by_id()[3].reason).startswith("next in line")  # alice's priority 50 takes her first place
     assert str(d.pending_by_id()[2].reason).startswith("1 job ahead")  # bob keeps his place
     assert str(d.pending_by_id()[1].reason).startswith("2 jobs ahead")
-
-
-def test_a_lab_under_its_fair_share_goes_first_among_jobs_without_an_index() -> None:
-    from nanum.core import Lab
-
-    cluster = nodes(1, gpus=1)
-    hold = running(job(90, lab="a"), {"n0": (0,)}, end=1000.0)
-    heavy, idle = Lab(name="a", decayed_usage=1000.0), Lab(name="b")
-    d = schedule(snap(cluster, (job(1, lab="a"), job(2, lab="b")), (hold,), labs=(heavy, idle)), Policy.default())
-    assert str(d.pending_by_id()[2].reason).startswith("next in line")
-    assert str(d.pending_by_id()[1].reason).startswith("1 job ahead")
-
-
-def test_fair_share_orders_jobs_of_equal_index_and_never_beats_the_index() -> None:
-    from nanum.core import Lab, OrderContext
-    from nanum.core.ordering import Gittins
-
-    p = learned(1, 1, 1, 1, 1, 1, 10, 10, 10, 10)
-    labs = {"a": Lab(name="a", decayed_usage=1000.0), "b": Lab(name="b")}
-    ctx = OrderContext(0.0, labs, {}, 8, p)
-    a, b = Gittins().sort_key(job(1, lab="a"), ctx), Gittins().sort_key(job(2, lab="b"), ctx)
-    assert b < a  # the same index: the idle lab first
-    served = Gittins().sort_key(job(3, lab="b", attained_gpu_seconds=2 * HOUR), ctx)
-    assert a < served  # a higher index goes first whatever the lab's usage

@@ -66,9 +66,9 @@ def priority(
 
     RANK is the job's place in its partition's queue (1: next in line). Under the default order (gittins) a job
     goes by class (short before long: under or over 4 GPU-hours received), then by the Gittins index learned
-    from similar finished jobs, then by its lab's fair-share (a lab that used less of its share goes first), then
-    by submit time; a job's --priority reorders only its owner's own jobs among their places. The PRIORITY
-    column is the multifactor sum that `--policy priority` orders by."""
+    from similar finished jobs, then by submit time; a job's --priority reorders only its owner's own jobs among
+    their places. The PRIORITY column (with the lab's fair-share) is the multifactor sum that `--policy priority`
+    and `--policy fairshare` order by."""
     with connect(server, token) as client:
         report = client.priority(user=user, lab=lab)
     if json:

@@ -12,8 +12,8 @@ Each order gives a sort key; ties always fall back to submit time and then job i
   index first: the job most likely to finish per GPU-second spent, from the service distribution of similar
   finished jobs (`HistoryPredictor.gittins_index`; see nanum.core.predict). A waiting job whose burst siblings
   already run is known to need more than half of what the most-served of them received (nanum.core.bursts).
-  Between equal indices (and without a distribution) the lab with the higher fair-share factor goes first, then
-  FIFO. A user's priority reorders that user's own jobs among their places in the queue (`by_user_priority`).
+  Without a distribution it is FIFO inside a class. A user's priority reorders that user's own jobs among their
+  places in the queue (`by_user_priority`).
 - `shortest`: shortest expected run time first (the predictor's estimate capped by the time limit), as Helios' QSSF;
   a job with neither runs after all jobs with an estimate.
 """
@@ -81,6 +81,8 @@ class QueueOrder(Protocol):
     #: whether sort keys read the labs' or users' usage (fair-share factors): a driver may leave usage out of its
     #: snapshots for orders that do not (the simulator does, when no budget needs it either).
     reads_usage: ClassVar[bool]
+    #: whether sort keys read the users' usage too (not only the labs').
+    reads_users: ClassVar[bool]
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         """Smaller keys go first. Must be pure: the same job and context give the same key."""
@@ -90,6 +92,7 @@ class QueueOrder(Protocol):
 class Fifo:
     name: ClassVar[str] = "fifo"
     reads_usage: ClassVar[bool] = False
+    reads_users: ClassVar[bool] = False
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         return (job.submit_time, job.id)
@@ -123,6 +126,7 @@ def priority_score(job: Job, ctx: OrderContext) -> float:
 class Priority:
     name: ClassVar[str] = "priority"
     reads_usage: ClassVar[bool] = True
+    reads_users: ClassVar[bool] = False
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         return (-priority_score(job, ctx), job.submit_time, job.id)
@@ -131,6 +135,7 @@ class Priority:
 class FairShare:
     name: ClassVar[str] = "fairshare"
     reads_usage: ClassVar[bool] = True
+    reads_users: ClassVar[bool] = True
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         return (-ctx.lab_factor(job.lab), -ctx.user_factor(job.user), job.submit_time, job.id)
@@ -139,6 +144,7 @@ class FairShare:
 class Las:
     name: ClassVar[str] = "las"
     reads_usage: ClassVar[bool] = False
+    reads_users: ClassVar[bool] = False
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         return (self.level(job, job.attained_gpu_seconds), job.submit_time, job.id)
@@ -162,7 +168,6 @@ class Gittins(Las):
     submitted after it."""
 
     name: ClassVar[str] = "gittins"
-    reads_usage: ClassVar[bool] = True
 
     def level(self, job: Job, attained: float) -> int:
         """0 below 4 GPU-hours received, else 1."""
@@ -173,7 +178,7 @@ class Gittins(Las):
         sibling = ctx.sibling_service(job)
         more_than = 0.0 if sibling is None else SIBLING_SHARE * sibling
         index = gittins_index(job, attained, ctx.predictor, more_than)
-        return (self.level(job, attained), -(index or 0.0), -ctx.lab_factor(job.lab), job.submit_time, job.id)
+        return (self.level(job, attained), -(index or 0.0), job.submit_time, job.id)
 
     def arrange(self, queue: list[Job]) -> list[Job]:
         """`by_user_priority`: a user's priorities reorder that user's own jobs."""
@@ -186,7 +191,7 @@ def by_user_priority(queue: list[Job]) -> list[Job]:
 
     Example: alice's jobs 1 (priority 0) and 3 (priority 50) hold places 1 and 3, bob's job 2 place 2: the queue
     becomes 3, 2, 1."""
-    if all(job.priority == queue[0].priority for job in queue):
+    if len({job.priority for job in queue}) == 1:
         return queue
     places: dict[str, list[int]] = {}
     for pos, job in enumerate(queue):
@@ -202,6 +207,7 @@ def by_user_priority(queue: list[Job]) -> list[Job]:
 class Shortest:
     name: ClassVar[str] = "shortest"
     reads_usage: ClassVar[bool] = False
+    reads_users: ClassVar[bool] = False
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         runtime = expected_runtime(job, ctx.predictor)

@@ -11,7 +11,8 @@ at the same instant, so the job that preempted starts as soon as its victims sto
 
 Which cycles and partitions may be skipped, and when checkpoints matter, is the core's rule
 (`nanum.core.incremental`); the simulator lists checkpoints when the core asks (`_checkpoints`). The labs' and
-users' usage goes into snapshots only when the order ranks by it or a lab has a budget (`QueueOrder.reads_usage`).
+users' usage goes into snapshots only when the order ranks by it or a lab has a budget (`QueueOrder.reads_usage`,
+`reads_users`).
 """
 
 from __future__ import annotations
@@ -132,8 +133,9 @@ class Simulation:
         self._budgets = any(lab.limits.monthly_gpu_hours is not None for lab in self.labs.values())
         #: usage goes into snapshots only where the core reads it: for an order that ranks by it (users and labs),
         #: for budgets (labs). Otherwise the snapshot has the labs as configured and no users.
-        self.user_usage = policy.make_order().reads_usage
-        self.lab_usage = self.user_usage or self._budgets
+        order = policy.make_order()
+        self.user_usage = order.reads_users
+        self.lab_usage = order.reads_usage or self._budgets
         self.result = SimResult(policy, cluster, self.options, self.jobs, [], [], self.total_gpus)
         #: the core's incremental scheduler: it decides when a cycle may act and carries state between cycles.
         #: It asks for no reasons: the simulator reads only starts and preemptions.
