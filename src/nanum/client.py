@@ -507,6 +507,12 @@ class Client:
         params = [(k, v) for k, v in given.items() if v]
         return self._call("GET", "/usage", params=params).json()  # type: ignore[no-any-return]
 
+    def trace(self, *, since: str | None = None, until: str | None = None) -> dict[str, Any]:
+        """The store's jobs that started, submitted in [since, until) (UTC dates or times), as simulator trace rows,
+        with the cluster and the server's policy."""
+        params = [(k, v) for k, v in (("since", since), ("until", until)) if v]
+        return self._call("GET", "/trace", params=params).json()  # type: ignore[no-any-return]
+
     def priority(self, *, user: str | None = None, lab: str | None = None) -> dict[str, Any]:
         """Every pending job's priority and its factors, with its place in the queue."""
         params = [(k, v) for k, v in (("user", user), ("lab", lab)) if v]

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from nanum.cli.app import app
-from nanum.cli.common import fail
+from nanum.cli.common import ServerOpt, TokenOpt, connect, fail
 
 #: nanum.core.policy.DEFAULT_POLICY, spelled out so that `nanum` starts without importing the core (a test pins it).
 DEFAULT_POLICY = "gittins+binpack+backfill+preempt"
@@ -75,6 +75,34 @@ def trace_import(
     for line in report.summary_lines():
         typer.echo(line)
     typer.echo(f"wrote {written:,} jobs to {output}" + (f" and the cluster to {spec_path}" if spec_path else ""))
+
+
+@trace_app.command("export")
+def trace_export(
+    output: Path = typer.Option(..., "--output", "-o", help="Trace to write (.csv or .csv.gz); the cluster file "
+                                "goes beside it (.toml)."),
+    since: str | None = typer.Option(None, "--since", help="Jobs submitted from this date or time (UTC), or this "
+                                     "long ago: 90d, 12h, 2w (default: all)."),
+    until: str | None = typer.Option(None, "--until", help="Jobs submitted before this date or time, or this long "
+                                     "ago."),
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Write the server's finished and running jobs as a normalised trace, with the cluster (nodes, models, labs,
+    quotas) as a cluster file beside it, so that `nanum sim` replays the history unchanged."""
+    from nanum.sim.history import export, when
+
+    with connect(server, token) as client:
+        answer = client.trace(since=when(since), until=when(until))
+    try:
+        written, cluster = export(answer, output)
+    except OSError as e:
+        _fail(f"cannot write {output}: {e.strerror or e}; choose a writable path with -o")
+        return
+    skipped = "; ".join(f"{n} left out: {why}" for why, n in answer.get("skipped", {}).items())
+    left = f" ({skipped})" if skipped else ""
+    typer.echo(f"wrote {written:,} jobs to {output} and the cluster to {cluster}{left}")
+    typer.echo(f"replay: nanum sim --trace {output} --cluster {cluster} --policy {answer['policy']} --out run")
 
 
 def _labs(text: str | None) -> frozenset[str] | None:

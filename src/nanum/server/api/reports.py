@@ -1,0 +1,25 @@
+"""Routes for planning: the store's history as a simulator trace."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from nanum.server.auth import CallerDep, Context
+from nanum.server.services import reports, usage
+
+router = APIRouter(tags=["reports"])
+
+Short = Annotated[str | None, Query(max_length=64)]
+
+
+@router.get("/trace")
+def get_trace(ctx: Context, _: CallerDep, since: Short = None, until: Short = None) -> dict[str, Any]:
+    """Jobs that started and were submitted in [since, until) (dates or times in UTC; default: all) as rows of the
+    simulator's normalised trace, with the cluster (node groups, lab quotas) and the server's policy."""
+    now = time.time()
+    win = usage.window(None, since, until, now) if since is not None or until is not None else None
+    start, end = (win.since, win.until) if win is not None else (0.0, now + 1.0)
+    return reports.export_trace(ctx, start, end, now)
