@@ -12,7 +12,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-COMMAND_MODULES = ("demo", "jobs", "control", "admin", "agent", "runtime", "sim", "sharing", "monitoring", "sweep")
+COMMAND_MODULES = ("demo", "jobs", "control", "admin", "agent", "runtime", "sim", "sharing", "monitoring", "sweep",
+                   "report")
 #: command -> the module that registers it (only modules that register two or more: with one command
 #: registered, Typer would run it as the whole program).
 COMMANDS = {
