@@ -513,6 +513,12 @@ class Client:
         params = [(k, v) for k, v in (("since", since), ("until", until)) if v]
         return self._call("GET", "/trace", params=params).json()  # type: ignore[no-any-return]
 
+    def usage_report(self, *, since: str | None = None, until: str | None = None,
+                     by: str | None = None) -> dict[str, Any]:
+        """The usage report: used vs available, utilisation, idle-but-held, waits, lost work, budgets, top users."""
+        params = [(k, v) for k, v in (("since", since), ("until", until), ("by", by)) if v]
+        return self._call("GET", "/reports/usage", params=params).json()  # type: ignore[no-any-return]
+
     def priority(self, *, user: str | None = None, lab: str | None = None) -> dict[str, Any]:
         """Every pending job's priority and its factors, with its place in the queue."""
         params = [(k, v) for k, v in (("user", user), ("lab", lab)) if v]

@@ -257,6 +257,7 @@ TABLE = [
     row("GET", "/api/v1/usage", at(V1 + "/usage"),                             401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
     row("GET", "/api/v1/priority", at(V1 + "/priority"),                       401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
     row("GET", "/api/v1/trace", at(V1 + "/trace"),                             401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
+    row("GET", "/api/v1/reports/usage", at(V1 + "/reports/usage"),             401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
     row("GET", "/api/v1/labs/{lab}/members", at(V1 + "/labs/vision/members"), 401, 401, 403, 403, 403, 403, 200, 401, 200, 403),
     row("PUT", "/api/v1/labs/{lab}/members/{user}", add_member,                401, 401, 403, 403, 403, 403, 200, 401, 200, 403),
     row("DELETE", "/api/v1/labs/{lab}/members/{user}", remove_member,          401, 401, 403, 403, 403, 403, 204, 401, 204, 403),

@@ -148,3 +148,50 @@ def _dur(seconds: float) -> str:
     if seconds < 86400:
         return f"{seconds / 3600:.1f}h"
     return f"{seconds / 86400:.1f}d"
+
+
+@report_app.command("usage")
+def usage_report(
+    since: str | None = typer.Option(None, "--since", help="From this date or time (UTC), or this long ago: 90d, "
+                                     "2w (default: this month)."),
+    until: str | None = typer.Option(None, "--until", help="Up to this date (included) or time, or this long ago."),
+    by: str = typer.Option("lab", "--by", help="Rows by lab, user, gpu-model, day or week."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, csv, json or html (one self-contained file "
+                            "with charts)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file instead of the terminal."),
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """GPU-hours used against available, allocation against measured GPU utilisation, GPU-hours held while idle,
+    waits p50/p95 by lab, work lost to preemption, top users and budget use."""
+    from nanum.sim.history import when
+
+    if by not in ("lab", "user", "gpu-model", "day", "week"):
+        fail(f"--by: {by!r} is not one of lab, user, gpu-model, day, week", 2)
+    if fmt not in ("table", "csv", "json", "html"):
+        fail(f"--format: {fmt!r} is not one of table, csv, json, html", 2)
+    with connect(server, token) as client:
+        report = client.usage_report(since=when(since), until=when(until), by=by)
+    from nanum.cli import report_views as v
+
+    if fmt == "table" and output is None:
+        from nanum.cli.views import print_table
+
+        typer.echo(v.title(report))
+        typer.echo(v.headline(report))
+        print_table(v.headers(by), v.rows(report))
+        if by != "lab":
+            typer.echo("labs:")
+            print_table(v.headers("lab"), v.rows(report, "labs"))
+        return
+    text = {"csv": v.to_csv, "html": v.to_html}.get(fmt, lambda r: json.dumps(r, indent=2) + "\n")(report)
+    if fmt == "table":
+        text = "\n".join([v.title(report), v.headline(report), *("  ".join(r) for r in v.rows(report))]) + "\n"
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as e:
+        fail(f"cannot write {output}: {e.strerror or e}; choose a writable path with -o", 2)
+    typer.echo(f"wrote {output}")

@@ -12,6 +12,7 @@ quotas, and the server's policy, so `nanum sim` replays the history under the ru
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any
 
@@ -86,3 +87,133 @@ def _cluster(inventories: list[dict[str, Any]], labs: list[LabRow], lend: bool, 
             body["weight"] = lab.weight
         quotas[lab.name] = body
     return {"name": "history", "lend": lend, "reclaim": reclaim, "nodes": groups, "labs": quotas}
+
+
+# -- the usage report (`GET /api/v1/reports/usage`, `nanum report usage`) ------------------------------------------
+
+USAGE_GROUPS = ("lab", "user", "gpu-model", "day", "week")
+TOP_USERS = 10
+
+
+def usage_report(ctx: ServerContext, win: Any, by: str, now: float) -> dict[str, Any]:
+    """GPU-hours used against available, allocation against measured GPU utilisation, GPU-hours held while idle,
+    waits (p50, p95), work lost to preemption and budget use, grouped `by`; plus each lab's waits and the top users.
+
+    Utilisation and idle-but-held come from monitoring: a job's mean GPU utilisation and its share of idle readings
+    (`job_stats`), applied to its GPU-hours in the window; jobs with no readings count as unmeasured. Available
+    GPU-hours: the GPUs the nodes have now times the window (from the first node's registration)."""
+    from nanum.server.errors import BadRequest
+    from nanum.server.schemas import iso
+    from nanum.server.services import usage
+    from nanum.store.monitoring import JobStatsRow
+
+    if by not in USAGE_GROUPS:
+        raise BadRequest(f"invalid by {by!r}: choose {', '.join(USAGE_GROUPS)}")
+    with ctx.db.read() as s:
+        pieces = [*usage._charged(s.execute(usage._segments(win))),
+                  *usage._running(s.execute(usage._running_query()), now)]
+        ids = {p.job_id for p in pieces}
+        models = {r.id: r.gpu_model for r in s.execute(select(JobRow.id, JobRow.gpu_model).where(JobRow.id.in_(ids)))}
+        stats = {r.job_id: r for r in s.execute(select(JobStatsRow.job_id, JobStatsRow.readings, JobStatsRow.util_sum,
+                                                       JobStatsRow.idle, JobStatsRow.gpu_model)
+                                                .where(JobStatsRow.job_id.in_(ids)))}
+        nodes = list(s.execute(select(NodeRow.inventory, NodeRow.created)))
+        budgets = {r.name: r.monthly_gpu_hours for r in s.execute(select(LabRow.name, LabRow.monthly_gpu_hours))}
+        user_budgets = {r.name: r.monthly_gpu_hours for r in s.execute(select(UserRow.name, UserRow.monthly_gpu_hours))}
+    gpus = sum(len((inv or {}).get("gpus", ())) for inv, _ in nodes)
+    first = min((created for _, created in nodes), default=win.until)
+    available_s = gpus * max(win.until - max(win.since, first), 0.0)
+    groups: dict[str, _Group] = {}
+    labs: dict[str, _Group] = {}
+    users: dict[str, _Group] = {}
+    total = _Group()
+    for p in pieces:
+        st = stats.get(p.job_id)
+        model = (st.gpu_model if st is not None and st.gpu_model else None) or models.get(p.job_id) or "any"
+        for key, start, end in _pieces(p, win, by, model):
+            for g in (groups.setdefault(key, _Group()), labs.setdefault(p.lab, _Group()),
+                      users.setdefault(p.user, _Group()), total):
+                g.add(p, start, end, win, st)
+    months = max((win.until - win.since) / (30.4375 * 86400.0), 0.0) if win.since > 0 else None
+    budget_of = budgets if by == "lab" else user_budgets if by == "user" else {}
+    rows = [groups[k].out(k, budget_of.get(k), months) for k in sorted(groups)]
+    top = sorted(users.items(), key=lambda kv: -kv[1].gpu_s)[:TOP_USERS]
+    return {
+        "since": iso(win.since) if win.since > 0 else None, "until": iso(win.until), "by": by, "gpus": gpus,
+        "available_gpu_hours": round(available_s / 3600.0, 3),
+        "used_percent": round(100.0 * total.gpu_s / available_s, 1) if available_s else None,
+        "rows": rows, "total": total.out("total", None, None),
+        "labs": [labs[k].out(k, budgets.get(k), months) for k in sorted(labs)],
+        "top_users": [g.out(k, user_budgets.get(k), months) for k, g in top],
+    }
+
+
+class _Group:
+    """One row's tally."""
+
+    def __init__(self) -> None:
+        self.gpu_s = 0.0
+        self.jobs: set[int] = set()
+        self.waits: list[float] = []
+        self.lost = 0.0
+        self.measured_s = 0.0
+        self.util_s = 0.0  # GPU-seconds x utilisation (0..1), over measured jobs
+        self.idle_s = 0.0  # GPU-seconds held while idle, over measured jobs
+
+    def add(self, p: Any, start: float, end: float, win: Any, st: Any) -> None:
+        held = p.gpus * (end - start)
+        self.gpu_s += held
+        self.jobs.add(p.job_id)
+        if p.wait_s is not None and start == p.start and win.since <= p.start < win.until:
+            self.waits.append(p.wait_s)
+        if p.lost and end == p.end and win.since < p.end <= win.until:
+            self.lost += p.lost
+        if st is not None and st.readings:
+            self.measured_s += held
+            self.util_s += held * min(st.util_sum / st.readings, 100.0) / 100.0
+            self.idle_s += held * st.idle / st.readings
+
+    def out(self, key: str, budget: float | None, months: float | None) -> dict[str, Any]:
+        from nanum.sim.metrics import percentile
+
+        hours = self.gpu_s / 3600.0
+        return {
+            "key": key, "gpu_hours": round(hours, 4), "jobs": len(self.jobs),
+            "gpu_util_percent": round(100.0 * self.util_s / self.measured_s, 1) if self.measured_s else None,
+            "measured_gpu_hours": round(self.measured_s / 3600.0, 4),
+            "idle_held_gpu_hours": round(self.idle_s / 3600.0, 4),
+            "wait_p50_s": round(percentile(self.waits, 50), 1) if self.waits else None,
+            "wait_p95_s": round(percentile(self.waits, 95), 1) if self.waits else None,
+            "lost_gpu_hours": round(self.lost / 3600.0, 4),
+            "budget_gpu_hours": budget,
+            "budget_percent": round(100.0 * hours / (budget * months), 1) if budget and months else None,
+        }
+
+
+def _pieces(p: Any, win: Any, by: str, model: str) -> list[tuple[str, float, float]]:
+    """The piece clipped to the window as (key, start, end), cut at UTC midnights (day) or Mondays (week)."""
+    from nanum.server.services import usage
+
+    if by in ("lab", "user", "day"):
+        return usage._split(p, win, by)
+    clipped = usage._split(p, win, "lab")
+    if by == "gpu-model":
+        return [(model, start, end) for _, start, end in clipped]
+    out = []
+    for _, start, end in clipped:
+        while True:
+            monday = _monday(start) + WEEK
+            cut = min(monday, end)
+            out.append((time.strftime("%G-W%V", time.gmtime(start)), start, cut))
+            if cut >= end:
+                break
+            start = cut
+    return out
+
+
+WEEK = 7 * 86400.0
+
+
+def _monday(t: float) -> float:
+    day = t // 86400.0
+    return (day - (day + 3) % 7) * 86400.0  # 1970-01-01 was a Thursday
