@@ -88,6 +88,7 @@ class CycleState:
         self.victims: set[JobId] = set()
         #: per partition, the jobs considered so far that wait (for "N jobs ahead"; counted only with `explain`).
         self.waiting: Counter[str | None] = Counter()
+        self._parts: dict[str, str | None] = {}
         self._timeline: Timeline | None = None
         self._overdue: Timeline | None = None
         #: answers that depend only on the nodes, not on what runs: they live as long as the state (see CycleCache).
@@ -191,7 +192,10 @@ class CycleState:
     def wait(self, job: Job, why: Reason, estimate: float | None = None) -> bool:
         if self.explain:
             self.pending.append(Pending(job_id=job.id, reason=why, estimated_start=estimate))
-            self.waiting[partition_of(job.lab, self.policy.lend, self.owners)] += 1
+            parts = self._parts
+            if job.lab not in parts:
+                parts[job.lab] = partition_of(job.lab, self.policy.lend, self.owners)
+            self.waiting[parts[job.lab]] += 1
         return True
 
     def reserve(self, job: Job, shape: Shape, part: Partition) -> tuple[bool, Reservation | None, Reservation | None]:

@@ -73,7 +73,7 @@ def consider(c: CycleState, steps: tuple[Step, ...], job: Job, *, borrowing: boo
     if borrows and not borrowing:
         return False
     # 1. Admit.
-    if (why := _refused(c, job, borrows)) is not None:
+    if (borrows or job.lab in c.limited or job.user in c.limited) and (why := _refused(c, job, borrows)) is not None:
         return c.wait(job, why)
     # 2. Could it ever fit?
     shape = c.shape(job)
@@ -94,8 +94,9 @@ def consider(c: CycleState, steps: tuple[Step, ...], job: Job, *, borrowing: boo
         return True
     # 5. The policy's steps for a blocked job.
     first = part.head is None
-    if any(step(c, job, shape, first=first, borrows=borrows, borrowing=borrowing) for step in steps):
-        return True
+    for step in steps:
+        if step(c, job, shape, first=first, borrows=borrows, borrowing=borrowing):
+            return True
     # 6. Blocked: reserve, estimate, explain.
     if not fits_now and c.place(job, shape) is None:
         c.stuck.add(stuck)
