@@ -195,3 +195,48 @@ def usage_report(
     except OSError as e:
         fail(f"cannot write {output}: {e.strerror or e}; choose a writable path with -o", 2)
     typer.echo(f"wrote {output}")
+
+
+@report_app.command("predictions")
+def predictions(
+    since: str | None = typer.Option(None, "--since", help="The server's history from this date or time (UTC), or "
+                                     "this long ago: 90d, 2w (default: all, when no --trace)."),
+    trace: Path | None = typer.Option(None, "--trace", "-t", help="A normalised trace instead of the server's "
+                                      "history."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Measure the run-time predictor behind the default policy by an online replay (each job predicted from the
+    jobs finished before it was submitted): median absolute error and share within 2x, beside the users' time
+    limits."""
+    from nanum.sim import TraceError, read_trace
+    from nanum.sim.history import trace_jobs, when
+    from nanum.sim.predictions import evaluate
+
+    if trace is not None and since is not None:
+        fail("give either --since (the server's history) or --trace, not both", 2)
+    if trace is not None:
+        try:
+            jobs, _ = read_trace(trace)
+        except TraceError as e:
+            fail(str(e), 2)
+        source = trace.name
+    else:
+        with connect(server, token) as client:
+            jobs = trace_jobs(r for r in client.trace(since=when(since))["jobs"] if r["status"] != "running")
+        source = "history" + (f" since {since}" if since else "")
+    if not jobs:
+        fail(f"{source} has no finished jobs to measure predictions on; widen --since or give a --trace", 2)
+    found = [a.as_dict() for a in evaluate(jobs)]
+    if as_json:
+        typer.echo(json.dumps({"source": source, "jobs": len(jobs), "estimators": found}, indent=2))
+        return
+    from nanum.cli.views import print_table
+
+    typer.echo(f"{source}: {len(jobs):,} jobs, each predicted from the jobs finished before its submission")
+    print_table(("ESTIMATOR", "COVERED", "MEDIAN ABS ERROR", "WITHIN 2X", "MEDIAN EST/TRUE"), [
+        (a["estimator"], f"{a['covered']:,} ({a['covered_percent'] or 0:.1f}%)",
+         "-" if a["median_abs_error_s"] is None else _dur(a["median_abs_error_s"]),
+         "-" if a["within_2x_percent"] is None else f"{a['within_2x_percent']:.1f}%",
+         "-" if a["median_ratio"] is None else f"{a['median_ratio']:.2f}") for a in found])
