@@ -240,3 +240,47 @@ def predictions(
          "-" if a["median_abs_error_s"] is None else _dur(a["median_abs_error_s"]),
          "-" if a["within_2x_percent"] is None else f"{a['within_2x_percent']:.1f}%",
          "-" if a["median_ratio"] is None else f"{a['median_ratio']:.2f}") for a in found])
+
+
+@report_app.command("forecast")
+def forecast_report(
+    since: str | None = typer.Option(None, "--since", help="The server's history from this date or time (UTC), or "
+                                     "this long ago (default: 90d, when no --trace)."),
+    trace: Path | None = typer.Option(None, "--trace", "-t", help="A normalised trace instead of the server's "
+                                      "history."),
+    weeks: int = typer.Option(8, "--weeks", min=1, max=12, help="Weeks to forecast (1-12)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the forecast as JSON."),
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """GPU-hours demanded per week, for all labs and each lab, for the coming weeks (Holt-Winters: trend and
+    weekly seasonality), with the back-tested error of the last 4 weeks beside a naive forecast's."""
+    from nanum.sim import TraceError, read_trace
+    from nanum.sim.forecast import forecast
+    from nanum.sim.history import trace_jobs, when
+
+    if trace is not None and since is not None:
+        fail("give either --since (the server's history) or --trace, not both", 2)
+    if trace is not None:
+        try:
+            jobs, _ = read_trace(trace)
+        except TraceError as e:
+            fail(str(e), 2)
+        source = trace.name
+    else:
+        with connect(server, token) as client:
+            jobs = trace_jobs(client.trace(since=when(since or "90d"))["jobs"])
+        source = f"history since {since or '90d'}"
+    if not jobs:
+        fail(f"{source} has no jobs to forecast from; widen --since or give a --trace", 2)
+    found = [f.as_dict() for f in forecast(jobs, weeks)]
+    if as_json:
+        typer.echo(json.dumps({"source": source, "jobs": len(jobs), "forecasts": found}, indent=2))
+        return
+    from nanum.cli.views import print_table
+
+    typer.echo(f"{source}: GPU-hours demanded per week (GPUs x run time, by submission day)")
+    print_table(("LAB", "LAST WEEK", *(f"W+{i + 1}" for i in range(weeks)), "BACK-TEST ERROR", "NAIVE"), [
+        (f["lab"], f"{f['last_week_gpu_hours']:,.0f}", *(f"{w:,.0f}" for w in f["weekly_gpu_hours"]),
+         "-" if f["backtest_wape_percent"] is None else f"{f['backtest_wape_percent']:.0f}% ({f['backtest_weeks']}w)",
+         "-" if f["naive_wape_percent"] is None else f"{f['naive_wape_percent']:.0f}%") for f in found])
