@@ -269,3 +269,4 @@ def test_jobs_ahead_counts_only_jobs_of_the_same_partition_that_still_wait() -> 
     assert str(reason(d, 3)).startswith("next in line")  # job 1 ahead of it started
     assert str(reason(d, 4)).startswith("next in line")  # job 2 started; job 3 is another partition's
     assert str(reason(d, 5)).startswith("1 job ahead")
+    assert [d.pending_by_id()[j].ahead for j in (3, 4, 5)] == [0, 0, 1]  # what `nanum priority` ranks by

@@ -189,9 +189,9 @@ class CycleState:
         self.starts.append(Start(job_id=job.id, placements=placements, borrowing=borrowing, expected_end=end,
                                  over_reservation=over))
 
-    def wait(self, job: Job, why: Reason, estimate: float | None = None) -> bool:
+    def wait(self, job: Job, why: Reason, estimate: float | None = None, ahead: int | None = None) -> bool:
         if self.explain:
-            self.pending.append(Pending(job_id=job.id, reason=why, estimated_start=estimate))
+            self.pending.append(Pending(job_id=job.id, reason=why, estimated_start=estimate, ahead=ahead))
             parts = self._parts
             if job.lab not in parts:
                 parts[job.lab] = partition_of(job.lab, self.policy.lend, self.owners)

@@ -66,9 +66,14 @@ class Preempt:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Pending:
+    """`job_id` waits for `reason`. `ahead`: how many jobs of its partition the cycle considered before it that
+    wait too (its place in line is `ahead + 1`), where it got that far; None when limits or an impossible request
+    stop it first."""
+
     job_id: JobId
     reason: Reason
     estimated_start: float | None = None
+    ahead: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

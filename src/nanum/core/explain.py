@@ -32,17 +32,17 @@ def explain(c: CycleState, job: Job, shape: Shape, part: Partition, ahead: int, 
     if res is not None:
         when = f"{'reserved to start' if first else 'expected to start'} in {human(res.start - now)}"
         code = Code.RESERVED if first else Code.QUEUED
-        return c.wait(job, Reason(code, f"{place}; {when} when {res.cause}"), res.start)
+        return c.wait(job, Reason(code, f"{place}; {when} when {res.cause}"), res.start, ahead)
     if not first and c.policy.backfill and fits_now:
         held = part.shown
         when = f", reserved to start in {human(held.start - now)}" if held else ""
-        return c.wait(job, Reason(Code.BACKFILL, f"{place}; starting now would delay job {blocker}{when}"))
+        return c.wait(job, Reason(Code.BACKFILL, f"{place}; starting now would delay job {blocker}{when}"), None, ahead)
     if not first and not c.policy.backfill:
-        return c.wait(job, Reason(Code.QUEUED, f"{place}; waiting behind job {blocker}"))
+        return c.wait(job, Reason(Code.QUEUED, f"{place}; waiting behind job {blocker}"), None, ahead)
     room = c.room.get((shape, c.state.version))
     if room is None:
         room = c.room[(shape, c.state.version)] = no_room(c, job, shape.keys)
-    return c.wait(job, Reason(Code.RESOURCES, f"{place}; {room}"))
+    return c.wait(job, Reason(Code.RESOURCES, f"{place}; {room}"), None, ahead)
 
 
 def no_room(c: CycleState, job: Job, keys: Keys) -> str:

@@ -153,6 +153,7 @@ class Scheduler:
             decisions = self.core.cycle(plan.snapshot)
             result, woken = self._apply(plan, decisions, now)
             self.core.rebase(plan.snapshot, decisions)
+            self.ctx.places = {p.job_id: p.ahead + 1 for p in decisions.pending if p.ahead is not None}
             self._ticked = True
             self.ctx.signals.wake(woken)
             result.seconds = time.perf_counter() - began

@@ -2,9 +2,10 @@
 
 The factors and weights are the core's (`nanum.core.priority_factors`, `PRIORITY_WEIGHTS`), computed on the same
 snapshot the scheduler reads (decayed usage with the server's half-life, running jobs' time included), and `rank`
-is the job's place in its partition's queue under the server's order, whichever order that is, with a user's
-priorities arranged among their own jobs as the scheduler does (`by_user_priority` under `gittins`): rank N is the
-job a reason calls "N-1 jobs ahead" (1: "next in line").
+is the job's place in its partition's queue: the place its reason gives ("N jobs ahead" is rank N+1, "next in
+line" rank 1) as of the last scheduling tick; for a job submitted since, the place under the server's order with a
+user's priorities arranged among their own jobs as the scheduler does (`by_user_priority` under `gittins`).
+Rows come by rank, then in that order.
 """
 
 from __future__ import annotations
@@ -34,24 +35,23 @@ def report(ctx: ServerContext, *, user: str | None = None, lab: str | None = Non
         queue = arrange(queue)
     owners = {n.owner for n in snap.nodes if n.owner is not None}
     places: Counter[str | None] = Counter()
-    rows = []
+    rows: list[tuple[int, dict[str, Any]]] = []
     for job in queue:
         part = partition_of(job.lab, ctx.policy.lend, owners)
         places[part] += 1
-        rank = places[part]
+        rank = ctx.places.get(job.id, places[part])
         if (user and job.user != user) or (lab and job.lab != lab):
             continue
         factors = priority_factors(job, order_ctx)
-        rows.append(
-            {
-                "job_id": job.id,
-                "name": job.name,
-                "user": job.user,
-                "lab": job.lab,
-                "rank": rank,
-                "priority": round(sum(PRIORITY_WEIGHTS[k] * v for k, v in factors.items()), 1),
-                "factors": {k: round(v, 4) for k, v in factors.items()},
-                "user_fairshare": round(order_ctx.user_factor(job.user), 4),
-            }
-        )
-    return {"policy": ctx.policy.label, "weights": dict(PRIORITY_WEIGHTS), "jobs": rows}
+        rows.append((rank, {
+            "job_id": job.id,
+            "name": job.name,
+            "user": job.user,
+            "lab": job.lab,
+            "rank": rank,
+            "priority": round(sum(PRIORITY_WEIGHTS[k] * v for k, v in factors.items()), 1),
+            "factors": {k: round(v, 4) for k, v in factors.items()},
+            "user_fairshare": round(order_ctx.user_factor(job.user), 4),
+        }))
+    rows.sort(key=lambda row: row[0])  # stable: the order above among equal ranks
+    return {"policy": ctx.policy.label, "weights": dict(PRIORITY_WEIGHTS), "jobs": [row for _, row in rows]}
