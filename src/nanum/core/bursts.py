@@ -35,6 +35,16 @@ def request(job: Job) -> Request:
     return (job.user, job.gpus, job.nodes, job.gpu_model, job.name)
 
 
+def joins(last: tuple[JobId, JobId | None, float] | None, submit_time: float) -> JobId | None:
+    """The one burst rule: the `burst` of a job submitted at `submit_time`, given `last` = (id, burst, submit
+    time) of the same user's latest job with the same `request` (None: there is none). It joins that job's burst
+    when it came at most `BURST_GAP` seconds after it; None when it begins one. The simulator (`Bursts`) and the
+    server (at submit) both ask it."""
+    if last is None or submit_time - last[2] > BURST_GAP:
+        return None
+    return last[0] if last[1] is None else last[1]
+
+
 def burst_of(job: Job) -> JobId:
     """The id that names `job`'s burst: its first job's."""
     return job.id if job.burst is None else job.burst
@@ -44,14 +54,13 @@ class Bursts:
     """Assigns jobs to bursts as they are submitted, in submit order (a driver that replays a trace uses it)."""
 
     def __init__(self) -> None:
-        self._last: dict[Request, tuple[float, JobId]] = {}  # request -> (last submit time, its burst)
+        self._last: dict[Request, tuple[JobId, JobId | None, float]] = {}  # request -> its latest job (see `joins`)
 
     def join(self, job: Job) -> JobId | None:
         """The `burst` of `job`, submitted after every job passed before: its first job's id, None if it is first."""
         key = request(job)
-        last = self._last.get(key)
-        burst = last[1] if last is not None and job.submit_time - last[0] <= BURST_GAP else None
-        self._last[key] = (job.submit_time, job.id if burst is None else burst)
+        burst = joins(self._last.get(key), job.submit_time)
+        self._last[key] = (job.id, burst, job.submit_time)
         return burst
 
 

@@ -12,8 +12,8 @@ from sqlalchemy import Select, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from nanum.core import Limits, User, impossible
-from nanum.core.bursts import BURST_GAP
+from nanum.core import JobId, Limits, User, impossible
+from nanum.core.bursts import BURST_GAP, joins
 from nanum.server.arrays import parse_array
 from nanum.server.auth import Caller
 from nanum.server.context import ServerContext
@@ -127,19 +127,21 @@ def _requested(ctx: ServerContext, caller: Caller, request_id: str) -> dict[str,
 
 
 def _burst(s: Session, row: JobRow) -> int | None:
-    """The burst `row` joins (nanum.core.bursts): that of its user's last job with the same request, if that job
-    came at most BURST_GAP seconds before; None when it begins one."""
+    """The burst `row` joins, by the core's rule (`nanum.core.bursts.joins`) applied to its user's latest job with
+    the same request (`nanum.core.bursts.request`: GPUs, nodes, GPU model, name); only jobs within BURST_GAP are
+    read, since no older one can be joined."""
     last = s.execute(
-        select(JobRow.id, JobRow.burst)
+        select(JobRow.id, JobRow.burst, JobRow.submit_time)
         .where(JobRow.user_id == row.user_id, JobRow.gpus == row.gpus, JobRow.nodes == row.nodes,
                JobRow.gpu_model.is_(None) if row.gpu_model is None else JobRow.gpu_model == row.gpu_model,
                JobRow.name == row.name, JobRow.submit_time >= row.submit_time - BURST_GAP)
         .order_by(JobRow.submit_time.desc(), JobRow.id.desc())
         .limit(1)
     ).first()
-    if last is None:
-        return None
-    return int(last.id if last.burst is None else last.burst)
+    found = None if last is None else (JobId(last.id), None if last.burst is None else JobId(last.burst),
+                                       float(last.submit_time))
+    burst = joins(found, row.submit_time)
+    return None if burst is None else int(burst)
 
 
 def lab_for(ctx: ServerContext, caller: Caller, name: str | None) -> catalog.LabEntry:
