@@ -41,3 +41,21 @@ def test_export_then_sim_starts_jobs_in_the_recorded_order(cluster: Cluster, wor
         rows = [r for r in csv.DictReader(f) if r["job_id"] in {str(i) for i in ids}]
     simulated = [r["job_id"] for r in sorted(rows, key=lambda r: (float(r["start_time"]), int(r["job_id"])))]
     assert simulated == live
+
+
+def test_reports_read_the_servers_history(cluster: Cluster, workdir: Path) -> None:
+    ids = [cluster.submit("alice", "--gpus", "4", "--", "sleep", "2", cwd=workdir),
+           cluster.submit("bob", "--gpus", "4", "--", "sleep", "1", cwd=workdir)]
+    for i in ids:
+        cluster.wait_state(i, "completed", timeout=60)
+    capacity = cluster.nanum("report", "capacity", "--since", "1d", "--scale", "1,2", "-q", "--json")
+    assert capacity.returncode == 0, capacity.stderr
+    found = json.loads(capacity.stdout)
+    assert found["gpus"] == 4 and found["jobs"] >= 2 and found["verdict"] in ("adequate", "over-supplied")
+    predictions = cluster.nanum("report", "predictions", "--json")
+    assert predictions.returncode == 0, predictions.stderr
+    limit = json.loads(predictions.stdout)["estimators"][1]
+    assert limit["estimator"] == "time limit"
+    forecast = cluster.nanum("report", "forecast", "--weeks", "2", "--json")
+    assert forecast.returncode == 0, forecast.stderr
+    assert len(json.loads(forecast.stdout)["forecasts"][0]["weekly_gpu_hours"]) == 2
