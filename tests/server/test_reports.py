@@ -79,3 +79,17 @@ def test_trace_export_gives_each_started_job_its_run_time(client: AsgiClient, ag
 
 def _days_ago(days: int) -> str:
     return datetime.fromtimestamp(time.time() - days * 86400.0, UTC).strftime("%Y-%m-%d")
+
+
+def test_the_dashboards_reports_page_shows_the_usage_charts(client: AsgiClient, agent: FakeAgent,
+                                                            ctx: ServerContext) -> None:
+    from tests.server.test_web import get, login
+
+    _history(client, agent, ctx)
+    cookies = login(client, BOB)
+    r = get(client, "/reports", cookies)
+    assert r.status_code == 200 and 'href="/reports" class="active"' in r.text
+    assert r.text.count('src="data:image/png;base64,') == 3
+    assert "<td>vision</td><td>5</td>" in r.text and "<td>nlp</td><td>3</td>" in r.text
+    by_week = get(client, "/reports?by=week", cookies)
+    assert by_week.status_code == 200 and "By week" in by_week.text

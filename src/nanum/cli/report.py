@@ -172,7 +172,7 @@ def usage_report(
         fail(f"--format: {fmt!r} is not one of table, csv, json, html", 2)
     with connect(server, token) as client:
         report = client.usage_report(since=when(since), until=when(until), by=by)
-    from nanum.cli import report_views as v
+    from nanum import usage_report as v
 
     if fmt == "table" and output is None:
         from nanum.cli.views import print_table

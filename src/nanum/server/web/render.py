@@ -18,7 +18,7 @@ from nanum.server.auth import Caller
 from nanum.server.web import session
 
 WEB = Path(__file__).parent
-NAV = (("/", "Cluster"), ("/queue", "Queue"), ("/labs", "Labs"), ("/nodes", "Nodes"))
+NAV = (("/", "Cluster"), ("/queue", "Queue"), ("/labs", "Labs"), ("/nodes", "Nodes"), ("/reports", "Reports"))
 
 
 def _num(value: object) -> float | None:
