@@ -18,6 +18,7 @@ import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from nanum.sim.jobs import DEFAULT_LAB
 from nanum.sim.traces import TraceJob
@@ -37,7 +38,7 @@ class Forecast:
     method: str
     naive_wape_percent: float | None = None  # the same back-test for "every week like the last one"
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, Any]:
         return {"lab": self.lab, "history_weeks": round(self.history_weeks, 1), "last_week_gpu_hours":
                 round(self.last_week, 1), "weekly_gpu_hours": [round(w, 1) for w in self.weekly],
                 "backtest_wape_percent": self.backtest_wape_percent, "backtest_weeks": self.backtest_weeks,
