@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -45,12 +46,18 @@ def test_no_source_names_the_old_port() -> None:
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def _make_plan(*args: str) -> list[str]:
+    """The commands `make -n ARGS` would run (as from a shell: not the make that runs this suite, whose
+    MAKEFLAGS would add 'Entering directory' lines)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    done = subprocess.run(["make", "--no-print-directory", "-n", *args], cwd=ROOT, text=True, env=env,
+                          capture_output=True, check=True)
+    return done.stdout.splitlines()
+
+
 def test_make_run_takes_a_port() -> None:
-    planned = subprocess.run(["make", "-n", "-W", "pyproject.toml", "run", "PORT=9000"], cwd=ROOT, text=True,
-                             capture_output=True, check=True).stdout.splitlines()
-    assert planned[-1].endswith("nanum up --port 9000")
-    plain = subprocess.run(["make", "-n", "run"], cwd=ROOT, text=True, capture_output=True, check=True)
-    assert plain.stdout.splitlines()[-1].endswith("nanum up")
+    assert _make_plan("-W", "pyproject.toml", "run", "PORT=9000")[-1].endswith("nanum up --port 9000")
+    assert _make_plan("run")[-1].endswith("nanum up")
 
 
 def test_lab_set_prints_the_servers_warning(api: FakeApi, nanum: Nanum) -> None:
