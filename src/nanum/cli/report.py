@@ -210,22 +210,9 @@ def predictions(
     """Measure the run-time predictor behind the default policy by an online replay (each job predicted from the
     jobs finished before it was submitted): median absolute error and share within 2x, beside the users' time
     limits."""
-    from nanum.sim import TraceError, read_trace
-    from nanum.sim.history import trace_jobs, when
     from nanum.sim.predictions import evaluate
 
-    if trace is not None and since is not None:
-        fail("give either --since (the server's history) or --trace, not both", 2)
-    if trace is not None:
-        try:
-            jobs, _ = read_trace(trace)
-        except TraceError as e:
-            fail(str(e), 2)
-        source = trace.name
-    else:
-        with connect(server, token) as client:
-            jobs = trace_jobs(r for r in client.trace(since=when(since))["jobs"] if r["status"] != "running")
-        source = "history" + (f" since {since}" if since else "")
+    jobs, source = _jobs(trace, since, None, server, token, finished=True)
     if not jobs:
         fail(f"{source} has no finished jobs to measure predictions on; widen --since or give a --trace", 2)
     found = [a.as_dict() for a in evaluate(jobs)]
@@ -255,22 +242,9 @@ def forecast_report(
 ) -> None:
     """GPU-hours demanded per week, for all labs and each lab, for the coming weeks (Holt-Winters: trend and
     weekly seasonality), with the back-tested error of the last 4 weeks beside a naive forecast's."""
-    from nanum.sim import TraceError, read_trace
     from nanum.sim.forecast import forecast
-    from nanum.sim.history import trace_jobs, when
 
-    if trace is not None and since is not None:
-        fail("give either --since (the server's history) or --trace, not both", 2)
-    if trace is not None:
-        try:
-            jobs, _ = read_trace(trace)
-        except TraceError as e:
-            fail(str(e), 2)
-        source = trace.name
-    else:
-        with connect(server, token) as client:
-            jobs = trace_jobs(client.trace(since=when(since or "90d"))["jobs"])
-        source = f"history since {since or '90d'}"
+    jobs, source = _jobs(trace, since, "90d", server, token, finished=False)
     if not jobs:
         fail(f"{source} has no jobs to forecast from; widen --since or give a --trace", 2)
     found = [f.as_dict() for f in forecast(jobs, weeks)]
@@ -284,3 +258,25 @@ def forecast_report(
         (f["lab"], f"{f['last_week_gpu_hours']:,.0f}", *(f"{w:,.0f}" for w in f["weekly_gpu_hours"]),
          "-" if f["backtest_wape_percent"] is None else f"{f['backtest_wape_percent']:.0f}% ({f['backtest_weeks']}w)",
          "-" if f["naive_wape_percent"] is None else f"{f['naive_wape_percent']:.0f}%") for f in found])
+
+
+def _jobs(trace: Path | None, since: str | None, default_since: str | None, server: str | None, token: str | None,
+          *, finished: bool) -> tuple[list[Any], str]:
+    """The jobs of `trace`, or of the server's history since `since` (or `default_since`; `finished`: only jobs
+    that ended), and a name for where they came from."""
+    from nanum.sim import TraceError, read_trace
+    from nanum.sim.history import trace_jobs, when
+
+    if trace is not None and since is not None:
+        fail("give either --since (the server's history) or --trace, not both", 2)
+    if trace is not None:
+        try:
+            jobs, _ = read_trace(trace)
+        except TraceError as e:
+            fail(str(e), 2)
+        return list(jobs), trace.name
+    since = since or default_since
+    with connect(server, token) as client:
+        rows = client.trace(since=when(since))["jobs"]
+    return trace_jobs(r for r in rows if not finished or r["status"] != "running"), (
+        "history" + (f" since {since}" if since else ""))
