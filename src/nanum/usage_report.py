@@ -160,6 +160,7 @@ def _chart_waits(report: dict[str, Any]) -> tuple[str, str]:
     ax.bar([i + 0.2 for i in x], [r["wait_p95_s"] / 60 for r in labs], width=0.4, label="p95", color="#b33f2f")
     ax.set_xticks(list(x), [r["key"] for r in labs])
     ax.set_ylabel("wait (minutes)")
+    ax.set_ylim(bottom=0)  # waits of 0 would otherwise centre the axis on 0
     ax.set_title("Queue waits by lab")
     ax.legend()
     return "Queue waits by lab", _png(plt, fig)

@@ -226,10 +226,13 @@ def test_every_other_page(browser: Browser, cluster: Cluster, workdir: Path) -> 
         ("/labs", "labs", "GPU-hours per day, last 30 days"),
         ("/admin", "admin", "Idle policy"),
         (f"/jobs/{job_id}", "job-completed", "completed"),
+        ("/reports", "reports", "nanum report usage --format html"),
     ]:
         page.goto(cluster.url + path)
         expect(page.locator("main")).to_contain_text(marker)
         shot(page, name)
+    charts = page.locator("main figure img")
+    assert charts.count() >= 1 and all(charts.nth(i).evaluate("i => i.naturalWidth > 0") for i in range(charts.count()))
     page.click("text=Log out")
     expect(page).to_have_url(cluster.url + "/login")
     shot(page, "login")
