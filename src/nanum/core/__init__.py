@@ -24,7 +24,7 @@ from nanum.core.model import (
 from nanum.core.ordering import ORDERS, OrderContext, priority_factors
 from nanum.core.placement import PLACEMENTS
 from nanum.core.policy import Policy, PolicyError
-from nanum.core.predict import HistoryPredictor, Predictor, expected_end, expected_runtime, planned_end
+from nanum.core.predict import HistoryPredictor, Prediction, Predictor, expected_end, expected_runtime, planned_end
 from nanum.core.quota import impossible
 from nanum.core.scheduler import schedule
 
@@ -49,6 +49,7 @@ __all__ = [
     "Placement",
     "Policy",
     "PolicyError",
+    "Prediction",
     "Predictor",
     "Preempt",
     "Reason",

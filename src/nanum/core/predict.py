@@ -19,6 +19,7 @@ import bisect
 import math
 from collections import deque
 from collections.abc import Hashable
+from dataclasses import dataclass
 from itertools import accumulate
 from typing import Protocol
 
@@ -29,6 +30,15 @@ class Predictor(Protocol):
     def predict(self, job: Job) -> float | None:
         """Expected run time of `job` in seconds, or None when there is nothing to go on. Must not mutate."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """What `HistoryPredictor.predict` answers for a job, and which of its histories answered: `seconds` is None
+    when none did (the scheduler then plans with the job's time limit)."""
+
+    seconds: float | None
+    basis: str
 
 
 #: finished jobs kept per key for the service distribution, and how many a key needs before it is used.
@@ -97,6 +107,15 @@ class HistoryPredictor:
         self._memo[memo_key] = found
         return found
 
+    def explain(self, job: Job) -> Prediction:
+        """`predict(job)` with the history it came from, e.g. "mean of the last 14 finished jobs of alice named
+        train". Reads only: it neither fills nor trusts the memo, so it may be asked between cycles."""
+        for key in self._keys(job):
+            runs = self._runs.get(key)
+            if runs:
+                return Prediction(self._sums[key] / len(runs), f"mean of {_basis(key, len(runs), job)}")
+        return Prediction(None, "no similar finished job")
+
     @staticmethod
     def _service_keys(job: Job) -> tuple[Hashable, ...]:
         return (
@@ -162,6 +181,20 @@ class HistoryPredictor:
                     best = value
         memo[memo_key] = best
         return best
+
+
+def _basis(key: Hashable, count: int, job: Job) -> str:
+    """Which finished jobs `key` (one of `HistoryPredictor._keys`) stands for."""
+    jobs = "the last finished job" if count == 1 else f"the last {count} finished jobs"
+    gpus = f"{job.gpus} GPU" + ("" if job.gpus == 1 else "s") + (" per node" if job.nodes > 1 else "")
+    tag = key[0] if isinstance(key, tuple) else ""
+    if tag == "un":
+        return f"{jobs} of {job.user} named {job.name}"
+    if tag in ("u", "ug"):
+        return f"{jobs} of {job.user} with {gpus}"
+    if tag == "lg":
+        return f"{jobs} of lab {job.lab} with {gpus}"
+    return f"{jobs} of anyone"
 
 
 def _coarse(service: float) -> float:

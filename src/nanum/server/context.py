@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from nanum.core import Policy
+from nanum.core import Policy, Prediction
 from nanum.server.settings import ServerSettings
 from nanum.server.signals import Signals
 from nanum.store import Database
@@ -73,6 +73,9 @@ class ServerContext:
     #: each pending job's place in its partition's queue after the last scheduling tick (1: next in line), as its
     #: reason says it: `nanum priority` shows the same.
     places: dict[int, int] = field(default_factory=dict)
+    #: each pending and running job's run-time prediction and its basis after the last scheduling tick
+    #: (`nanum.core.HistoryPredictor.explain`), for the API's job view.
+    predictions: dict[int, Prediction] = field(default_factory=dict)
 
     @classmethod
     def create(cls, settings: ServerSettings, db: Database | None = None) -> ServerContext:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -32,7 +33,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
-from nanum.core import Decisions, HistoryPredictor, Incremental, Pending, Preempt, Start
+from nanum.core import Decisions, HistoryPredictor, Incremental, Pending, Prediction, Preempt, Snapshot, Start
 from nanum.server import snapshot
 from nanum.server.context import ServerContext
 from nanum.server.services import budgets, lifecycle
@@ -97,6 +98,8 @@ class Scheduler:
         self.leadership = Leadership(ctx.db)
         self._learned_until = 0.0
         self._jobs: snapshot.JobCache = {}
+        #: predictions by (user, name, lab, GPUs, nodes), valid until the predictor learns something new
+        self._explained: dict[tuple[str, str, str, int, int], Prediction] = {}
         #: The core's incremental scheduler: it decides each tick, and knows after it whether a GPU is free.
         self.core = Incremental(ctx.policy, self.predictor, (), {}, explain=True)
         self._ticked = False
@@ -154,6 +157,7 @@ class Scheduler:
             result, woken = self._apply(plan, decisions, now)
             self.core.rebase(plan.snapshot, decisions)
             self.ctx.places = {p.job_id: p.ahead + 1 for p in decisions.pending if p.ahead is not None}
+            self._explain(plan.snapshot)
             self._ticked = True
             self.ctx.signals.wake(woken)
             result.seconds = time.perf_counter() - began
@@ -167,11 +171,29 @@ class Scheduler:
         with self.ctx.db.read() as s:
             if self.ctx.db.is_postgres:
                 s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-            self._learned_until = snapshot.learn(s, self.predictor, self._learned_until)
+            learned = snapshot.learn(s, self.predictor, self._learned_until)
+            if learned != self._learned_until:
+                self._explained = {}
+            self._learned_until = learned
             settings = self.ctx.settings
             plan = snapshot.build(s, now, settings.node_timeout_s, self.predictor, self._jobs, settings.half_life_s)
             self._jobs = plan.jobs
             return plan
+
+    def _explain(self, snap: Snapshot) -> None:
+        """Publish each pending and running job's prediction and its basis (once per kind of job while the
+        predictor learns nothing new): the API shows them without touching the predictor, which only ticks use."""
+        out: dict[int, Prediction] = {}
+        explained = self._explained
+        for job in itertools.chain(snap.pending, (r.job for r in snap.running)):
+            key = (job.user, job.name, job.lab, job.gpus, job.nodes)
+            found = explained.get(key)
+            if found is None:
+                found = explained[key] = self.predictor.explain(job)
+            out[job.id] = found
+        if len(explained) > 4 * len(out) + 1000:
+            self._explained = {}
+        self.ctx.predictions = out
 
     def _apply(self, plan: snapshot.Plan, decisions: Decisions, now: float) -> tuple[TickResult, set[str]]:
         result = TickResult(pending=len(decisions.pending))

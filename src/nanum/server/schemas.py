@@ -175,6 +175,12 @@ class JobOut(BaseModel):
     last_checkpoint: str | None = None
     hint: str | None = Field(default=None, description="what would help a waiting job start")
     budget_warning: str | None = Field(default=None, description="its lab or user used 80 % or more of a budget")
+    predicted_runtime_s: float | None = Field(
+        default=None, description="pending or running: the run time predicted from similar finished jobs, seconds"
+    )
+    prediction_basis: str | None = Field(
+        default=None, description="pending or running, after a scheduling tick: what the prediction came from"
+    )
     segments: list[SegmentOut] | None = Field(default=None, description="its allocations so far (GET /jobs/{id})")
     gpu_util: float | None = Field(default=None, description="running: its busiest GPU's utilisation, percent")
     gpu_util_avg: float | None = Field(default=None, description="its GPUs' average utilisation over all readings")

@@ -102,6 +102,8 @@ def job_out(row: Any, user: str, lab: str) -> dict[str, Any]:
         "last_checkpoint": iso(row.last_checkpoint),
         "hint": hint(row.reason_code, row.reason, lab) if pending else None,
         "budget_warning": None,
+        "predicted_runtime_s": None,
+        "prediction_basis": None,
         "array_id": row.array_id,
         "array_task": row.array_task,
         "array_limit": row.array_limit,

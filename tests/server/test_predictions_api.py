@@ -1,0 +1,49 @@
+"""A job's predicted run time and its basis in the job view, as the scheduler's predictor learned them."""
+
+from __future__ import annotations
+
+from nanum.cli.views import show_lines
+from tests.server.asgiclient import AsgiClient
+from tests.server.conftest import ALICE, BOB, job, submit, tick
+from tests.server.fakeagent import FakeAgent
+
+
+def _finish(client: AsgiClient, agent: FakeAgent, count: int) -> None:
+    for _ in range(count):
+        done = submit(client, ALICE, name="train", gpus=1, time_limit_s=3600)
+        tick(client)
+        agent.beat()
+        agent.exit(int(done["id"]))  # type: ignore[call-overload]
+        agent.beat()
+
+
+def test_a_new_job_is_predicted_from_finished_jobs_of_its_user_and_name(client: AsgiClient, agent: FakeAgent) -> None:
+    _finish(client, agent, 3)
+    queued = submit(client, ALICE, name="train", gpus=2, time_limit_s=7200)
+    tick(client)
+    shown = job(client, queued["id"])
+    assert shown["state"] == "running"
+    assert shown["prediction_basis"] == "mean of the last 3 finished jobs of alice named train"
+    assert isinstance(shown["predicted_runtime_s"], float) and 0.0 <= shown["predicted_runtime_s"] < 60.0
+    line = dict(show_lines(shown))["prediction"]
+    assert line.endswith("run time (mean of the last 3 finished jobs of alice named train)")
+    listed = client.get("/api/v1/jobs", headers={"Authorization": f"Bearer {ALICE}"}).json()
+    assert [j["prediction_basis"] for j in listed if j["id"] == queued["id"]] == [shown["prediction_basis"]]
+
+
+def test_with_no_history_the_job_view_says_so(client: AsgiClient, agent: FakeAgent) -> None:
+    queued = submit(client, BOB, name="sweep", gpus=4, time_limit_s=14400)
+    assert job(client, queued["id"])["prediction_basis"] is None  # not yet seen by a tick
+    waiting = submit(client, BOB, name="sweep", gpus=4, time_limit_s=14400)
+    tick(client)
+    shown = job(client, queued["id"])
+    assert shown["predicted_runtime_s"] is None and shown["prediction_basis"] == "no similar finished job"
+    assert job(client, waiting["id"])["state"] == "pending"
+    assert job(client, waiting["id"])["prediction_basis"] == "no similar finished job"
+    assert dict(show_lines(shown))["prediction"] == "none (no similar finished job; its time limit 4:00:00 is used)"
+
+
+def test_ended_jobs_carry_no_prediction(client: AsgiClient, agent: FakeAgent) -> None:
+    _finish(client, agent, 1)
+    ended = client.get("/api/v1/jobs", params={"all": "true"}, headers={"Authorization": f"Bearer {ALICE}"}).json()
+    assert [(j["state"], j["predicted_runtime_s"], j["prediction_basis"]) for j in ended] == [("completed", None, None)]
