@@ -79,6 +79,10 @@ class JobStatus(Report):
         description="whether the agent had sent the job SIGTERM (a stop, its time limit) before it ended; "
         "None from agents that do not say",
     )
+    run: Count32 | None = Field(
+        default=None,
+        description="the run of the job this status is about (its launch's `run`); None from agents that do not say",
+    )
 
 
 class LogChunk(Report):
@@ -173,6 +177,7 @@ class JobLaunch(BaseModel):
     memory_mb: int | None = Field(default=None, ge=0, description="memory (RAM and swap) it may use; None: no limit")
     checkpoint_dir: str
     grace_s: float = 60.0
+    run: Count32 = Field(default=0, description="which run of the job this is (1 for its first); echoed in its status")
     # Gang (multi-node) jobs: torchrun-style rendezvous.
     master_addr: str | None = None
     master_port: int | None = None

@@ -214,7 +214,8 @@ def test_limits_hold_when_ten_users_submit_two_hundred_jobs_at_once_and_usage_ad
     with Client(crowd.url, crowd.admin_token) as admin:
         jobs = [admin.wait(i, timeout=150) for i in ids]
     drained = time.monotonic() - began
-    unfinished = [(j["id"], j["state"], j.get("reason")) for j in jobs if j["state"] != "completed"]
+    unfinished = [(j["id"], j["state"], j.get("reason"), j.get("segments"), crowd.nanum("show", str(j["id"])).stdout)
+                  for j in jobs if j["state"] != "completed"]
     assert not unfinished, unfinished
 
     spans: dict[str, list[tuple[float, float, int]]] = {}

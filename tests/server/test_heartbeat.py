@@ -6,7 +6,7 @@ import time
 
 from sqlalchemy import select
 
-from nanum.protocol import LogChunk
+from nanum.protocol import JobStatus, LogChunk
 from nanum.server.context import ServerContext
 from nanum.server.services import accounts
 from nanum.store import EventRow
@@ -295,3 +295,29 @@ def test_a_report_with_nan_or_infinity_is_refused_with_a_sentence(client: AsgiCl
     body["samples"] = [{"time": "Infinity", "gpus": [{"index": 0, "util": "NaN"}]}]
     r = client.post("/api/v1/agent/heartbeat", json=body, headers={"Authorization": f"Bearer {agent.token}"})
     assert r.status_code == 422 and "finite" in r.json()["detail"]
+
+
+def test_an_earlier_runs_end_reported_again_does_not_end_the_next_run(client: AsgiClient, agent: FakeAgent) -> None:
+    """An agent keeps an ended run until its whole log is uploaded, reporting its end meanwhile; the job may be
+    requeued and started on the same node in that time. That report must not end the new run (before: the new
+    run failed with the old run's 'killed by signal 15')."""
+    j = submit(client)
+    tick(client)
+    agent.beat()
+    first = agent.running[j["id"]].run
+    assert first == 1
+    assert client.post(f"/api/v1/jobs/{j['id']}/requeue", headers=auth(ALICE)).status_code == 200
+    agent.beat()  # not desired any more: stopped (SIGTERM)
+    agent.beat()  # its end reported: queued again
+    tick(client)
+    agent.beat()
+    assert agent.running[j["id"]].run == 2 and job(client, j["id"])["state"] == "running"
+    agent.exited[j["id"]] = JobStatus(
+        job_id=j["id"], state="exited", exit_code=143, signal=15, ended_at=time.time(), stopped=True, run=first
+    )
+    reply = agent.beat()
+    assert j["id"] in reply.ack and [d.job_id for d in reply.desired] == [j["id"]]
+    assert job(client, j["id"])["state"] == "running"
+    agent.exit(j["id"], code=0)
+    agent.beat()
+    assert job(client, j["id"])["state"] == "completed"

@@ -103,6 +103,7 @@ class JobRecord:
             checkpoint_at=self.checkpoint_at(),
             fenced=self.fenced,
             stopped=self.stop_reason is not None if self.state in ("exited", "failed_to_start") else None,
+            run=self.launch.run or None,
         )
 
     def checkpoint_at(self) -> float | None:

@@ -122,6 +122,11 @@ def _record_jobs(
     woken: set[str] = set()
     for st in hb.jobs:
         job = rows.get(st.job_id)
+        if job is not None and st.state != "running" and st.run is not None and st.run != job.runs:
+            # An earlier run's end, reported again while the agent uploads its log, after the job was requeued
+            # and started anew on this node: it is not the end of the run the node now holds.
+            acks.append(st.job_id)
+            continue
         if job is not None and job.id in held:
             _note_checkpoint(job, st)
         if st.state == "running":
@@ -204,6 +209,7 @@ def _launch(
         cpus=job.cpus or 0,
         memory_mb=job.memory_mb or None,
         grace_s=grace,
+        run=job.runs or 0,
         checkpoint_dir=str(ctx.settings.checkpoints_dir / str(job.id)),
         nproc_per_node=max(job.gpus, 1),
     )
