@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from nanum.cli.views import prediction_text, show_lines
+from nanum.cli.views import duration, show_lines
+from nanum.predicted import prediction_text
 
 BASIS = "mean of the last 14 finished jobs of alice named train"
 
@@ -25,7 +26,7 @@ BASIS = "mean of the last 14 finished jobs of alice named train"
     ],
 )
 def test_prediction_text(job: dict[str, Any], expected: str | None) -> None:
-    assert prediction_text(job) == expected
+    assert prediction_text(job, duration) == expected
 
 
 def test_show_puts_the_prediction_after_the_time_limit_on_one_line() -> None:

@@ -6,6 +6,7 @@ from nanum.cli.views import show_lines
 from tests.server.asgiclient import AsgiClient
 from tests.server.conftest import ALICE, BOB, job, submit, tick
 from tests.server.fakeagent import FakeAgent
+from tests.server.test_web import get, login
 
 
 def _finish(client: AsgiClient, agent: FakeAgent, count: int) -> None:
@@ -47,3 +48,25 @@ def test_ended_jobs_carry_no_prediction(client: AsgiClient, agent: FakeAgent) ->
     _finish(client, agent, 1)
     ended = client.get("/api/v1/jobs", params={"all": "true"}, headers={"Authorization": f"Bearer {ALICE}"}).json()
     assert [(j["state"], j["predicted_runtime_s"], j["prediction_basis"]) for j in ended] == [("completed", None, None)]
+
+
+def test_a_job_waiting_for_a_dependency_is_predicted_too(client: AsgiClient, agent: FakeAgent) -> None:
+    _finish(client, agent, 2)
+    first = submit(client, ALICE, name="prep", gpus=1, time_limit_s=3600)
+    after = submit(client, ALICE, name="train", gpus=1, time_limit_s=3600, after_ok=[str(first["id"])])
+    tick(client)
+    shown = job(client, after["id"])
+    assert shown["state"] == "pending" and shown["reason"] is not None
+    assert shown["prediction_basis"] == "mean of the last 2 finished jobs of alice named train"
+    assert isinstance(shown["predicted_runtime_s"], float)
+
+
+def test_the_job_page_shows_the_prediction(client: AsgiClient, agent: FakeAgent) -> None:
+    _finish(client, agent, 2)
+    queued = submit(client, ALICE, name="train", gpus=1, time_limit_s=3600)
+    tick(client)
+    cookies = login(client, ALICE)
+    page = get(client, f"/jobs/{queued['id']}", cookies).text
+    assert "Predicted" in page and "(mean of the last 2 finished jobs of alice named train)" in page
+    live = get(client, f"/ui/jobs/{queued['id']}.json", cookies).json()
+    assert live["prediction"].endswith("run time (mean of the last 2 finished jobs of alice named train)")

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nanum.cli.monitor_views import FIELDS, holder_text, idle_text, usage_lines, util_text
+from nanum.predicted import prediction_text
 
 ACTIVE = ("pending", "held")
 BORROW_MARK = "*"
@@ -138,22 +139,10 @@ def show_lines(job: dict[str, Any]) -> list[tuple[str, str]]:
     hidden = (*SHOW_ORDER, *FIELDS, *PREDICTION)
     keys = [k for k in SHOW_ORDER if k in job] + sorted(k for k in job if k not in hidden)
     lines = [(key, _show_value(key, job[key])) for key in keys]
-    if (predicted := prediction_text(job)) is not None:
+    if (predicted := prediction_text(job, duration)) is not None:
         at = next((i + 1 for i, k in enumerate(keys) if k == "time_limit_s"), len(lines))
         lines.insert(at, ("prediction", predicted))
     return lines + usage_lines(job)
-
-
-def prediction_text(job: dict[str, Any]) -> str | None:
-    """`2:10:00 run time (mean of the last 14 finished jobs of alice named train)`, or why there is none."""
-    basis, seconds, limit = job.get("prediction_basis"), job.get("predicted_runtime_s"), job.get("time_limit_s")
-    if not basis:
-        return None
-    if seconds is None:
-        used = f"its time limit {duration(limit)} is used" if limit is not None else "it has no time limit either"
-        return f"none ({basis}; {used})"
-    capped = f"; its time limit {duration(limit)} is used" if limit is not None and limit < seconds else ""
-    return f"{duration(seconds)} run time ({basis}{capped})"
 
 
 def _show_value(key: str, value: Any) -> str:

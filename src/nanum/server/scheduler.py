@@ -33,7 +33,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
-from nanum.core import Decisions, HistoryPredictor, Incremental, Pending, Prediction, Preempt, Snapshot, Start
+from nanum.core import Decisions, HistoryPredictor, Incremental, Pending, Prediction, Preempt, Start
 from nanum.server import snapshot
 from nanum.server.context import ServerContext
 from nanum.server.services import budgets, lifecycle
@@ -157,7 +157,7 @@ class Scheduler:
             result, woken = self._apply(plan, decisions, now)
             self.core.rebase(plan.snapshot, decisions)
             self.ctx.places = {p.job_id: p.ahead + 1 for p in decisions.pending if p.ahead is not None}
-            self._explain(plan.snapshot)
+            self._explain(plan)
             self._ticked = True
             self.ctx.signals.wake(woken)
             result.seconds = time.perf_counter() - began
@@ -180,12 +180,14 @@ class Scheduler:
             self._jobs = plan.jobs
             return plan
 
-    def _explain(self, snap: Snapshot) -> None:
-        """Publish each pending and running job's prediction and its basis (once per kind of job while the
-        predictor learns nothing new): the API shows them without touching the predictor, which only ticks use."""
+    def _explain(self, plan: snapshot.Plan) -> None:
+        """Publish each pending (held back by dependencies or array limits too) and running job's prediction and
+        its basis (once per kind of job while the predictor learns nothing new): the API shows them without touching
+        the predictor, which only ticks use."""
         out: dict[int, Prediction] = {}
         explained = self._explained
-        for job in itertools.chain(snap.pending, (r.job for r in snap.running)):
+        snap = plan.snapshot
+        for job in itertools.chain(snap.pending, plan.waiting, (r.job for r in snap.running)):
             key = (job.user, job.name, job.lab, job.gpus, job.nodes)
             found = explained.get(key)
             if found is None:

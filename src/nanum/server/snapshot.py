@@ -77,6 +77,8 @@ class Plan:
     node_ids: dict[str, int]
     shown: dict[int, tuple[str | None, str | None, float | None]] = field(default_factory=dict)
     jobs: JobCache = field(default_factory=dict)
+    #: Pending jobs held back by dependencies or array limits: not the core's to schedule, but predicted all the same.
+    waiting: tuple[Job, ...] = ()
 
 
 def build(
@@ -93,8 +95,9 @@ def build(
     pending_rows = s.execute(
         select(*JOB_COLUMNS, *PENDING_COLUMNS).where(JobRow.state == "pending").order_by(JobRow.id)
     ).all()
-    waiting = eligibility.blocked(s)  # dependencies, array limits: not the core's to schedule
-    pending_rows = [r for r in pending_rows if r.id not in waiting]
+    blocked = eligibility.blocked(s)  # dependencies, array limits: not the core's to schedule
+    waiting_rows = [r for r in pending_rows if r.id in blocked]
+    pending_rows = [r for r in pending_rows if r.id not in blocked]
     node_rows = s.execute(
         select(NodeRow.id, NodeRow.name, NodeRow.inventory, NodeRow.state, NodeRow.last_seen)
         .where(NodeRow.inventory.is_not(None))
@@ -142,7 +145,8 @@ def build(
         month=time.strftime("%B", time.gmtime(now)),
     )
     shown = {r.id: (r.reason, r.reason_code, r.estimated_start) for r in pending_rows}
-    return Plan(snapshot, {r.name: r.id for r in node_rows}, shown, jobs)
+    waiting = tuple(job(r) for r in waiting_rows)
+    return Plan(snapshot, {r.name: r.id for r in node_rows}, shown, jobs, waiting)
 
 
 def _busy_outside(

@@ -210,7 +210,7 @@ def list_jobs(
     with ctx.db.read() as s:
         out = [_shown(job_out(row, row.user_name, row.lab_name), row, caller) for row in s.connection().execute(query)]
         eligibility.annotate(s, out)
-    return jobusage.attach(ctx, _with_predictions(ctx, _with_budget_warnings(ctx, out)))
+    return jobusage.attach(ctx, with_predictions(ctx, _with_budget_warnings(ctx, out)))
 
 
 def _shown(out: dict[str, Any], row: Any, caller: Caller) -> dict[str, Any]:
@@ -236,7 +236,7 @@ def get_job(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
     if found.state == "running" and found.start_time is not None:
         since = found.charged_until or found.start_time
         out["segments"].append(_running_segment(found, since, time.time()))
-    return jobusage.attach(ctx, _with_predictions(ctx, _with_budget_warnings(ctx, [out])))[0]
+    return jobusage.attach(ctx, with_predictions(ctx, _with_budget_warnings(ctx, [out])))[0]
 
 
 def segment_out(seg: SegmentRow) -> dict[str, Any]:
@@ -273,7 +273,7 @@ def _with_budget_warnings(ctx: ServerContext, jobs: list[dict[str, Any]]) -> lis
     return jobs
 
 
-def _with_predictions(ctx: ServerContext, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def with_predictions(ctx: ServerContext, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Pending and running jobs' run-time predictions as the last scheduling tick made them."""
     predictions = ctx.predictions
     for job in jobs:

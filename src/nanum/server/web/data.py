@@ -11,7 +11,7 @@ from sqlalchemy import select
 from nanum.server.auth import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import NotFound
-from nanum.server.services import jobusage, labs, usage
+from nanum.server.services import jobs, jobusage, labs, usage
 from nanum.store import EventRow, JobRow, JobStatsRow, LabRow, UserRow
 
 DAY = 86400.0
@@ -97,7 +97,7 @@ def job_page(ctx: ServerContext, caller: Caller, job_id: int, log_offset: int | 
                 .order_by(EventRow.time, EventRow.id)
             )
         ]
-    job = dict(found._mapping)
+    job = jobs.with_predictions(ctx, [dict(found._mapping)])[0]
     may = caller.may_manage(job["user_id"], job["lab_id"])
     if not may:
         job["env"] = None  # its owner's and admins' alone, as in the API

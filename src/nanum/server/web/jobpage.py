@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from nanum.predicted import prediction_text
 from nanum.server.auth import Caller
 from nanum.server.errors import ApiError, NotFound
 from nanum.server.inputs import JobIdPath
@@ -52,6 +53,7 @@ def job_json(found: data.JobPage) -> dict[str, Any]:
         "log_offset": found.log_offset,
         "may_cancel": found.may_manage and job["state"] not in FINISHED,
         "waiting": _waiting_note(job),
+        "prediction": prediction_text(job, duration) or "",
     }
 
 

@@ -95,6 +95,7 @@
     if (badge) { badge.className = "badge " + data.state; text(badge, data.state); }
     text($('[data-field="reason"]'), data.reason);
     text($('[data-field="runtime"]'), data.runtime || "–");
+    text($('[data-field="prediction"]'), data.prediction);
     text($('[data-field="ended"]'), data.ended);
     text($('[data-field="util"]'), data.util);
     text($('[data-field="util_avg"]'), data.util_avg);
