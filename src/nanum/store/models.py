@@ -44,6 +44,7 @@ class UserRow(Base):
     """A person (or robot) with an API token. Only the SHA-256 of the token is stored."""
 
     __tablename__ = "users"
+    __table_args__ = (Index("uq_users_oidc", "oidc_issuer", "oidc_subject", unique=True),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
@@ -64,6 +65,10 @@ class UserRow(Base):
     uid_number: Mapped[int | None] = mapped_column(Integer)
     #: A disabled user's tokens and sessions are refused; their jobs stay, visible to admins.
     disabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    #: For a user made at a single sign-on (`source` oidc): the provider (`iss`) and who they are there (`sub`).
+    #: A login is matched by these two, never by name alone.
+    oidc_issuer: Mapped[str | None] = mapped_column(String(255))
+    oidc_subject: Mapped[str | None] = mapped_column(String(255))
 
 
 class MembershipRow(Base):
@@ -194,6 +199,11 @@ class JobRow(Base):
     retries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     #: Each ended run's exit code (None: it had none), in order.
     exits: Mapped[list[int | None] | None] = mapped_column(JSON(none_as_null=True))
+    #: Notebooks and shells: the secret the server reaches the job's JupyterLab with (its token), or that the
+    #: shell's relay shows to connect; never shown to anyone. None for batch jobs.
+    session_secret: Mapped[str | None] = mapped_column(String(64))
+    #: A notebook's `HOST:PORT` as its agent reported it; None until JupyterLab was started.
+    session_address: Mapped[str | None] = mapped_column(String(255))
 
 
 class AllocationRow(Base):
