@@ -20,6 +20,7 @@ from nanum.store.models import (
     UsageRow,
     UserRow,
 )
+from nanum.store.environments import DatasetRow, EnvironmentRow
 from nanum.store.monitoring import ContactRow, GpuSampleRow, JobStatsRow, MonitorSettingRow, NodeLiveRow
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "Base",
     "ContactRow",
     "Database",
+    "DatasetRow",
+    "EnvironmentRow",
     "EventRow",
     "GpuSampleRow",
     "JobRow",

@@ -120,6 +120,16 @@ class NodeRow(Base):
     #: GPUs the last heartbeat reported beyond the accepted ones: shown, never scheduled. None: there are none.
     unaccepted_gpus: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON(none_as_null=True))
     created: Mapped[float] = mapped_column(Float)
+    #: The lab that owns the node (its jobs come first; others borrow it while idle); None: the shared pool.
+    owner: Mapped[str | None] = mapped_column(String(64))
+    #: `{key: value}` labels an admin set; jobs' `--constraint key=value` match them.
+    labels: Mapped[dict[str, str] | None] = mapped_column(JSON(none_as_null=True))
+    #: An admin's name for the node's GPU model, replacing what its agent reports; None: the agent's.
+    gpu_model: Mapped[str | None] = mapped_column(String(64))
+    #: Why new jobs are kept off the node (an admin's drain, or a GPU health problem); None: not drained.
+    drain_reason: Mapped[str | None] = mapped_column(Text)
+    #: GPUs out of service for a health problem: `{index: {"problem", "since"}}`, until an admin resumes the node.
+    gpu_health: Mapped[dict[str, dict[str, Any]] | None] = mapped_column(JSON(none_as_null=True))
 
 
 class JobRow(Base):
@@ -199,6 +209,18 @@ class JobRow(Base):
     retries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     #: Each ended run's exit code (None: it had none), in order.
     exits: Mapped[list[int | None] | None] = mapped_column(JSON(none_as_null=True))
+    #: The environment it runs in, by name (nanum.store.environments); None: the node's own.
+    environment: Mapped[str | None] = mapped_column(String(64))
+    #: That environment as it was at submit (`image`, `runtime`, `python`, `setup`): what its launches use.
+    environment_spec: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    #: The datasets it reads: name -> path on the nodes (None: none).
+    datasets: Mapped[dict[str, str] | None] = mapped_column(JSON(none_as_null=True))
+    #: The least memory per GPU (MiB) the job accepts; None: any.
+    gpu_memory_mb: Mapped[int | None] = mapped_column(Integer)
+    #: Node labels the job needs, `["key=value", ...]`; None: none.
+    constraints: Mapped[list[str] | None] = mapped_column(JSON(none_as_null=True))
+    #: Each node's part runs the command under torchrun, with the rendezvous filled in.
+    torchrun: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     #: Notebooks and shells: the secret the server reaches the job's JupyterLab with (its token), or that the
     #: shell's relay shows to connect; never shown to anyone. None for batch jobs.
     session_secret: Mapped[str | None] = mapped_column(String(64))
