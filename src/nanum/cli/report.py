@@ -208,8 +208,8 @@ def predictions(
     token: TokenOpt = None,
 ) -> None:
     """Measure the run-time predictor behind the default policy by an online replay (each job predicted from the
-    jobs finished before it was submitted): median absolute error and share within 2x, beside the users' time
-    limits."""
+    jobs finished before it was submitted): median absolute error, share within 2x, and the shares whose relative
+    error is at most 10/50/100/1000%, beside the users' time limits."""
     from nanum.sim.predictions import evaluate
 
     jobs, source = _jobs(trace, since, None, server, token, finished=True)
@@ -222,11 +222,14 @@ def predictions(
     from nanum.cli.views import print_table
 
     typer.echo(f"{source}: {len(jobs):,} jobs, each predicted from the jobs finished before its submission")
-    print_table(("ESTIMATOR", "COVERED", "MEDIAN ABS ERROR", "WITHIN 2X", "MEDIAN EST/TRUE"), [
+    bands = ("10%", "50%", "100%", "1000%")
+    print_table(("ESTIMATOR", "COVERED", "MEDIAN ABS ERROR", "WITHIN 2X", "MEDIAN EST/TRUE",
+                 *(f"ERR<={b}" for b in bands)), [
         (a["estimator"], f"{a['covered']:,} ({a['covered_percent'] or 0:.1f}%)",
          "-" if a["median_abs_error_s"] is None else _dur(a["median_abs_error_s"]),
          "-" if a["within_2x_percent"] is None else f"{a['within_2x_percent']:.1f}%",
-         "-" if a["median_ratio"] is None else f"{a['median_ratio']:.2f}") for a in found])
+         "-" if a["median_ratio"] is None else f"{a['median_ratio']:.2f}",
+         *("-" if a["error_within"] is None else f"{a['error_within'][b]:.1f}%" for b in bands)) for a in found])
 
 
 @report_app.command("forecast")

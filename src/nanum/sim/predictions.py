@@ -3,8 +3,10 @@
 Jobs are taken in submit order. Before a job is submitted the predictor has learned exactly the jobs that had
 finished by then (a job finishes no sooner than its submit time plus its run time; no future leaks in), so each
 prediction is one the live server could have made. For every job with a prediction: the absolute error, and whether
-the prediction is within 2x of the true run time (half to double). The same for the user's time limit, where the
-trace has one (the estimate a scheduler has without a predictor).
+the prediction is within 2x of the true run time (half to double), and the shares of jobs whose relative error
+|estimate - truth| / truth is at most 10 %, 50 %, 100 % and 1000 % (`ERROR_BANDS`: the bands in which the Helios
+artifact states its estimator's error distribution). The same for the user's time limit, where the trace has one
+(the estimate a scheduler has without a predictor).
 
 The predictor is the live one (`nanum.core.HistoryPredictor`): mean of the last run times of the same user and job
 name, else user and GPUs, else lab and GPUs, else everyone.
@@ -23,6 +25,9 @@ from nanum.sim.cluster import ClusterSpec, NodeGroup
 from nanum.sim.jobs import make_jobs
 from nanum.sim.traces import TraceJob
 
+#: Relative-error bands, percent: a job counts in a band when |estimate - truth| / truth is at most that.
+ERROR_BANDS = (10, 50, 100, 1000)
+
 
 @dataclass(frozen=True, slots=True)
 class Accuracy:
@@ -34,12 +39,14 @@ class Accuracy:
     median_abs_error_s: float | None
     within_2x_percent: float | None
     median_ratio: float | None  # estimate / truth: above 1 over-estimates
+    #: percent of covered jobs (with a run time above 0) in each of `ERROR_BANDS`, keyed like "10%"
+    error_within: dict[str, float] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"estimator": self.name, "jobs": self.jobs, "covered": self.covered,
                 "covered_percent": round(100.0 * self.covered / self.jobs, 1) if self.jobs else None,
                 "median_abs_error_s": self.median_abs_error_s, "within_2x_percent": self.within_2x_percent,
-                "median_ratio": self.median_ratio}
+                "median_ratio": self.median_ratio, "error_within": self.error_within}
 
 
 def evaluate(trace: list[TraceJob]) -> list[Accuracy]:
@@ -74,6 +81,9 @@ def _accuracy(name: str, jobs: int, pairs: list[tuple[float, float]]) -> Accurac
     errors = [abs(p - t) for p, t in pairs]
     ratios = [p / t for p, t in pairs if t > 0]
     within = sum(1 for r in ratios if 0.5 <= r <= 2.0)
+    if not ratios:
+        return Accuracy(name, jobs, len(pairs), round(statistics.median(errors), 1), None, None)
+    bands = {f"{band}%": round(100.0 * sum(1 for r in ratios if abs(r - 1.0) * 100.0 <= band) / len(ratios), 1)
+             for band in ERROR_BANDS}
     return Accuracy(name, jobs, len(pairs), round(statistics.median(errors), 1),
-                    round(100.0 * within / len(ratios), 1) if ratios else None,
-                    round(statistics.median(ratios), 3) if ratios else None)
+                    round(100.0 * within / len(ratios), 1), round(statistics.median(ratios), 3), bands)
