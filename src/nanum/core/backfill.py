@@ -29,7 +29,7 @@ import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from nanum.core.model import Job, JobId
+from nanum.core.model import Job, JobId, serves
 from nanum.core.state import ClusterState, NodeFree
 
 INF = float("inf")
@@ -111,7 +111,7 @@ def _eligible(nf: NodeFree, job: Job, keys: set[tuple[str | None, str]]) -> bool
         and len(node.gpus) >= job.gpus
         and (not node.cpus or job.cpus <= node.cpus)
         and (not node.memory_mb or job.memory_mb <= node.memory_mb)
-        and job.labels <= node.labels
+        and serves(node, job)
     )
 
 

@@ -22,7 +22,7 @@ from nanum.core.backfill import Reservation, Timeline, reserve
 from nanum.core.cache import CycleCache, run_ends
 from nanum.core.classes import RunClasses
 from nanum.core.decision import Decisions, Pending, Preempt, Reason, Start
-from nanum.core.model import Job, JobId, Limits, NodeState, Placement, Running, Snapshot
+from nanum.core.model import Job, JobId, Limits, NodeState, Placement, Running, Snapshot, serves
 from nanum.core.placement import PlacementPolicy
 from nanum.core.policy import Policy
 from nanum.core.predict import Predictor, expected_runtime, overdue_end, planned_end
@@ -129,7 +129,8 @@ class CycleState:
 
     def shape(self, job: Job) -> Shape:
         """The shape of `job`'s request; one lookup per job, computed once per shape."""
-        key = (job.gpu_model, job.lab, job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels)
+        key = (job.gpu_model, job.gpu_models, job.lab, job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels,
+               job.gpu_memory_mb)
         hit = self._shapes.get(key)
         if hit is None:
             pools = None if self.policy.lend else (None, job.lab)
@@ -140,7 +141,7 @@ class CycleState:
 
     def _never_fits(self, job: Job, keys: Keys) -> bool:
         """True when no up node this job may use is big enough for it, whatever runs there (cached per shape)."""
-        cache_key = (id(keys), job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels)
+        cache_key = (id(keys), job.gpus, job.nodes, job.cpus, job.memory_mb, job.labels, job.gpu_memory_mb)
         hit = self._never_any.get(cache_key)
         if hit is None:
             hit = self._never_any[cache_key] = (
@@ -151,7 +152,7 @@ class CycleState:
 
     def _could_fit(self, key: tuple[str | None, str], job: Job) -> int:
         """How many up nodes in bucket `key` could hold one node's share of `job` when empty (cached)."""
-        cache_key = (key, job.gpus, job.cpus, job.memory_mb, job.labels)
+        cache_key = (key, job.gpus, job.cpus, job.memory_mb, job.labels, job.gpu_memory_mb)
         hit = self._never.get(cache_key)
         if hit is None:
             hit = self._never[cache_key] = sum(
@@ -159,7 +160,7 @@ class CycleState:
                 if nf.key == key and nf.node.state is NodeState.UP and len(nf.node.gpus) >= job.gpus
                 and (not nf.node.cpus or job.cpus <= nf.node.cpus)
                 and (not nf.node.memory_mb or job.memory_mb <= nf.node.memory_mb)
-                and job.labels <= nf.node.labels
+                and serves(nf.node, job)
             )
         return hit
 

@@ -47,7 +47,8 @@ def explain(c: CycleState, job: Job, shape: Shape, part: Partition, ahead: int, 
 
 def no_room(c: CycleState, job: Job, keys: Keys) -> str:
     """What `job` needs against what is free now."""
-    model = f" of model {job.gpu_model}" if job.gpu_model else ""
+    wanted = job.gpu_model or " or ".join(sorted(job.gpu_models))
+    model = f" of model {wanted}" if wanted else ""
     if job.nodes > 1:
         have = sum(1 for nf in c.state.candidates(keys, job.gpus, True) if fits(nf, job, None))
         return f"needs {job.nodes} nodes with {job.gpus} free GPUs{model} each; {have} have that now"

@@ -85,12 +85,31 @@ class Job:
     attained_gpu_seconds: float = 0.0
     #: node labels the job requires (all of them).
     labels: frozenset[str] = frozenset()
+    #: for some of those labels, what a node without it lacks, in words ("no node has podman for environment
+    #: torch"): said when no node has that label.
+    label_reasons: tuple[tuple[str, str], ...] = ()
+    #: GPU models of which it accepts any (`gpu_model` names exactly one); empty: any model.
+    gpu_models: frozenset[str] = frozenset()
+    #: the least memory per GPU (MiB) it accepts; 0: any.
+    gpu_memory_mb: int = 0
     #: the first job of the burst it was submitted in (nanum.core.bursts); None when it is that first job or alone.
     burst: JobId | None = None
 
     @property
     def total_gpus(self) -> int:
         return self.gpus * self.nodes
+
+
+def serves(node: Node, job: Job) -> bool:
+    """Whether `node` offers what `job` asks of any node it runs on besides room: its labels, enough GPU memory."""
+    if job.labels and not job.labels <= node.labels:
+        return False
+    return not job.gpu_memory_mb or all(g.memory_mb >= job.gpu_memory_mb for g in node.gpus)
+
+
+def takes_model(job: Job, model: str) -> bool:
+    """Whether `job` may run on GPUs of `model`."""
+    return (job.gpu_model is None or model == job.gpu_model) and (not job.gpu_models or model in job.gpu_models)
 
 
 @dataclass(frozen=True, slots=True)

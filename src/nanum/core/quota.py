@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from nanum.core.decision import Code, Reason
-from nanum.core.model import Job, Lab, Limits, Node, Running, User
+from nanum.core.model import Job, Lab, Limits, Node, Running, User, serves, takes_model
 
 
 @dataclass(slots=True)
@@ -121,10 +121,10 @@ def impossible(
             return Reason(Code.IMPOSSIBLE, f"needs {job.total_gpus} GPUs; {kind} {name} has max_gpus {cap}")
     usable = [n for n in nodes if lend or n.owner is None or n.owner == job.lab]
     models = sorted({n.gpu_model for n in usable if n.gpus})
-    if job.gpu_model is not None and job.gpu_model not in models:
+    if (job.gpu_model or job.gpu_models) and not any(takes_model(job, m) for m in models):
         have = ", ".join(models) or "no GPUs"
-        return Reason(Code.IMPOSSIBLE, f"needs GPU model {job.gpu_model}; the cluster has {have}")
-    usable = [n for n in usable if job.gpu_model is None or n.gpu_model == job.gpu_model]
+        return Reason(Code.IMPOSSIBLE, f"needs GPU model {_wanted_models(job)}; the cluster has {have}")
+    usable = [n for n in usable if takes_model(job, n.gpu_model)]
     fitting = [n for n in usable if _could_ever_fit(n, job)]
     if len(fitting) >= job.nodes:
         return None
@@ -136,7 +136,7 @@ def _could_ever_fit(node: Node, job: Job) -> bool:
         len(node.gpus) >= job.gpus
         and (not node.cpus or job.cpus <= node.cpus)
         and (not node.memory_mb or job.memory_mb <= node.memory_mb)
-        and job.labels <= node.labels
+        and serves(node, job)
     )
 
 
@@ -154,4 +154,22 @@ def _never_fits_message(job: Job, usable: list[Node], fitting: int) -> str:
     most_mem = max((n.memory_mb for n in usable), default=0)
     if most_mem and job.memory_mb > most_mem:
         return f"needs {job.memory_mb} MiB of memory on one node; the largest node has {most_mem} MiB"
-    return f"needs node labels {', '.join(sorted(job.labels))}; no node has them all"
+    missing = sorted(label for label in job.labels if not any(label in n.labels for n in usable))
+    said = dict(job.label_reasons)
+    if missing and all(label in said for label in missing):
+        return "; ".join(said[label] for label in missing)
+    if missing:
+        return f"needs node label {', '.join(missing)}; no node{_of_model(job)} has it"
+    if job.gpu_memory_mb and not any(serves(n, job) for n in usable if job.labels <= n.labels):
+        most = max((min(g.memory_mb for g in n.gpus) for n in usable if n.gpus), default=0)
+        return (f"needs GPUs with at least {job.gpu_memory_mb} MiB each{_of_model(job)}; "
+                f"the most any node's GPUs have is {most} MiB")
+    return f"needs node labels {', '.join(sorted(job.labels))}; no node{_of_model(job)} has them all"
+
+
+def _wanted_models(job: Job) -> str:
+    return job.gpu_model or " or ".join(sorted(job.gpu_models))
+
+
+def _of_model(job: Job) -> str:
+    return f" with GPU model {_wanted_models(job)}" if job.gpu_model or job.gpu_models else ""

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from nanum.core.model import Job, Node, NodeState, Placement, Running
+from nanum.core.model import Job, Node, NodeState, Placement, Running, serves, takes_model
 
 INF = float("inf")
 
@@ -36,7 +36,7 @@ class NodeFree:
             return False
         if self.memory_mb is not None and job.memory_mb > self.memory_mb:
             return False
-        return not job.labels or job.labels <= self.node.labels
+        return serves(self.node, job)
 
     def pick_gpus(self, count: int) -> tuple[int, ...]:
         """Best-fit island: the island with the fewest free GPUs that still holds `count`, else lowest indices."""
@@ -158,13 +158,13 @@ class ClusterState:
         """The (pool, model) buckets a job may use, own pool first. `pools` None: every pool.
 
         The same list object is returned for the same question, so callers may key caches on it."""
-        cache_key = (job.gpu_model, job.lab, pools)
+        cache_key = (job.gpu_model, job.gpu_models, job.lab, pools)
         keys = self._keys.get(cache_key)
         if keys is None:
             keys = [
                 k
                 for k in self.buckets
-                if (job.gpu_model is None or k[1] == job.gpu_model) and (pools is None or k[0] in pools)
+                if takes_model(job, k[1]) and (pools is None or k[0] in pools)
             ]
             keys.sort(key=lambda k: (k[0] != job.lab, k[0] is not None, k[0] or "", k[1]))
             self._keys[cache_key] = keys

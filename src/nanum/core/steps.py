@@ -23,7 +23,7 @@ from typing import Protocol
 
 from nanum.core.cycle import CycleState, Shape
 from nanum.core.decision import Code, Preempt, Reason
-from nanum.core.model import Job, Placement, Running
+from nanum.core.model import Job, Placement, Running, serves
 from nanum.core.placement import fits
 from nanum.core.preempt import attained, class_victim_key, may_preempt
 from nanum.core.quota import victim_key
@@ -217,5 +217,5 @@ def _fits_with(nf: NodeFree, job: Job, extra: list[int]) -> bool:
         len(nf.free) + extra[0] >= job.gpus
         and (nf.cpus is None or nf.cpus + extra[1] >= job.cpus)
         and (nf.memory_mb is None or nf.memory_mb + extra[2] >= job.memory_mb)
-        and job.labels <= nf.node.labels
+        and serves(nf.node, job)
     )

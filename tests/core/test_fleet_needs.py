@@ -1,0 +1,57 @@
+"""What a job asks of a node beyond room: any of several GPU models, at least so much GPU memory, node labels;
+and the reasons that name what is missing."""
+
+from __future__ import annotations
+
+import pytest
+
+from nanum.core import Code, Gpu, Node, Policy, schedule
+from tests.core.builders import job, node, snap
+
+
+def _reason(d, job_id: int) -> str:  # type: ignore[no-untyped-def]
+    return str(d.pending_by_id()[job_id].reason)
+
+
+def _where(d) -> dict[int, str]:  # type: ignore[no-untyped-def]
+    return {s.job_id: s.placements[0].node for s in d.starts}
+
+
+def _mem_node(name: str, mib: int) -> Node:
+    return Node(name=name, gpus=(Gpu(0, "A100", mib), Gpu(1, "A100", mib)))
+
+
+@pytest.mark.parametrize(
+    ("models", "expected"),
+    [
+        pytest.param(frozenset({"A100", "H100"}), "h", id="any-of-takes-the-free-one"),
+        pytest.param(frozenset({"H100"}), "h", id="one-in-a-set"),
+    ],
+)
+def test_a_job_accepting_several_models_runs_on_any_of_them(models: frozenset[str], expected: str) -> None:
+    cluster = (node("a", gpus=1, model="A100"), node("h", gpus=1, model="H100"), node("v", gpus=1, model="V100"))
+    busy_a = job(1, gpu_model="A100")
+    d = schedule(snap(cluster, (busy_a, job(2, gpu_models=models))), Policy())
+    assert _where(d) == {1: "a", 2: expected}
+
+
+def test_no_node_of_any_wanted_model_is_named_in_the_reason() -> None:
+    d = schedule(snap((node("a", model="A100"),), (job(1, gpu_models=frozenset({"H100", "B200"})),)), Policy())
+    assert _reason(d, 1) == "needs GPU model B200 or H100; the cluster has A100"
+
+
+def test_gpu_memory_is_a_lower_bound() -> None:
+    cluster = (_mem_node("small", 40960), _mem_node("big", 81920))
+    d = schedule(snap(cluster, (job(1, gpus=2, gpu_memory_mb=65536), job(2, gpus=2, gpu_memory_mb=40960))), Policy())
+    assert _where(d) == {1: "big", 2: "small"}
+    d = schedule(snap((_mem_node("small", 40960),), (job(3, gpu_memory_mb=81920),)), Policy())
+    assert d.pending_by_id()[3].reason.code is Code.IMPOSSIBLE
+    assert _reason(d, 3) == "needs GPUs with at least 81920 MiB each; the most any node's GPUs have is 40960 MiB"
+
+
+def test_constraints_match_labels_and_the_reason_names_the_missing_one() -> None:
+    cluster = (node("plain"), node("ib", labels=frozenset({"net=ib", "rack=r1"})))
+    d = schedule(snap(cluster, (job(1, labels=frozenset({"net=ib"})), job(2, labels=frozenset({"net=ib", "ssd=1"})))),
+                 Policy())
+    assert _where(d) == {1: "ib"}
+    assert _reason(d, 2) == "needs node label ssd=1; no node has it"
