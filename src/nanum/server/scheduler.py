@@ -37,7 +37,7 @@ from nanum.core import Decisions, HistoryPredictor, Incremental, Pending, Predic
 from nanum.server import snapshot
 from nanum.server.context import ServerContext
 from nanum.server.services import budgets, lifecycle
-from nanum.store import AllocationRow, JobRow, LabRow, NodeRow
+from nanum.store import AllocationRow, JobRow, LabRow, NodeRow, table
 from nanum.store.db import Database
 
 log = logging.getLogger("nanum.scheduler")
@@ -270,10 +270,10 @@ class Scheduler:
             keep = {p.job_id for p in pending}
             self._shown_at = {k: v for k, v in self._shown_at.items() if k in keep}
         if rows:
-            table = JobRow.__table__
+            jobs_table = table(JobRow)
             stmt = (
-                table.update()
-                .where(table.c.id == bindparam("jid"), table.c.state == "pending")
+                jobs_table.update()
+                .where(jobs_table.c.id == bindparam("jid"), jobs_table.c.state == "pending")
                 .values(reason=bindparam("r"), reason_code=bindparam("c"), estimated_start=bindparam("e"))
             )
             s.connection().execute(stmt, rows)
@@ -303,7 +303,7 @@ def _changed(
 
 
 _START = (
-    JobRow.__table__.update()
+    table(JobRow).update()
     .where(JobRow.__table__.c.id == bindparam("job_id"), JobRow.__table__.c.state == "pending")
     .values(
         state="running",
@@ -323,7 +323,7 @@ _START = (
         lost_from=None,
     )
 )
-_HOLD = AllocationRow.__table__.insert()
+_HOLD = table(AllocationRow).insert()
 
 
 def _start(s: Session, start: Start, plan: snapshot.Plan, now: float) -> set[str]:

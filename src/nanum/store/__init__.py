@@ -5,6 +5,7 @@ directory by default, PostgreSQL for production (`--db postgresql+psycopg://...`
 """
 
 from nanum.store.db import Database, sqlite_url
+from nanum.store.environments import DatasetRow, EnvironmentRow
 from nanum.store.migrate import upgrade
 from nanum.store.models import (
     AllocationRow,
@@ -19,8 +20,8 @@ from nanum.store.models import (
     TokenRow,
     UsageRow,
     UserRow,
+    table,
 )
-from nanum.store.environments import DatasetRow, EnvironmentRow
 from nanum.store.monitoring import ContactRow, GpuSampleRow, JobStatsRow, MonitorSettingRow, NodeLiveRow
 
 __all__ = [
@@ -45,5 +46,6 @@ __all__ = [
     "UsageRow",
     "UserRow",
     "sqlite_url",
+    "table",
     "upgrade",
 ]

@@ -11,14 +11,20 @@ one row whose GPU is NULL. Rows are deleted when the job's process on that node 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Table, Text, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
 class Base(DeclarativeBase):
     pass
+
+
+def table(row: type[Base]) -> Table:
+    """`row`'s Core table, for bulk statements without the ORM's per-row cost (`Row.__table__` is typed as a
+    plain FromClause)."""
+    return cast(Table, row.__table__)
 
 
 class LabRow(Base):

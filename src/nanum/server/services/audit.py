@@ -13,10 +13,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from nanum.server.schemas import iso
-from nanum.store import AuditRow
+from nanum.store import AuditRow, table
 
 SYSTEM = "nanum"
-INSERT = AuditRow.__table__.insert()
+INSERT = table(AuditRow).insert()
 
 
 def record(

@@ -21,9 +21,9 @@ from nanum.server.errors import BadRequest, Conflict, Forbidden, NotFound
 from nanum.server.schemas import ACTIVE_STATES, JOB_STATES, JobSubmit, iso
 from nanum.server.services import budgets, catalog, eligibility, jobusage, lifecycle
 from nanum.server.views import core_job, job_out
-from nanum.store import JobRow, LabRow, SegmentRow, UserRow
+from nanum.store import JobRow, LabRow, SegmentRow, UserRow, table
 
-INSERT_JOB = JobRow.__table__.insert().returning(JobRow.__table__.c.id)
+INSERT_JOB = table(JobRow).insert().returning(table(JobRow).c.id)
 
 #: The most log bytes one read returns; the reply's offset says where to continue.
 LOG_CHUNK = 1 << 20
@@ -102,8 +102,8 @@ def _insert_array(s: Session, row: JobRow, values: dict[str, Any], tasks: list[i
     conn = s.connection()
     first = {**values, "array_task": tasks[0], "name": values["name"]}
     row.id = conn.execute(INSERT_JOB, first).scalar_one()
-    table = JobRow.__table__
-    conn.execute(table.update().where(table.c.id == row.id).values(array_id=row.id))
+    jobs_table = table(JobRow)
+    conn.execute(jobs_table.update().where(jobs_table.c.id == row.id).values(array_id=row.id))
     row.array_id, row.array_task = row.id, tasks[0]
     burst = row.burst if row.burst is not None else row.id
     throttled = eligibility.throttle_reason(row.id, limit) if limit is not None else None
@@ -114,7 +114,7 @@ def _insert_array(s: Session, row: JobRow, values: dict[str, Any], tasks: list[i
             task_values["reason"], task_values["reason_code"] = throttled, "array_limit"
         rest.append(task_values)
     if rest:
-        conn.execute(table.insert(), rest)
+        conn.execute(jobs_table.insert(), rest)
 
 
 def _requested(ctx: ServerContext, caller: Caller, request_id: str) -> dict[str, Any] | None:

@@ -23,11 +23,11 @@ from nanum.core import decay
 from nanum.core.fairshare import DEFAULT_HALF_LIFE
 from nanum.protocol import JobStatus
 from nanum.server.services import eligibility
-from nanum.store import AllocationRow, EventRow, JobRow, LabRow, NodeRow, SegmentRow, UsageRow, UserRow
+from nanum.store import AllocationRow, EventRow, JobRow, LabRow, NodeRow, SegmentRow, UsageRow, UserRow, table
 
-INSERT_EVENT = EventRow.__table__.insert()
-INSERT_SEGMENT = SegmentRow.__table__.insert()
-_NODES, _ALLOCS = NodeRow.__table__, AllocationRow.__table__
+INSERT_EVENT = table(EventRow).insert()
+INSERT_SEGMENT = table(SegmentRow).insert()
+_NODES, _ALLOCS = table(NodeRow), table(AllocationRow)
 _BUMP = (
     _NODES.update()
     .where(_NODES.c.id.in_(bindparam("ids", expanding=True)))
@@ -209,7 +209,7 @@ def recover(s: Session, job: JobRow, node: NodeRow, now: float) -> bool:
     try:
         with s.begin_nested():
             s.execute(
-                AllocationRow.__table__.insert(),
+                table(AllocationRow).insert(),
                 [{"job_id": job.id, "node_id": node.id, "gpu_index": g} for g in placement[0]["gpus"] or [None]],
             )
     except IntegrityError:
@@ -318,5 +318,5 @@ def _add_usage(s: Session, month: str, kind: str, name: str, seconds: float) -> 
     s.connection().execute(stmt, {"month": month, "kind": kind, "name": name, "gpu_seconds": seconds})
 
 
-USAGE = UsageRow.__table__
+USAGE = table(UsageRow)
 _UPSERTS: dict[str, Any] = {}

@@ -27,9 +27,9 @@ from nanum.monitor.idle import IdlePolicy, IdleState, Reading, Stage, Step, Step
 from nanum.protocol import GpuSample, Sample
 from nanum.server.context import ServerContext
 from nanum.server.services import lifecycle, monitor_settings
-from nanum.store import AllocationRow, GpuSampleRow, JobRow, JobStatsRow, NodeLiveRow, NodeRow, UserRow
+from nanum.store import AllocationRow, GpuSampleRow, JobRow, JobStatsRow, NodeLiveRow, NodeRow, UserRow, table
 
-GPU_SAMPLES = GpuSampleRow.__table__
+GPU_SAMPLES = table(GpuSampleRow)
 _INSERTS: dict[str, Any] = {}
 
 
