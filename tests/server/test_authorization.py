@@ -11,7 +11,8 @@ column per caller:
 - `admin`; `node`: the node token of `gpu-01`;
 - `mgr`: erin, a manager of lab `vision` (the job's lab), who owns nothing; `omgr`: frank, a manager of lab `nlp`.
 
-`GET /auth` and `POST /login` take no token (this server has no directory, so a password login is 400).
+`GET /auth`, `POST /login` and `POST /login/oidc` take no token (this server has no directory and no single
+sign-on, so both logins are 400).
 Users act on their own jobs only (cancel, checkpoint, logs), a lab's managers on that lab's jobs, members and
 member limits and on no other lab's; admins on everything; everyone sees the queue, the
 nodes, labs and usage; node tokens reach only the agent endpoint. Every cell runs against a fresh resource where
@@ -268,6 +269,8 @@ TABLE = [
     row("DELETE", "/api/v1/tokens/{token_id}", revoke_alices_token,             401, 401, 403, 403, 403, 204, 204, 401, 403, 403),
     row("GET", "/api/v1/auth", at(V1 + "/auth"),                               200, 200, 200, 200, 200, 200, 200, 200, 200, 200),
     row("POST", "/api/v1/login", at(V1 + "/login", {"username": "alice", "password": "pw"}),
+                                                                               400, 400, 400, 400, 400, 400, 400, 400, 400, 400),
+    row("POST", "/api/v1/login/oidc", at(V1 + "/login/oidc", {"id_token": "a.b.c"}),
                                                                                400, 400, 400, 400, 400, 400, 400, 400, 400, 400),
     row("POST", "/api/v1/agent/heartbeat", heartbeat,                          401, 401, 401, 401, 401, 401, 401, 200, 401, 401),
 ]

@@ -52,7 +52,7 @@ def login(client: AsgiClient, username: str, password: str) -> httpx.Response:
 
 
 def test_a_first_login_makes_the_user_from_the_directory(client: AsgiClient) -> None:
-    assert client.get("/api/v1/auth").json() == {"token": True, "password": True, "directory": "ldap"}
+    assert client.get("/api/v1/auth").json() == {"token": True, "password": True, "directory": "ldap", "oidc": None}
     r = login(client, "kim", "kim-pw")
     assert r.status_code == 200, r.text
     body = r.json()

@@ -119,7 +119,24 @@ class LoginOut(BaseModel):
     expires: str | None
 
 
+class OidcInfo(BaseModel):
+    """The single sign-on provider: `nanum login --oidc` asks it for an ID token as this client."""
+
+    issuer: str
+    client_id: str
+    name: str
+
+
 class AuthMethods(BaseModel):
     token: bool
     password: bool
     directory: str | None
+    oidc: OidcInfo | None = None
+
+
+class OidcLoginIn(ApiIn):
+    """An ID token from the server's single sign-on provider (e.g. from the device flow of `nanum login --oidc`);
+    `token_name` names the API token handed out for it."""
+
+    id_token: Annotated[str, Field(min_length=1, max_length=16_384)]
+    token_name: Annotated[str, Field(min_length=1, max_length=64)] = "login"

@@ -32,6 +32,36 @@ class LdapSettings:
     #: How long the token a password login hands out lasts.
     token_lifetime_s: float = 30 * 86400
     timeout_s: int = 10
+    #: CA certificates (PEM) that an ldaps:// directory's certificate must chain to; None: not verified.
+    ca_file: str | None = None
+
+
+#: A group -> lab name rule for single sign-on when none is given: every group is a lab (Keycloak's group paths
+#: start with a slash, which is dropped).
+DEFAULT_OIDC_GROUP_LAB = r"^/?([A-Za-z0-9][A-Za-z0-9._-]*)$"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OidcSettings:
+    """One OpenID Connect provider people log in with (`nanum up --oidc-issuer ...`; nanum.server.oidc)."""
+
+    issuer: str
+    client_id: str
+    #: None for a public client (PKCE only).
+    client_secret: str | None = None
+    #: The claim that names the user here, the one that names their Unix account, and the one listing groups.
+    username_claim: str = "preferred_username"
+    unix_claim: str | None = None
+    groups_claim: str = "groups"
+    #: A regular expression over a group's name; its first group is the lab's name.
+    group_lab: str = DEFAULT_OIDC_GROUP_LAB
+    #: A regular expression over a group's name whose first group names a lab the person manages; None: none.
+    manager_group: str | None = None
+    #: How long the token a single sign-on from the command line hands out lasts.
+    token_lifetime_s: float = 30 * 86400
+    timeout_s: float = 10.0
+    #: What the login page's button says: "Log in with <name>".
+    name: str = "single sign-on"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +94,8 @@ class ServerSettings:
     metrics_names: bool = False
     #: A directory people log in to with their password; None: API tokens only.
     ldap: LdapSettings | None = None
+    #: An OpenID Connect provider people log in with (single sign-on); None: none.
+    oidc: OidcSettings | None = None
 
     @property
     def fence_margin_s(self) -> float:

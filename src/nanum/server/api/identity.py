@@ -8,9 +8,19 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response
 
 from nanum.server.auth import AdminDep, CallerDep, Context
-from nanum.server.identity import AuthMethods, ImportIn, ImportOut, LoginIn, LoginOut, TokenIn, TokenInfo, TokenNew
+from nanum.server.identity import (
+    AuthMethods,
+    ImportIn,
+    ImportOut,
+    LoginIn,
+    LoginOut,
+    OidcLoginIn,
+    TokenIn,
+    TokenInfo,
+    TokenNew,
+)
 from nanum.server.limits import MAX_STORED_ID
-from nanum.server.services import logins, onboarding, tokens
+from nanum.server.services import logins, onboarding, sso, tokens
 
 OfUser = Annotated[str | None, Query(max_length=64, description="another user's (admins only)")]
 
@@ -55,3 +65,12 @@ def login(body: LoginIn, ctx: Context) -> LoginOut:
     """Log in with a directory name and password (401 if wrong, disabled or unknown): the user is made or brought
     up to date from the directory, and gets an API token that expires (the server's --ldap-token-days)."""
     return logins.password_login(ctx, body.username, body.password, body.token_name)
+
+
+@router.post("/login/oidc")
+def oidc_login(body: OidcLoginIn, ctx: Context) -> LoginOut:
+    """Trade an ID token from this server's single sign-on provider (`nanum login --oidc` gets one by the device
+    flow) for an API token that expires (the server's --oidc-token-days). The token must be signed by the
+    provider, for this server's client, and unexpired (401 with the reason if not); the user is made or brought
+    up to date from its claims."""
+    return sso.id_token_login(ctx, body.id_token, body.token_name)

@@ -17,6 +17,7 @@ import threading
 import time
 
 from sqlalchemy import select, update
+from sqlalchemy.orm import Session
 
 from nanum.server.auth import hash_token, new_token
 from nanum.server.context import ServerContext
@@ -47,9 +48,12 @@ _failures: dict[tuple[str, str], list[float]] = {}
 
 
 def methods(ctx: ServerContext) -> dict[str, object]:
-    """How people log in to this server: always with an API token; with a password where a directory is set."""
-    ldap = ctx.settings.ldap
-    return {"token": True, "password": ldap is not None, "directory": "ldap" if ldap is not None else None}
+    """How people log in to this server: always with an API token; with a password where a directory is set;
+    with single sign-on where a provider is set."""
+    ldap, oidc = ctx.settings.ldap, ctx.settings.oidc
+    sso = None if oidc is None else {"issuer": oidc.issuer, "client_id": oidc.client_id, "name": oidc.name}
+    return {"token": True, "password": ldap is not None, "directory": "ldap" if ldap is not None else None,
+            "oidc": sso}
 
 
 def password_login(ctx: ServerContext, username: str, password: str, token_name: str) -> LoginOut:
@@ -163,23 +167,34 @@ def _bring_in(ctx: ServerContext, person: object) -> tuple[int, str, str, list[s
             s.flush()
         user.source, user.unix_user, user.uid_number, user.disabled = "ldap", person.uid, person.uid_number, False
         user.email = person.email or user.email
-        rows = {lab: row for lab, row in s.execute(select(LabRow.name, MembershipRow).join(
-            MembershipRow, MembershipRow.lab_id == LabRow.id).where(MembershipRow.user_id == user.id))}
-        for lab, row in rows.items():
-            if lab not in person.labs and row.role != MANAGER:
-                s.delete(row)
-        for lab in person.labs:
-            if lab not in rows:
-                s.add(MembershipRow(user_id=user.id, lab_id=ensure_lab(s, lab).id, role=MEMBER))
-        s.flush()
-        labs = sorted(s.scalars(select(LabRow.name).join(MembershipRow, MembershipRow.lab_id == LabRow.id)
-                                .where(MembershipRow.user_id == user.id)))
-        current = s.scalar(select(LabRow.name).where(LabRow.id == user.default_lab_id)) if user.default_lab_id else None
-        if current not in labs:
-            first = person.labs[0] if person.labs else (labs[0] if labs else None)
-            user.default_lab_id = s.scalar(select(LabRow.id).where(LabRow.name == first)) if first else None
+        labs = sync_labs(s, user, person.labs)
         out = (user.id, user.name, person.uid, labs)
     ctx.caches.callers.clear()
     ctx.caches.labs.clear()
     return out
+
+
+def sync_labs(s: Session, user: UserRow, given: tuple[str, ...], managed: tuple[str, ...] | None = None) -> list[str]:
+    """Bring a user's labs to what an identity provider gives: join `given` (made if missing), leave labs no
+    longer given (a lab they manage stays, unless `managed` is given: then exactly those are managed, and the
+    rest of their labs are plain memberships). Returns the user's labs, sorted; keeps a default lab among them."""
+    wanted = set(given) | set(managed or ())
+    rows = {lab: row for lab, row in s.execute(select(LabRow.name, MembershipRow).join(
+        MembershipRow, MembershipRow.lab_id == LabRow.id).where(MembershipRow.user_id == user.id))}
+    for lab, row in rows.items():
+        if lab not in wanted and (managed is not None or row.role != MANAGER):
+            s.delete(row)
+        elif managed is not None:
+            row.role = MANAGER if lab in managed else MEMBER
+    for lab in sorted(wanted - set(rows)):
+        role = MANAGER if managed is not None and lab in managed else MEMBER
+        s.add(MembershipRow(user_id=user.id, lab_id=ensure_lab(s, lab).id, role=role))
+    s.flush()
+    labs = sorted(s.scalars(select(LabRow.name).join(MembershipRow, MembershipRow.lab_id == LabRow.id)
+                            .where(MembershipRow.user_id == user.id)))
+    current = s.scalar(select(LabRow.name).where(LabRow.id == user.default_lab_id)) if user.default_lab_id else None
+    if current not in labs:
+        first = given[0] if given else (labs[0] if labs else None)
+        user.default_lab_id = s.scalar(select(LabRow.id).where(LabRow.name == first)) if first else None
+    return labs
 

@@ -1,5 +1,5 @@
 """Logging in to the dashboard with a directory name and password (where the server has a directory) or an API
-token, and out again."""
+token, and out again; single sign-on's button leads to nanum.server.web.sso."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from nanum.server.errors import ApiError
 from nanum.server.services import logins
 from nanum.server.web import session
 from nanum.server.web.render import page
+from nanum.server.web.sso import sso_name
 
 router = APIRouter(include_in_schema=False)
 
@@ -32,7 +33,7 @@ def _form(request: Request, next: str, error: str | None, username: str = "", st
     passwords = request.app.state.ctx.settings.ldap is not None
     response = page(
         request, "login.html", None, status_code=status if error else 200, next=session.safe_next(next),
-        error=error, nonce=nonce, passwords=passwords, username=username,
+        error=error, nonce=nonce, passwords=passwords, username=username, sso=sso_name(request.app.state.ctx),
     )  # fmt: skip
     session.keep_login_nonce(request, response, nonce)
     return response
