@@ -280,6 +280,35 @@ class PlainResponse(NamedTuple):
         return self.headers
 
 
+class FailoverTransport:
+    """Several servers, in turn (`--server URL1,URL2`, two servers on one database): requests go to the one that
+    answered last; when no server answers there (`ConnectFailed`), the others are tried in order and the first
+    that answers is kept. A `Timeout` is not failed over: that server took the request."""
+
+    def __init__(self, transports: Sequence[HttpTransport]) -> None:
+        self._transports = list(transports)
+        #: the index of the server that answered last
+        self.current = 0
+
+    def request(self, method: str, path: str, *, json: Any = None, params: Params = None) -> Response:
+        count = len(self._transports)
+        for step in range(count):
+            index = (self.current + step) % count
+            try:
+                response = self._transports[index].request(method, path, json=json, params=params)
+            except ConnectFailed:
+                if step == count - 1:
+                    raise
+                continue
+            self.current = index
+            return response
+        raise ConnectFailed("no server to try")
+
+    def close(self) -> None:
+        for transport in self._transports:
+            transport.close()
+
+
 class HttpxTransport:
     """The same requests through an httpx transport."""
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, TypeVar
 
-from nanum._http import ConnectFailed, HttpTransport, Response, StdlibTransport, Timeout
+from nanum._http import ConnectFailed, FailoverTransport, HttpTransport, Response, StdlibTransport, Timeout
 
 if TYPE_CHECKING:
     import httpx
@@ -235,6 +235,19 @@ def resolve_settings(server: str | None = None, token: str | None = None) -> tup
     return server, token
 
 
+def _transport(url: str, headers: dict[str, str], timeout: float,
+               transport: httpx.BaseTransport | None) -> HttpTransport:
+    base = f"{url}/api/v1"
+    if transport is not None:
+        from nanum._http import HttpxTransport
+
+        return HttpxTransport(base, headers, timeout, transport)
+    try:
+        return StdlibTransport(base, headers, timeout)
+    except ValueError:
+        raise NanumError(f"{url!r} is not a server URL; give one like http://127.0.0.1:8765") from None
+
+
 class Client:
     """A connection to one nanum server as one user (or admin): a context manager, or call `close()`."""
 
@@ -246,18 +259,18 @@ class Client:
         transport: httpx.BaseTransport | None = None,
         timeout: float = 30.0,
     ) -> None:
-        self.server = server.rstrip("/")
+        #: every server URL given (`URL1,URL2`: two servers on one database; the first that answers is used)
+        self.servers = tuple(url.strip().rstrip("/") for url in server.split(",") if url.strip())
+        if not self.servers:
+            raise NanumError(f"{server!r} is not a server URL; give one like http://127.0.0.1:8765")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        base = f"{self.server}/api/v1"
-        if transport is None:
-            try:
-                self._http: HttpTransport = StdlibTransport(base, headers, timeout)
-            except ValueError:
-                raise NanumError(f"{server!r} is not a server URL; give one like http://127.0.0.1:8765") from None
-        else:
-            from nanum._http import HttpxTransport
+        each = [_transport(url, headers, timeout, transport) for url in self.servers]
+        self._http: HttpTransport = each[0] if len(each) == 1 else FailoverTransport(each)
 
-            self._http = HttpxTransport(base, headers, timeout, transport)
+    @property
+    def server(self) -> str:
+        """The server URL in use: the one that answered last, when several were given."""
+        return self.servers[self._http.current if isinstance(self._http, FailoverTransport) else 0]
 
     @classmethod
     def from_settings(cls, server: str | None = None, token: str | None = None) -> Client:
@@ -563,7 +576,7 @@ class Client:
         try:
             response = self._http.request(method, path, json=json, params=params)
         except ConnectFailed as exc:
-            raise ServerUnreachable(self.server) from exc
+            raise ServerUnreachable(" or ".join(self.servers)) from exc
         except Timeout as exc:
             raise _NoAnswer(f"the nanum server at {self.server} did not answer in time") from exc
         if response.status >= 400:

@@ -16,7 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from nanum.server.auth import hash_token
 from nanum.server.runtime import StartError, bootstrap_admin, bootstrap_node, prepare
+from nanum.server.services import accounts
 from nanum.server.settings import ServerSettings
 
 
@@ -49,6 +51,20 @@ def test_a_lost_admin_token_file_gets_a_new_token_for_the_same_admin(tmp_path: P
     second = bootstrap_admin(prepare(settings), "http://x")
     assert not second.created_admin and second.admin_token != first.admin_token
     assert (settings.home / "admin-token").read_text().strip() == second.admin_token
+    third = bootstrap_admin(prepare(settings), "http://x")  # now known: kept
+    assert third.admin_token == second.admin_token
+
+
+def test_a_second_servers_home_on_the_same_database_does_not_cut_off_the_first(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'shared.db'}"
+    one, two = (ServerSettings(home=tmp_path / name, db_url=db) for name in ("one", "two"))
+    first = bootstrap_admin(prepare(one), "http://one")
+    second = bootstrap_admin(prepare(two), "http://two")
+    assert not second.created_admin and second.admin_token != first.admin_token
+    ctx = prepare(one)
+    for token in (first.admin_token, second.admin_token):  # both still log the admin in
+        found = accounts.caller_by_token_hash(ctx, hash_token(token))
+        assert found is not None and found.admin
 
 
 def test_the_node_token_is_created_once(tmp_path: Path) -> None:

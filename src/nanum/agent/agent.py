@@ -83,10 +83,19 @@ class AgentConfig:
     #: Where the cgroup hierarchies are mounted; jobs get a cgroup with their limits where one is writable.
     cgroup_root: Path = CGROUP_ROOT
 
+    @property
+    def servers(self) -> tuple[str, ...]:
+        """Every server URL in `server` (`URL1,URL2`: servers sharing one database, tried in turn)."""
+        return tuple(url.strip().rstrip("/") for url in self.server.split(",") if url.strip())
+
 
 class Agent:
-    def __init__(self, config: AgentConfig, gpus: list[GpuInfo] | None = None, simulated: bool = False) -> None:
+    def __init__(self, config: AgentConfig, gpus: list[GpuInfo] | None = None, simulated: bool = False, *,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.config = config
+        #: How heartbeats reach the server (None: the network; tests may pass an in-process transport).
+        self.transport = transport
+        self._server_at = 0  # the server in `config.servers` heartbeats go to
         if gpus is None:
             gpus, simulated = discover(config.simulate_gpus, config.name)
         self.node = _node_info(config.name, gpus, simulated)
@@ -107,6 +116,17 @@ class Agent:
         self._fenced_until = -1.0  # the lease expiry the running jobs were last fenced for
         #: Jobs stopped because the lease ran out (for tests and logs).
         self.fenced: list[int] = []
+
+    @property
+    def server(self) -> str:
+        """The server URL heartbeats go to now."""
+        servers = self.config.servers
+        return servers[self._server_at % len(servers)]
+
+    def _next_server(self) -> str:
+        """Move on to the next server given (the same one when there is only one)."""
+        self._server_at = (self._server_at + 1) % len(self.config.servers)
+        return self.server
 
     def stop(self) -> None:
         """Ask the loop to end (from any thread). Jobs keep running; the next agent re-adopts them."""
@@ -130,7 +150,8 @@ class Agent:
         sampling = asyncio.create_task(self.monitor.run(self._job_views, wake.set), name="nanum-monitor")
         leasing = asyncio.create_task(self._watch_lease(), name="nanum-lease")
         try:
-            async with httpx.AsyncClient(base_url=self.config.server.rstrip("/"), headers=self._headers()) as client:
+            async with httpx.AsyncClient(base_url=self.server, headers=self._headers(),
+                                         transport=self.transport) as client:
                 await self._loop_rounds(client)
         finally:
             for task in (sampling, leasing):
@@ -207,7 +228,7 @@ class Agent:
                 await self._sleep(self.config.backoff_max_s, wake_on_events=False)
                 continue
             if failures or not connected:
-                log.info("connected to %s as node %s", self.config.server, self.config.name)
+                log.info("connected to %s as node %s", self.server, self.config.name)
             failures, connected = 0, True
 
     async def _round(self, client: httpx.AsyncClient) -> bool:
@@ -303,10 +324,13 @@ class Agent:
                 timeout=httpx.Timeout(10.0 + beat.wait_s, connect=5.0),
             )
         except httpx.TransportError as exc:
-            raise _Retry(f"cannot reach the server at {self.config.server} ({type(exc).__name__})") from None
+            unreachable = self.server
+            client.base_url = self._next_server()
+            then = f"; trying {self.server} next" if self.server != unreachable else ""
+            raise _Retry(f"cannot reach the server at {unreachable} ({type(exc).__name__}){then}") from None
         if response.status_code in (401, 403):
             raise AgentError(
-                f"the server at {self.config.server} refused this node's token "
+                f"the server at {self.server} refused this node's token "
                 f"({response.status_code}); get one with `nanum node add {self.config.name}`"
             )
         if response.status_code != 200:

@@ -19,7 +19,8 @@ def agent(
             envvar="NANUM_SERVER",
             show_envvar=False,
             metavar="URL",
-            help="The nanum server to join, e.g. http://head:8080.",
+            help="The nanum server to join, e.g. http://head:8765; servers sharing one database, comma-separated "
+            "(http://head1:8765,http://head2:8765): heartbeats go to the first that answers.",
         ),
     ],
     token_file: Annotated[
@@ -88,6 +89,10 @@ def agent(
     except nodetoken.TokenError as exc:
         fail(str(exc), 2)
     os.environ.pop(nodetoken.ENV_VAR, None)  # nothing this agent starts inherits it
+    for url in server.split(","):
+        if not url.strip().startswith(("http://", "https://")):
+            fail(f"--server: {url.strip()!r} is not a server URL; give one like http://head:8765 (several: "
+                 "comma-separated)", 2)
     node = name or socket.gethostname().split(".")[0]
     if simulate_gpus is not None:
         try:

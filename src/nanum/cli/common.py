@@ -22,7 +22,8 @@ __all__ = ["Command", "Group", "JsonOpt", "ServerOpt", "TokenOpt", "UsageProblem
 ServerOpt = Annotated[
     str | None,
     typer.Option("--server", envvar="NANUM_SERVER", show_envvar=False, metavar="URL",
-                 help="Server URL (default: $NANUM_SERVER, else the one `nanum login` or `nanum up` saved)."),
+                 help="Server URL, or several comma-separated (servers sharing one database: the first that "
+                 "answers is used) (default: $NANUM_SERVER, else the one `nanum login` or `nanum up` saved)."),
 ]
 TokenOpt = Annotated[
     str | None,

@@ -36,9 +36,9 @@ from nanum.server.app import create_app
 from nanum.server.auth import hash_token, new_token
 from nanum.server.context import ServerContext
 from nanum.server.schemas import UserIn
-from nanum.server.services import accounts
+from nanum.server.services import accounts, tokens
 from nanum.server.settings import ServerSettings
-from nanum.store import Database, NodeRow, UserRow, upgrade
+from nanum.store import Database, NodeRow, TokenRow, UserRow, upgrade
 
 log = logging.getLogger("nanum.server")
 
@@ -125,18 +125,26 @@ def prepare(settings: ServerSettings) -> ServerContext:
 
 
 def bootstrap_admin(ctx: ServerContext, url: str) -> Started:
-    """Keep DIR/admin-token valid: create the admin (the invoking Unix user, lab "default") on first start."""
+    """Keep DIR/admin-token valid: create the admin (the invoking Unix user, lab "default") on first start. A
+    home without a valid token (lost, or a second server's home on the same database) gets one more token for
+    the admin, named after the home, beside the others: a second server does not cut off the first."""
     path = ctx.settings.home / "admin-token"
     token = _read_secret(path)
     with ctx.db.read() as s:
-        known = token is not None and s.scalar(select(UserRow.id).where(UserRow.token_hash == hash_token(token)))
+        digest = hash_token(token) if token is not None else None
+        known = digest is not None and (
+            s.scalar(select(UserRow.id).where(UserRow.token_hash == digest)) is not None
+            or s.scalar(select(TokenRow.id).where(TokenRow.token_hash == digest, TokenRow.expires.is_(None)))
+            is not None
+        )
         me = getpass.getuser()
-        exists = s.scalar(select(UserRow.id).where(UserRow.name == me)) is not None
+        admin_id = s.scalar(select(UserRow.id).where(UserRow.name == me))
     created = False
     if not known:
         token = new_token()
-        if exists:
-            accounts.set_token(ctx, me, token)
+        if admin_id is not None:
+            where = f"admin-token {socket.gethostname()}:{ctx.settings.home}"
+            token = tokens.create(ctx, admin_id, where[:64], None).token
         else:
             accounts.create_user(ctx, UserIn(name=me, labs=["default"], admin=True, unix_user=me), token)
             created = True
