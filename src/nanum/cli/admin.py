@@ -50,10 +50,12 @@ def login(
                                      "server takes passwords (default: asked for, offering this account's).")] = None,
     password_stdin: Annotated[bool, _Opt("--password-stdin", help="Read the password from standard input "
                                          "instead of asking (for scripts).")] = False,
+    oidc: Annotated[bool, _Opt("--oidc", help="Log in with the server's single sign-on: open the address shown, "
+                               "enter the code, and the token it hands out is saved.")] = False,
 ) -> None:
     """Log in and save the server and your token for the other commands: `nanum login http://gpu-head:8765`.
     Where the server has a directory, asks your name and password (never echoed) and saves the token it hands
-    out, which expires; else asks for your API token."""
+    out, which expires; with --oidc, logs in by single sign-on in a browser; else asks for your API token."""
     from nanum.client import Client
     from nanum.config import save_credentials
 
@@ -62,6 +64,11 @@ def login(
         raise UsageProblem("give the server's URL: `nanum login http://HOST:8765`")
     server = server.rstrip("/")
     expires = None
+    if oidc:
+        from nanum.cli.sso import device_login
+
+        with Client(server) as anonymous:
+            token, expires = device_login(anonymous)
     if not token:
         with Client(server) as anonymous:
             if _takes_passwords(anonymous):

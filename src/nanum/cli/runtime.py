@@ -64,6 +64,40 @@ LdapRecheckOpt = Annotated[float, typer.Option(
 LdapDaysOpt = Annotated[float, typer.Option(
     "--ldap-token-days", metavar="D", min=0.001, help="How long the token a password login hands out lasts.",
     rich_help_panel="Directory login")]
+LdapCaOpt = Annotated[Path | None, typer.Option(
+    "--ldap-ca-file", metavar="FILE", help="CA certificates (PEM) the ldaps:// directory's certificate must chain "
+    "to; with it, the certificate and host name are verified.", rich_help_panel="Directory login")]
+_SSO = "Single sign-on (OIDC)"
+OidcIssuerOpt = Annotated[str | None, typer.Option(
+    "--oidc-issuer", metavar="URL", help="Let people log in with an OpenID Connect provider, found at "
+    "URL/.well-known/openid-configuration, e.g. https://sso.uni.example/realms/uni; needs --oidc-client-id.",
+    rich_help_panel=_SSO)]
+OidcClientOpt = Annotated[str | None, typer.Option(
+    "--oidc-client-id", metavar="ID", help="This server's client at the provider.", rich_help_panel=_SSO)]
+OidcSecretOpt = Annotated[Path | None, typer.Option(
+    "--oidc-client-secret-file", metavar="FILE", help="The client's secret, in a file only you may read (chmod "
+    "600); leave out for a public client.", rich_help_panel=_SSO)]
+OidcUserClaimOpt = Annotated[str, typer.Option(
+    "--oidc-username-claim", metavar="CLAIM", help="The ID token claim that is the user's name here.",
+    rich_help_panel=_SSO)]
+OidcUnixClaimOpt = Annotated[str | None, typer.Option(
+    "--oidc-unix-claim", metavar="CLAIM", help="The claim naming the Unix account jobs run as (default: the user "
+    "name).", rich_help_panel=_SSO)]
+OidcGroupsClaimOpt = Annotated[str, typer.Option(
+    "--oidc-groups-claim", metavar="CLAIM", help="The claim listing the user's groups.", rich_help_panel=_SSO)]
+OidcGroupLabOpt = Annotated[str | None, typer.Option(
+    "--oidc-group-lab", metavar="REGEX", help="Groups matching REGEX make their members members of the lab its "
+    "first group names, e.g. '^/labs/(.*)$' (default: every group, a leading / dropped).", rich_help_panel=_SSO)]
+OidcManagerOpt = Annotated[str | None, typer.Option(
+    "--oidc-manager-group", metavar="REGEX", help="Groups matching REGEX make their members managers of the lab "
+    "its first group names, e.g. '^/(.*)-managers$'; with it, the provider decides who manages which lab.",
+    rich_help_panel=_SSO)]
+OidcNameOpt = Annotated[str, typer.Option(
+    "--oidc-name", metavar="NAME", help="What the login page's button says: 'Log in with NAME'.",
+    rich_help_panel=_SSO)]
+OidcDaysOpt = Annotated[float, typer.Option(
+    "--oidc-token-days", metavar="D", min=0.001, help="How long the token `nanum login --oidc` gets lasts.",
+    rich_help_panel=_SSO)]
 LeaseOpt = Annotated[
     float | None,
     typer.Option("--lease", metavar="S", min=0.5, help="An agent that gets no reply from the server for S seconds "
@@ -95,11 +129,25 @@ def up(
     ldap_group_lab: LdapGroupOpt = None,
     ldap_recheck: LdapRecheckOpt = 300.0,
     ldap_token_days: LdapDaysOpt = 30.0,
+    ldap_ca_file: LdapCaOpt = None,
+    oidc_issuer: OidcIssuerOpt = None,
+    oidc_client_id: OidcClientOpt = None,
+    oidc_client_secret_file: OidcSecretOpt = None,
+    oidc_username_claim: OidcUserClaimOpt = "preferred_username",
+    oidc_unix_claim: OidcUnixClaimOpt = None,
+    oidc_groups_claim: OidcGroupsClaimOpt = "groups",
+    oidc_group_lab: OidcGroupLabOpt = None,
+    oidc_manager_group: OidcManagerOpt = None,
+    oidc_name: OidcNameOpt = "single sign-on",
+    oidc_token_days: OidcDaysOpt = 30.0,
 ) -> None:
     """Start nanum on this machine: the server, the scheduler and an agent for this machine's GPUs."""
     tuning = _scheduling(policy, half_life, grace, lease) | _exposure(webhook_allow_host, metrics_names)
     tuning |= _directory(ldap_url, ldap_base, ldap_bind_dn, ldap_bind_password_file, ldap_group_lab, ldap_recheck,
-                         ldap_token_days)
+                         ldap_token_days, ldap_ca_file)
+    tuning |= _sso(oidc_issuer, oidc_client_id, oidc_client_secret_file, oidc_group_lab, oidc_manager_group,
+                   claims=(oidc_username_claim, oidc_unix_claim, oidc_groups_claim), name=oidc_name,
+                   token_days=oidc_token_days)
     _run(home, host, port, db, allow_root_jobs, with_agent=True, simulate=simulate_gpus, tuning=tuning)
 
 
@@ -123,11 +171,25 @@ def server(
     ldap_group_lab: LdapGroupOpt = None,
     ldap_recheck: LdapRecheckOpt = 300.0,
     ldap_token_days: LdapDaysOpt = 30.0,
+    ldap_ca_file: LdapCaOpt = None,
+    oidc_issuer: OidcIssuerOpt = None,
+    oidc_client_id: OidcClientOpt = None,
+    oidc_client_secret_file: OidcSecretOpt = None,
+    oidc_username_claim: OidcUserClaimOpt = "preferred_username",
+    oidc_unix_claim: OidcUnixClaimOpt = None,
+    oidc_groups_claim: OidcGroupsClaimOpt = "groups",
+    oidc_group_lab: OidcGroupLabOpt = None,
+    oidc_manager_group: OidcManagerOpt = None,
+    oidc_name: OidcNameOpt = "single sign-on",
+    oidc_token_days: OidcDaysOpt = 30.0,
 ) -> None:
     """Start only the server and scheduler; GPU machines join with `nanum agent`."""
     tuning = _scheduling(policy, half_life, grace, lease) | _exposure(webhook_allow_host, metrics_names)
     tuning |= _directory(ldap_url, ldap_base, ldap_bind_dn, ldap_bind_password_file, ldap_group_lab, ldap_recheck,
-                         ldap_token_days)
+                         ldap_token_days, ldap_ca_file)
+    tuning |= _sso(oidc_issuer, oidc_client_id, oidc_client_secret_file, oidc_group_lab, oidc_manager_group,
+                   claims=(oidc_username_claim, oidc_unix_claim, oidc_groups_claim), name=oidc_name,
+                   token_days=oidc_token_days)
     _run(home, host, port, db, allow_root_jobs, with_agent=False, simulate=None, tuning=tuning)
 
 
@@ -167,7 +229,7 @@ def _exposure(webhook_hosts: list[str] | None, metrics_names: bool) -> dict[str,
 
 
 def _directory(url: str | None, base: str | None, bind_dn: str | None, password_file: Path | None,
-               group_lab: str | None, recheck: float, token_days: float) -> dict[str, Any]:
+               group_lab: str | None, recheck: float, token_days: float, ca_file: Path | None = None) -> dict[str, Any]:
     """The directory login settings, checked now so that a mistake fails before anything starts."""
     import re
 
@@ -175,7 +237,7 @@ def _directory(url: str | None, base: str | None, bind_dn: str | None, password_
     from nanum.server.settings import DEFAULT_GROUP_LAB, LdapSettings
 
     if url is None:
-        if base or bind_dn or password_file or group_lab:
+        if base or bind_dn or password_file or group_lab or ca_file:
             fail("the --ldap-* options need --ldap-url (the directory's address, e.g. ldap://ldap.uni.example)", 2)
         return {}
     if not url.startswith(("ldap://", "ldaps://")) or not base:
@@ -189,12 +251,48 @@ def _directory(url: str | None, base: str | None, bind_dn: str | None, password_
     except re.error as exc:
         fail(f"--ldap-group-lab: {exc}; give a regular expression such as 'cn=(.*)-lab,ou=groups'", 2)
     password = _secret_file(password_file) if password_file is not None else None
+    if ca_file is not None:
+        if not url.startswith("ldaps://"):
+            fail("--ldap-ca-file verifies an ldaps:// directory's certificate; give --ldap-url ldaps://HOST", 2)
+        if not ca_file.is_file():
+            fail(f"cannot read --ldap-ca-file {ca_file}: no such file; give the CA certificates in PEM", 2)
     return {"ldap": LdapSettings(url=url, base=base, bind_dn=bind_dn, bind_password=password,
                                  group_lab=group_lab or DEFAULT_GROUP_LAB, recheck_s=recheck,
-                                 token_lifetime_s=token_days * 86400)}
+                                 token_lifetime_s=token_days * 86400,
+                                 ca_file=str(ca_file.resolve()) if ca_file else None)}
 
 
-def _secret_file(path: Path) -> str:
+def _sso(issuer: str | None, client_id: str | None, secret_file: Path | None, group_lab: str | None,
+         manager_group: str | None, *, claims: tuple[str, str | None, str], name: str,
+         token_days: float) -> dict[str, Any]:
+    """The single sign-on settings, checked now so that a mistake fails before anything starts."""
+    import re
+
+    from nanum.cli.common import fail
+    from nanum.server.settings import DEFAULT_OIDC_GROUP_LAB, OidcSettings
+
+    if issuer is None:
+        if client_id or secret_file or group_lab or manager_group:
+            fail("the --oidc-* options need --oidc-issuer (the provider's URL, e.g. "
+                 "https://sso.uni.example/realms/uni)", 2)
+        return {}
+    if not issuer.startswith(("https://", "http://")) or not client_id:
+        fail("--oidc-issuer takes the provider's https:// URL (where /.well-known/openid-configuration is), and "
+             "--oidc-client-id this server's client there", 2)
+    for flag, rule in (("--oidc-group-lab", group_lab), ("--oidc-manager-group", manager_group)):
+        try:
+            re.compile(rule or DEFAULT_OIDC_GROUP_LAB)
+        except re.error as exc:
+            fail(f"{flag}: {exc}; give a regular expression such as '^/(.*)-lab$'", 2)
+    secret = _secret_file(secret_file, "--oidc-client-secret-file") if secret_file is not None else None
+    username, unix, groups = claims
+    return {"oidc": OidcSettings(issuer=issuer.rstrip("/"), client_id=client_id, client_secret=secret or None,
+                                 username_claim=username, unix_claim=unix, groups_claim=groups,
+                                 group_lab=group_lab or DEFAULT_OIDC_GROUP_LAB, manager_group=manager_group,
+                                 token_lifetime_s=token_days * 86400, name=name)}
+
+
+def _secret_file(path: Path, flag: str = "--ldap-bind-password-file") -> str:
     """A password file's first line; refused, as ssh refuses keys, when others may read or change it."""
     from nanum.cli.common import fail
 
@@ -202,7 +300,7 @@ def _secret_file(path: Path) -> str:
         mode = path.stat().st_mode
         text = path.read_text()
     except OSError as exc:
-        fail(f"cannot read --ldap-bind-password-file {path}: {exc.strerror}", 2)
+        fail(f"cannot read {flag} {path}: {exc.strerror}", 2)
     if mode & 0o077:
         fail(f"{path} may be read or changed by other users; run `chmod 600 {path}`", 2)
     return text.splitlines()[0] if text else ""

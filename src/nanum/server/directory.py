@@ -6,12 +6,14 @@ typed, checks the password by binding as that entry, and reads `uidNumber`, `mai
 person (`posixGroup` by `memberUid`, `groupOfNames`/`groupOfUniqueNames` by DN). A group whose DN matches
 `group_lab` (a regular expression; its first group is the lab's name) makes the person a member of that lab.
 An entry is disabled when `shadowExpire` is in the past, or `pwdAccountLockedTime` or `nsAccountLock: TRUE` is
-set. Uses ldap3, a maintained pure-Python client (no C library to build).
+set. Uses ldap3, a maintained pure-Python client (no C library to build). With `ca_file`, an ldaps:// directory's
+certificate must chain to those CAs and name the host; a directory that fails this cannot be reached (503).
 """
 
 from __future__ import annotations
 
 import re
+import ssl
 import time
 import warnings
 from dataclasses import dataclass
@@ -53,7 +55,10 @@ class Directory:
     def __init__(self, settings: LdapSettings) -> None:
         self.settings = settings
         self.group_lab = re.compile(settings.group_lab, re.IGNORECASE)
-        self.server = ldap3.Server(settings.url, connect_timeout=settings.timeout_s, get_info=ldap3.NONE)
+        tls = None
+        if settings.ca_file:  # verify the ldaps:// certificate (and its host name) against these CAs
+            tls = ldap3.Tls(validate=ssl.CERT_REQUIRED, ca_certs_file=settings.ca_file)
+        self.server = ldap3.Server(settings.url, connect_timeout=settings.timeout_s, get_info=ldap3.NONE, tls=tls)
 
     def authenticate(self, username: str, password: str) -> DirectoryUser:
         """The person, when the name and password are right and the account is enabled; else LoginRefused."""

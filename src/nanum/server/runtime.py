@@ -352,6 +352,9 @@ def _announce(ctx: ServerContext, url: str, started: Started, agent: LocalAgent 
         )
     if ctx.settings.ldap is not None:
         lines.append(f"People log in with their directory account ({ctx.settings.ldap.url}): nanum login {url}")
+    if ctx.settings.oidc is not None:
+        lines.append(f"People log in with single sign-on ({ctx.settings.oidc.issuer}): nanum login --oidc {url}, "
+                     f"or the dashboard's 'Log in with {ctx.settings.oidc.name}'")
     lines += [
         "Submit a job:   nanum submit --gpus 1 -- python train.py",
         "Watch:          nanum ps   ·   nanum nodes   ·   nanum logs -f ID",
