@@ -33,6 +33,17 @@ def agent(
         ),
     ] = None,
     token: Annotated[str | None, typer.Option("--token", hidden=True)] = None,
+    simulate_nodes: Annotated[
+        int | None,
+        typer.Option(
+            "--simulate-nodes",
+            metavar="N",
+            min=1,
+            help="Run N simulated nodes in this process, each with its own token and heartbeats (with "
+            "--simulate-gpus; --token-file holds one `NAME TOKEN` line per node). Their jobs run no process: "
+            "`sleep S` takes S seconds, anything else ends at once. For trying a server at fleet scale.",
+        ),
+    ] = None,
     name: Annotated[str | None, typer.Option("--name", help="Node name (default: the host name).")] = None,
     simulate_gpus: Annotated[
         str | None,
@@ -88,6 +99,9 @@ def agent(
         secret = nodetoken.resolve(token_file, os.environ)
     except nodetoken.TokenError as exc:
         fail(str(exc), 2)
+    if simulate_nodes is not None:
+        _simulate_nodes(server, token_file, simulate_nodes, simulate_gpus or "8", quiet)
+        return
     os.environ.pop(nodetoken.ENV_VAR, None)  # nothing this agent starts inherits it
     for url in server.split(","):
         if not url.strip().startswith(("http://", "https://")):
@@ -145,3 +159,39 @@ async def _stop_with_parent(runner: object) -> None:
     while os.getppid() == int(parent):
         await asyncio.sleep(0.5)
     runner.stop()  # type: ignore[attr-defined]
+
+def _simulate_nodes(server: str, token_file: Path | None, count: int, gpus: str, quiet: bool) -> None:
+    """`--simulate-nodes N`: the first N nodes of the token file, heartbeating until Ctrl-C or SIGTERM."""
+    import asyncio
+    import logging
+    import signal
+
+    from nanum.agent.gpus import SpecError, parse_spec
+    from nanum.agent.simnodes import NodeTokensError, SimulatedNode, read_node_tokens, run_nodes
+    from nanum.cli.common import fail
+
+    if token_file is None:
+        fail("--simulate-nodes needs --token-file FILE with one `NAME TOKEN` line per node (from `nanum node add`)", 2)
+    try:
+        parse_spec(gpus)
+        tokens = read_node_tokens(token_file)
+    except SpecError as exc:
+        fail(f"--simulate-gpus: {exc}", 2)
+    except NodeTokensError as exc:
+        fail(str(exc), 2)
+    if len(tokens) < count:
+        fail(f"--simulate-nodes {count}: {token_file} has tokens for {len(tokens)} nodes; add `NAME TOKEN` lines", 2)
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO,
+                        format="%(asctime)s nanum agent (simulated nodes): %(message)s", datefmt="%Y-%m-%d %H:%M:%S")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    nodes = [SimulatedNode(name, token, gpus) for name, token in tokens[:count]]
+
+    async def main() -> None:
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stopping.set)
+        logging.getLogger("nanum.agent").info("%d simulated nodes with %s GPUs each joining %s", count, gpus, server)
+        await run_nodes(server.split(",")[0].strip(), nodes, stopping)
+
+    asyncio.run(main())

@@ -1,0 +1,187 @@
+"""Many simulated nodes in one process (`nanum agent --simulate-nodes N`), for trying a server at fleet scale.
+
+Each node is a real HTTP client of the server: its own node token, its own connection, its own heartbeats (long
+polls) in the agent protocol (`nanum.protocol`). What is simulated is the machine: its GPUs come from
+`--simulate-gpus`, and its jobs run no process. A job whose command is `sleep SECONDS` (directly, or as
+`sh -c 'sleep SECONDS'`) runs that long and exits 0; any other command exits 0 at once; a job the server stops
+ends as if by SIGTERM, and one past its time limit as timed out.
+
+Tokens come from a file of `NAME TOKEN` lines, one per node (mode 0600, like every token file): the nodes are
+the file's, in its order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import logging
+import os
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+import nanum
+from nanum.agent.gpus import simulated_gpus
+from nanum.protocol import Heartbeat, HeartbeatReply, JobLaunch, JobStatus, NodeInfo
+
+__all__ = ["SimulatedNode", "read_node_tokens", "run_nodes"]
+
+log = logging.getLogger("nanum.agent")
+
+HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
+SIGTERM = 15
+
+
+class NodeTokensError(Exception):
+    """The node tokens file cannot be used; the message says why and how to fix it."""
+
+
+def read_node_tokens(path: Path) -> list[tuple[str, str]]:
+    """(name, token) per line of `path`: `NAME TOKEN`; blank lines and `#` comments are skipped."""
+    try:
+        mode = path.stat().st_mode & 0o777
+        text = path.read_text()
+    except OSError as exc:
+        raise NodeTokensError(f"cannot read {path}: {exc.strerror}") from None
+    if mode & 0o077:
+        raise NodeTokensError(f"{path} is readable by others (mode {mode:o}); chmod 600 {path}")
+    found: list[tuple[str, str]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        if len(words) != 2:
+            raise NodeTokensError(f"{path} line {number}: expected `NAME TOKEN`, got {len(words)} words")
+        found.append((words[0], words[1]))
+    if not found:
+        raise NodeTokensError(f"{path} names no node; write one `NAME TOKEN` line per node")
+    return found
+
+
+def _seconds(command: list[str]) -> float:
+    """How long a simulated job runs: `sleep N` (or `sh -c 'sleep N'`) takes N seconds, anything else none."""
+    words = command
+    if len(words) == 3 and os.path.basename(words[0]) in ("sh", "bash") and words[1] == "-c":
+        try:
+            words = shlex.split(words[2])
+        except ValueError:
+            return 0.0
+    if len(words) == 2 and os.path.basename(words[0]) == "sleep":
+        try:
+            return max(float(words[1]), 0.0)
+        except ValueError:
+            return 0.0
+    return 0.0
+
+
+@dataclass(slots=True)
+class _Run:
+    launch: JobLaunch
+    started: float
+    ends: float
+    status: JobStatus | None = None  # set once it has ended
+
+
+@dataclass(slots=True)
+class SimulatedNode:
+    """One simulated machine: its inventory, its jobs, and the heartbeat loop that reports them."""
+
+    name: str
+    token: str
+    gpus: str
+    long_poll_s: float = 10.0
+    runs: dict[int, _Run] = field(default_factory=dict)
+    heartbeats: int = 0
+    errors: int = 0
+
+    def info(self) -> NodeInfo:
+        return NodeInfo(name=self.name, hostname=self.name, gpus=simulated_gpus(self.gpus, self.name), cpus=64,
+                        memory_mb=512 * 1024, simulated=True, unix_user=getpass.getuser(),
+                        is_root=os.geteuid() == 0, version=nanum.__version__)
+
+    async def run(self, client: httpx.AsyncClient, stopping: asyncio.Event) -> None:
+        """Heartbeat until `stopping` is set; a failed heartbeat is retried after a pause."""
+        node = self.info()
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        while not stopping.is_set():
+            now = time.time()
+            self._finish(now)
+            beat = Heartbeat(node=node, jobs=self._statuses(), wait_s=self._wait(now))
+            try:
+                response = await client.post(HEARTBEAT_PATH, content=beat.model_dump_json(), headers=headers,
+                                             timeout=httpx.Timeout(10.0 + beat.wait_s, connect=5.0))
+            except httpx.TransportError as exc:
+                self.errors += 1
+                log.warning("node %s: cannot reach the server (%s)", self.name, type(exc).__name__)
+                await _pause(stopping, 1.0)
+                continue
+            if response.status_code != 200:
+                self.errors += 1
+                log.warning("node %s: heartbeat answered %d: %s", self.name, response.status_code,
+                            response.text[:200])
+                await _pause(stopping, 1.0)
+                continue
+            self.heartbeats += 1
+            self._apply(HeartbeatReply.model_validate_json(response.content), time.time())
+
+    def _wait(self, now: float) -> float:
+        """Report at once when a job has ended; else wait for the next end, at most a long poll."""
+        if any(r.status is not None for r in self.runs.values()):
+            return 0.0
+        ends = [r.ends for r in self.runs.values()]
+        return max(min([self.long_poll_s, *(e - now for e in ends)]), 0.0)
+
+    def _finish(self, now: float) -> None:
+        for run in self.runs.values():
+            if run.status is None and run.ends <= now:
+                limit = run.launch.time_limit_s
+                timed_out = limit is not None and run.ends - run.started >= limit
+                run.status = self._status(run, "exited", ended_at=run.ends, exit_code=None if timed_out else 0,
+                                          signal=SIGTERM if timed_out else None, timed_out=timed_out,
+                                          stopped=timed_out)
+
+    def _statuses(self) -> list[JobStatus]:
+        return [run.status or self._status(run, "running") for run in self.runs.values()]
+
+    def _status(self, run: _Run, state: str, **ended: object) -> JobStatus:
+        return JobStatus.model_validate({"job_id": run.launch.job_id, "state": state, "started_at": run.started,
+                                         "run": run.launch.run, "log_size": 0, **ended})
+
+    def _apply(self, reply: HeartbeatReply, now: float) -> None:
+        """Start what is desired and not held, stop what is held and not desired, forget what is acknowledged."""
+        for job_id in reply.ack:
+            run = self.runs.get(job_id)
+            if run is not None and run.status is not None:
+                del self.runs[job_id]
+        desired = {launch.job_id: launch for launch in reply.desired}
+        for job_id, run in self.runs.items():
+            if run.status is None and job_id not in desired:
+                run.status = self._status(run, "exited", ended_at=now, signal=SIGTERM, stopped=True)
+        for job_id, launch in desired.items():
+            if job_id not in self.runs:
+                took = _seconds(launch.command)
+                if launch.time_limit_s is not None:
+                    took = min(took, launch.time_limit_s)
+                self.runs[job_id] = _Run(launch, now, now + took)
+
+
+async def _pause(stopping: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stopping.wait(), timeout=seconds)
+
+
+async def run_nodes(server: str, nodes: list[SimulatedNode], stopping: asyncio.Event,
+                    transport: httpx.AsyncBaseTransport | None = None) -> None:
+    """Run every node's heartbeat loop, each over its own HTTP client, until `stopping` is set."""
+    limits = httpx.Limits(max_connections=2, max_keepalive_connections=1)
+
+    async def one(node: SimulatedNode) -> None:
+        async with httpx.AsyncClient(base_url=server.rstrip("/"), limits=limits, transport=transport,
+                                     trust_env=False) as client:
+            await node.run(client, stopping)
+
+    await asyncio.gather(*(one(node) for node in nodes))
