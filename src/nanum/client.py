@@ -470,6 +470,17 @@ class Client:
         body = {"username": username, "password": password, "token_name": token_name}
         return self._call("POST", "/login", json=body).json()  # type: ignore[no-any-return]
 
+    def set_user_disabled(self, name: str, disabled: bool) -> dict[str, Any]:
+        """Disable a user (admin), or enable them again."""
+        verb = "disable" if disabled else "enable"
+        return self._call("POST", f"/users/{name}/{verb}").json()  # type: ignore[no-any-return]
+
+    def oidc_login(self, id_token: str, token_name: str = "login") -> dict[str, Any]:
+        """Trade an ID token from the server's single sign-on provider for an API token (no token needed); the
+        reply is as `password_login`'s."""
+        body = {"id_token": id_token, "token_name": token_name}
+        return self._call("POST", "/login/oidc", json=body).json()  # type: ignore[no-any-return]
+
     def tokens(self, user: str | None = None) -> list[dict[str, Any]]:
         """Your API tokens (an admin: `user`'s), never their values; id 0 is the first token."""
         params = {"user": user} if user else None
@@ -495,12 +506,6 @@ class Client:
 
     def remove_member(self, lab: str, user: str) -> None:
         """Take a user out of a lab (its managers, admins); their jobs stay."""
-    def oidc_login(self, id_token: str, token_name: str = "login") -> dict[str, Any]:
-        """Trade an ID token from the server's single sign-on provider for an API token (no token needed); the
-        reply is as `password_login`'s."""
-        body = {"id_token": id_token, "token_name": token_name}
-        return self._call("POST", "/login/oidc", json=body).json()  # type: ignore[no-any-return]
-
         self._call("DELETE", f"/labs/{lab}/members/{user}")
 
     def set_member_limits(self, lab: str, user: str, **limits: Any) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""`nanum user import FILE`: bring many people in from a CSV file (admin), idempotently, with a report.
+"""`nanum user import FILE`: bring many people in from a CSV file (admin), idempotently, with a report; and
+`nanum user disable|enable NAME`.
 
 The file has a header row; the columns are `name`, `unix_user` (or `unix`, `account`), `labs` (several separated
 by `;` or spaces), `role` (`member`, `manager` of the listed labs, or `admin`; empty: member) and `email`.
@@ -59,6 +60,42 @@ def user_import(
         print(line)
     if tokens is not None and report["created"] and not dry_run:
         note(f"wrote {len(report['created'])} new tokens to {tokens}")
+
+
+@user_app.command("disable", cls=Command)
+@clean_errors
+def user_disable(
+    name: Annotated[str, typer.Argument(show_default=False)],
+    json: JsonOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Disable a user (admin): their tokens and sessions stop working at once; their queued jobs stay, but do not
+    start until they are enabled again. Directory users are disabled in the directory instead."""
+    _set_disabled(name, True, json, server, token)
+
+
+@user_app.command("enable", cls=Command)
+@clean_errors
+def user_enable(
+    name: Annotated[str, typer.Argument(show_default=False)],
+    json: JsonOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Enable a disabled user again (admin): their tokens work and their queued jobs may start."""
+    _set_disabled(name, False, json, server, token)
+
+
+def _set_disabled(name: str, disabled: bool, json: bool, server: str | None, token: str | None) -> None:
+    with connect(server, token) as client:
+        done = client.set_user_disabled(name, disabled)
+    if json:
+        print_json(done)
+    elif disabled:
+        print(f"User {name} is disabled: their tokens and sessions are refused, their queued jobs wait")
+    else:
+        print(f"User {name} is enabled again")
 
 
 def read_users(path: Path) -> list[dict[str, Any]]:

@@ -68,6 +68,9 @@ def start(settings: ServerSettings, host: str, port: int, agent: LocalAgent | No
     _check_port(host, port)
     ctx = prepare(settings)
     with _home_lock(settings.home):
+        from nanum.server.services.tokens import purge_expired
+
+        purge_expired(ctx, time.time())
         url = f"http://{_connect_host(host)}:{port}"
         started = bootstrap_admin(ctx, url)
         node = bootstrap_node(ctx) if agent is not None else None

@@ -3,7 +3,7 @@ logging in with a directory password (no token needed)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
 
@@ -32,6 +32,19 @@ def import_users(body: ImportIn, ctx: Context, admin: AdminDep) -> ImportOut:
     """Create or update many users at once (name, Unix account, labs, role, email): each listed user ends with
     exactly what is listed; the same list again changes nothing. New users' tokens are in the reply only."""
     return onboarding.import_users(ctx, admin.name, body)
+
+
+@router.post("/users/{name}/disable")
+def disable_user(name: Annotated[str, Path(max_length=64)], ctx: Context, admin: AdminDep) -> dict[str, Any]:
+    """Disable a user (admin): their tokens and sessions are refused at once, their pending jobs stay queued
+    but do not start ("owner's account is disabled"). Directory users are disabled in the directory."""
+    return onboarding.set_disabled(ctx, admin.name, name, True)
+
+
+@router.post("/users/{name}/enable")
+def enable_user(name: Annotated[str, Path(max_length=64)], ctx: Context, admin: AdminDep) -> dict[str, Any]:
+    """Enable a disabled user again (admin): their tokens work and their queued jobs may start."""
+    return onboarding.set_disabled(ctx, admin.name, name, False)
 
 
 @router.post("/tokens", status_code=201)

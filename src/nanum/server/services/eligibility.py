@@ -1,9 +1,11 @@
-"""Which pending jobs the scheduler may consider: those not waiting on a dependency or their array's running limit.
+"""Which pending jobs the scheduler may consider: those not waiting on a dependency or their array's running limit,
+and whose owner's account is not disabled.
 
 The core schedules what it is given; it never sees a job that waits for another job (`--after-ok 12`) or an array
 task beyond its array's limit (`--array 0-99%8`: the ninth task while eight run). `blocked` names those jobs for
 the snapshot (`nanum.server.snapshot`), and this module writes their reasons itself, naming the job waited for.
-Held jobs are not pending at all (state `held`).
+Held jobs are not pending at all (state `held`). A disabled user's pending jobs stay in the queue, visible to
+admins with the reason DISABLED, and start only once the account is enabled again (`nanum user enable`).
 
 A dependency is `[kind, target]`: target `"12"` (job 12, or every task of array 12) or `"12_3"` (task 3 of array
 12). It is met when every targeted job has
@@ -29,7 +31,7 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from nanum.store import JobRow
+from nanum.store import JobRow, UserRow
 
 KINDS = ("started", "ok", "failed", "any")
 #: The option each kind is written with, for messages.
@@ -37,6 +39,7 @@ OPTION = {"started": "--after", "ok": "--after-ok", "failed": "--after-failed", 
 ENDED = frozenset({"completed", "failed", "cancelled", "timeout"})
 _UNSUCCESSFUL = frozenset({"failed", "cancelled", "timeout"})
 WAITING, MET, UNMET = "waiting", "met", "unmet"
+DISABLED = "owner's account is disabled; an admin can enable it again (nanum user enable NAME)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +156,8 @@ def blocked(s: Session) -> set[int]:
     ):
         if after and evaluate(s, after).state != MET:
             out.add(job_id)
+    out |= set(s.scalars(select(JobRow.id).join(UserRow, UserRow.id == JobRow.user_id)
+                         .where(JobRow.state == "pending", UserRow.disabled.is_(True))))
     return out | _throttled(s, out)
 
 
@@ -188,8 +193,8 @@ def throttle_reason(array_id: int, limit: int) -> str:
 
 
 def annotate(s: Session, jobs: list[dict[str, Any]]) -> None:
-    """Give each pending job in `jobs` (API bodies) that waits on a dependency or on its array's limit that
-    reason, naming what it waits for; the others keep the scheduler's."""
+    """Give each pending job in `jobs` (API bodies) that waits on a dependency, on its array's limit or on its
+    owner's disabled account that reason, naming what it waits for; the others keep the scheduler's."""
     waiting: set[int] = set()
     for job in jobs:
         if job["state"] == "pending" and job.get("after"):
@@ -204,6 +209,12 @@ def annotate(s: Session, jobs: list[dict[str, Any]]) -> None:
             if job["id"] in throttled:
                 job["reason"] = throttle_reason(job["array_id"], job["array_limit"])
                 job["reason_code"], job["estimated_start"], job["hint"] = "array_limit", None, None
+    if any(j["state"] == "pending" for j in jobs):
+        disabled = set(s.scalars(select(UserRow.name).where(UserRow.disabled.is_(True))))
+        for job in jobs:
+            if job["state"] == "pending" and job.get("user") in disabled:
+                job["reason"], job["reason_code"] = DISABLED, "disabled"
+                job["estimated_start"], job["hint"] = None, None
     _cap_ahead(s, jobs)
 
 

@@ -104,3 +104,27 @@ def _default_lab(s: Session, user: UserRow, labs: list[str]) -> None:
         user.default_lab_id = s.scalar(select(LabRow.id).where(LabRow.name == labs[0]))
     elif not labs:
         user.default_lab_id = None
+
+
+def set_disabled(ctx: ServerContext, actor: str, name: str, disabled: bool) -> dict[str, Any]:
+    """Disable a user (their tokens and sessions are refused at once; their queued jobs wait, visible to admins)
+    or enable them again. Directory users are disabled in the directory, which nanum follows."""
+    from nanum.server.errors import Conflict, NotFound
+
+    verb = "disable" if disabled else "enable"
+    with ctx.db.write() as s:
+        user = s.scalars(select(UserRow).where(UserRow.name == name).with_for_update()).first()
+        if user is None:
+            raise NotFound(f"no user named {name}; `nanum user list` shows who there is")
+        if user.source == "ldap":
+            raise Conflict(f"{name} comes from the directory, which decides whether they may log in; {verb} the "
+                           "account there")
+        if name == actor and disabled:
+            raise Conflict("you cannot disable yourself; ask another admin")
+        if user.disabled != disabled:
+            user.disabled = disabled
+            audit.record(s, time.time(), actor, "user", name, verb, {"disabled": [not disabled, disabled]},
+                         f"{actor} {verb}d {name}")
+    ctx.caches.callers.clear()
+    ctx.signals.poke()
+    return {"name": name, "disabled": disabled}

@@ -1,8 +1,9 @@
 """A user's API tokens: the first one (`users.token_hash`, from `nanum user add`, an import or `nanum up`) and
 any number more (`tokens`), each with a name and an optional expiry, e.g. one per `nanum login` on a laptop.
 
-Tokens are shown once and stored as SHA-256. An expired token is refused with when it expired; a revoked one is
-gone. Users list and revoke their own tokens; admins anyone's.
+Tokens are shown once and stored as SHA-256. An expired token is refused with when it expired; a day after, it is
+purged (at every server start and whenever a token is made, e.g. at each login) and is gone from `nanum token
+list` and the table. A revoked one is gone at once. Users list and revoke their own tokens; admins anyone's.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from nanum.server.auth import Caller, hash_token, new_token
@@ -24,6 +25,8 @@ from nanum.store import TokenRow, UserRow
 TOUCH_EVERY_S = 60.0
 #: The id `GET /tokens` gives a user's first token (the one in `users.token_hash`).
 FIRST = 0
+#: An expired token is purged this long after it expired (until then, using it says when it expired).
+PURGE_AFTER_S = 86400.0
 
 
 def user_for(ctx: ServerContext, s: Session, digest: str) -> UserRow | None:
@@ -45,11 +48,20 @@ def create(ctx: ServerContext, user_id: int, name: str, expires_in_s: float | No
     """A new token for the user; its value is returned only here."""
     token, now = new_token(), time.time()
     expires = None if expires_in_s is None else now + expires_in_s
+    purge_expired(ctx, now)
     with ctx.db.write() as s:
         row = TokenRow(user_id=user_id, token_hash=hash_token(token), name=name, created=now, expires=expires)
         s.add(row)
         s.flush()
         return TokenNew(id=row.id, name=name, token=token, created=iso(now), expires=iso(expires))
+
+
+def purge_expired(ctx: ServerContext, now: float) -> int:
+    """Delete the tokens that expired more than PURGE_AFTER_S ago; how many."""
+    with ctx.db.write() as s:
+        done = s.execute(delete(TokenRow).where(TokenRow.expires.is_not(None),
+                                                TokenRow.expires < now - PURGE_AFTER_S))
+        return int(getattr(done, "rowcount", 0) or 0)
 
 
 def list_tokens(ctx: ServerContext, caller: Caller, user: str | None) -> list[TokenInfo]:
