@@ -5,12 +5,15 @@ people (posixAccount, shadowAccount, inetOrgPerson) and groups (posixGroup), sta
         d.add_user("kim", uid_number=2001, password="pw", groups=["vision-lab"])
         d.url, d.base, d.admin_dn, d.admin_password
 
+`Directory(root, tls=(cert, key))` serves ldaps:// instead, with that certificate.
+
 Skips the test when slapd is not installed (`apt-get install slapd ldap-utils`; .ci/run does it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import socket
@@ -36,17 +39,20 @@ def _free_port() -> int:
 class Directory:
     """One slapd with its own database under `root`; people under ou=people, groups under ou=groups."""
 
-    def __init__(self, root: Path, admin_password: str = "directory-secret") -> None:
+    def __init__(self, root: Path, admin_password: str = "directory-secret",
+                 tls: tuple[Path, Path] | None = None) -> None:
         if not Path(SLAPD).exists() or shutil.which("ldapmodify") is None:
             pytest.skip("needs OpenLDAP's slapd and ldap-utils (apt-get install slapd ldap-utils)")
         self.root, self.admin_password = root / "slapd", admin_password
         self.port = _free_port()
         self.base, self.admin_dn = BASE, ADMIN_DN
         self.proc: subprocess.Popen[bytes] | None = None
+        #: (certificate, key) in PEM: slapd then speaks ldaps:// only.
+        self.tls = tls
 
     @property
     def url(self) -> str:
-        return f"ldap://127.0.0.1:{self.port}"
+        return f"{'ldaps' if self.tls else 'ldap'}://127.0.0.1:{self.port}"
 
     def __enter__(self) -> Directory:
         self.start()
@@ -64,7 +70,9 @@ class Directory:
             "database mdb", f'suffix "{BASE}"', f'rootdn "{ADMIN_DN}"', f"rootpw {self.admin_password}",
             f"directory {self.root}/db", "maxsize 10485760",
             "access to attrs=userPassword by anonymous auth by self write by * none",
-            "access to * by * read", ""]))
+            "access to * by * read",
+            *([f"TLSCertificateFile {self.tls[0]}", f"TLSCertificateKeyFile {self.tls[1]}"] if self.tls else []),
+            ""]))
         seed = self.root / "seed.ldif"
         seed.write_text(f"dn: {BASE}\nobjectClass: dcObject\nobjectClass: organization\no: uni\ndc: uni\n\n"
                         f"dn: ou=people,{BASE}\nobjectClass: organizationalUnit\nou: people\n\n"
@@ -94,8 +102,9 @@ class Directory:
     def ldif(self, text: str, modify: bool = False) -> None:
         """Apply LDIF as the directory's admin (`ldapadd`, or `ldapmodify` with changetypes)."""
         tool = "ldapmodify" if modify else "ldapadd"
+        env = {**os.environ, "LDAPTLS_REQCERT": "never"}  # the test's own tools need not check the test's CA
         done = subprocess.run([tool, "-x", "-H", self.url, "-D", ADMIN_DN, "-w", self.admin_password],
-                              input=text.encode(), capture_output=True)
+                              input=text.encode(), capture_output=True, env=env)
         if done.returncode != 0:
             raise RuntimeError(f"{tool} failed: {done.stderr.decode()}")
 

@@ -12,6 +12,7 @@ certificate must chain to those CAs and name the host; a directory that fails th
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import ssl
 import time
@@ -25,11 +26,32 @@ from nanum.server.settings import LdapSettings
 with warnings.catch_warnings():  # ldap3 2.9 uses names that pyasn1 0.6 deprecates, once, at import
     warnings.simplefilter("ignore", DeprecationWarning)
     import ldap3
+    from ldap3.core import tls as _ldap3_tls
     from ldap3.core.exceptions import LDAPException
     from ldap3.utils.conv import escape_filter_chars
+    from ldap3.utils.tls_backport import CertificateError
+    from ldap3.utils.tls_backport import match_hostname as _match_dns_name
 
 _LAB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _ATTRS = ["uid", "uidNumber", "mail", "shadowExpire", "pwdAccountLockedTime", "nsAccountLock"]
+
+
+def _match_hostname(cert: dict[str, Any], hostname: str) -> None:
+    """Whether an ldaps:// certificate names the host: ldap3 2.9 asks ssl.match_hostname, deprecated since Python
+    3.7 and gone in 3.12 (where ldap3 uses its own copy, which takes no IP addresses); this is that check, with
+    IP addresses matched against the certificate's IP Address names."""
+    try:
+        address = ipaddress.ip_address(hostname)
+    except ValueError:
+        _match_dns_name(cert, hostname)
+        return
+    for kind, value in cert.get("subjectAltName", ()):
+        if kind == "IP Address" and ipaddress.ip_address(value.strip()) == address:
+            return
+    raise CertificateError(f"the certificate is not for {hostname}")
+
+
+_ldap3_tls.match_hostname = _match_hostname
 
 
 @dataclass(frozen=True, slots=True)
