@@ -83,6 +83,9 @@ class JobStatus(Report):
         default=None,
         description="the run of the job this status is about (its launch's `run`); None from agents that do not say",
     )
+    address: str | None = Field(
+        default=None, max_length=255, description="a notebook: `HOST:PORT` where its JupyterLab listens"
+    )
 
 
 class LogChunk(Report):
@@ -178,6 +181,8 @@ class JobLaunch(BaseModel):
     checkpoint_dir: str
     grace_s: float = 60.0
     run: Count32 = Field(default=0, description="which run of the job this is (1 for its first); echoed in its status")
+    kind: str = Field(default="batch", description="`notebook`: the agent runs JupyterLab; `shell`: a terminal relay")
+    secret: str = Field(default="", description="a notebook's Jupyter token, or what a shell's relay shows the server")
     # Gang (multi-node) jobs: torchrun-style rendezvous.
     master_addr: str | None = None
     master_port: int | None = None

@@ -39,7 +39,7 @@ from pathlib import Path
 import httpx
 
 import nanum
-from nanum.agent import fence, procs
+from nanum.agent import fence, procs, sessions
 from nanum.agent.cgroups import ROOT as CGROUP_ROOT
 from nanum.agent.cgroups import probe as probe_cgroups
 from nanum.agent.executor import Executor
@@ -114,6 +114,8 @@ class Agent:
         self._wake: asyncio.Event | None = None
         self._lease = fence.Lease(expires=0.0)
         self._fenced_until = -1.0  # the lease expiry the running jobs were last fenced for
+        #: Where notebooks listen (None: found on first use, see `_address`).
+        self.address: str | None = None
         #: Jobs stopped because the lease ran out (for tests and logs).
         self.fenced: list[int] = []
 
@@ -380,6 +382,7 @@ class Agent:
         for job_id, launch in desired.items():
             if job_id not in held:
                 self._offsets[job_id] = 0
+                launch = sessions.prepared(launch, address=self._address(), server=self.config.server)
                 status = self.executor.start(launch, allow_root=reply.allow_root)
                 log.info("job %d: %s", job_id, _describe_start(status, launch.gpus))
 
@@ -427,6 +430,12 @@ class Agent:
             JobView(r.job_id, pid, tuple(r.launch.gpus), r.launch.env, started, r.activity_path)
             for r, pid, started in self.executor.running()
         ]
+
+    def _address(self) -> str:
+        """The address this node's notebooks listen on: the one it reaches the server from."""
+        if self.address is None:
+            self.address = sessions.reach_address(self.config.server)
+        return self.address
 
     def _headers(self) -> dict[str, str]:
         return {

@@ -104,6 +104,7 @@ class JobRecord:
             fenced=self.fenced,
             stopped=self.stop_reason is not None if self.state in ("exited", "failed_to_start") else None,
             run=self.launch.run or None,
+            address=self.launch.env.get("NANUM_NOTEBOOK_ADDRESS") if self.launch.kind == "notebook" else None,
         )
 
     def checkpoint_at(self) -> float | None:

@@ -165,6 +165,7 @@ def _simulate_nodes(server: str, token_file: Path | None, count: int, gpus: str,
     import asyncio
     import logging
     import signal
+    import time
 
     from nanum.agent.gpus import SpecError, parse_spec
     from nanum.agent.simnodes import NodeTokensError, SimulatedNode, read_node_tokens, run_nodes
@@ -194,4 +195,8 @@ def _simulate_nodes(server: str, token_file: Path | None, count: int, gpus: str,
         logging.getLogger("nanum.agent").info("%d simulated nodes with %s GPUs each joining %s", count, gpus, server)
         await run_nodes(server.split(",")[0].strip(), nodes, stopping)
 
+    began = time.monotonic()
     asyncio.run(main())
+    took = max(time.monotonic() - began, 1e-9)
+    beats, failed = sum(n.heartbeats for n in nodes), sum(n.errors for n in nodes)
+    print(f"simulated nodes: {beats} heartbeats in {took:.1f} s ({beats / took:.1f}/s), {failed} failed", flush=True)

@@ -29,6 +29,7 @@ class NodeState(enum.Enum):
 class JobKind(enum.Enum):
     BATCH = "batch"
     NOTEBOOK = "notebook"
+    SHELL = "shell"
 
 
 @dataclass(frozen=True, slots=True)

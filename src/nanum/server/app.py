@@ -10,7 +10,7 @@ from fastapi import APIRouter, FastAPI
 
 from nanum import __version__
 from nanum.server import apidocs, errors, monitoring
-from nanum.server.api import accounts, agent, health, identity, jobs, members, nodes, reports, sharing
+from nanum.server.api import accounts, agent, health, identity, jobs, members, nodes, reports, sessions, sharing
 from nanum.server.api.rendering import SafeJSONResponse
 from nanum.server.context import ServerContext
 from nanum.server.guard import RequestGuard
@@ -52,9 +52,10 @@ def create_app(ctx: ServerContext, *, run_scheduler: bool = True) -> FastAPI:
     app.state.scheduler = scheduler
     errors.install(app)
     api = APIRouter(prefix=API_PREFIX)
-    for module in (health, jobs, nodes, accounts, identity, members, sharing, reports, agent):
+    for module in (health, jobs, nodes, accounts, identity, members, sharing, reports, agent, sessions):
         api.include_router(module.router)
     app.include_router(api)
+    app.include_router(sessions.proxy_router)
     apidocs.install(app)
     monitoring.install(app, ctx, run_upkeep=run_scheduler)
     return app

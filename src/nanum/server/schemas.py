@@ -68,7 +68,9 @@ class JobSubmit(ApiIn):
     lab: str | None = Field(default=None, max_length=64)
     workdir: str | None = Field(default=None, max_length=MAX_PATH)
     env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
-    kind: Literal["batch", "notebook"] = "batch"
+    kind: Literal["batch", "notebook", "shell"] = Field(default="batch", description=(
+        "`notebook`: JupyterLab, proxied for its owner at /notebooks/ID/; `shell`: a terminal (`nanum shell`); "
+        "either runs what the agent starts for it, not `command`"))
     preemptible: bool = True
     client_request_id: str | None = Field(
         default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$",

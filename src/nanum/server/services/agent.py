@@ -132,6 +132,8 @@ def _record_jobs(
         if st.state == "running":
             if job is not None and job.id in held and job.state == "running":
                 job.pid = st.pid if st.pid is not None else job.pid
+                if st.address is not None and job.session_address != st.address:
+                    job.session_address = st.address
             elif job is not None and lifecycle.recover(s, job, node, now):
                 woken.add(node.name)
             continue
@@ -210,6 +212,8 @@ def _launch(
         memory_mb=job.memory_mb or None,
         grace_s=grace,
         run=job.runs or 0,
+        kind=job.kind,
+        secret=job.session_secret or "",
         checkpoint_dir=str(ctx.settings.checkpoints_dir / str(job.id)),
         nproc_per_node=max(job.gpus, 1),
     )

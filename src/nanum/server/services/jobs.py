@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,6 +63,7 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> tuple[dict[st
         runs=0,
         attained_gpu_seconds=0.0,
         client_request_id=spec.client_request_id,
+        session_secret=secrets.token_urlsafe(32) if spec.kind in ("notebook", "shell") else None,
     )
     tasks, limit = parse_array(spec.array) if spec.array is not None else ([], None)
     values.update(after=spec.dependencies() or None, keep_if_unmet=spec.keep_if_unmet, retries=spec.retries,

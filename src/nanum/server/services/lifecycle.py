@@ -170,6 +170,7 @@ def finalize(s: Session, job: JobRow, now: float, half_life: float = DEFAULT_HAL
         eligibility.settle(s, job, now, cancel_waiting)
     job.stop = None
     job.pid = None
+    job.session_address = None  # a notebook started again listens elsewhere
 
 
 def _retry(s: Session, job: JobRow, now: float) -> None:

@@ -1,0 +1,219 @@
+"""A fleet against one server: N simulated nodes (`nanum agent --simulate-nodes`, each its own HTTP client, token
+and heartbeats) and a stream of submissions, on PostgreSQL.
+
+    .venv/bin/python benchmarks/scale.py                                   # 1,000 nodes x 8 GPUs, 20,000 jobs at 100/s
+    .venv/bin/python benchmarks/scale.py --nodes 100 --jobs 2000 --rate 50  # a quick run
+    .venv/bin/python benchmarks/scale.py --db sqlite                        # SQLite instead
+
+Jobs ask for 1, 2, 4 or 8 GPUs and run `sleep S`, with S drawn around a mean that keeps about 70 % of the fleet's
+GPUs busy at the offered rate (for the defaults, 8 to 24 s), so every job can start. Printed beside the targets:
+the scheduling cycle (median and p99, from the server's `nanum_scheduler_cycle_seconds` histogram, interpolated
+within buckets as Prometheus does), submit latency (p50, p99), heartbeats handled per second, errors, whether
+every job started, and the server's CPU time and peak memory.
+Targets: no errors, every job started, API p99 < 200 ms, cycle p99 < 500 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).parent))
+from load import nanum_exe, pg_schema, server  # the benchmarks' shared helpers
+
+PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def register(url: str, admin: str, nodes: int, tokens: Path) -> str:
+    """Register the nodes (their tokens into `tokens`, mode 0600) and one user; returns the user's token."""
+    lines = []
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=60) as c:
+        for i in range(nodes):
+            r = c.post("/api/v1/nodes", json={"name": f"sim{i:04d}"})
+            r.raise_for_status()
+            lines.append(f"sim{i:04d} {r.json()['token']}\n")
+        r = c.post("/api/v1/users", json={"name": "scale", "labs": ["fleet"], "unix_user": "nobody"})
+        r.raise_for_status()
+    tokens.write_text("".join(lines))
+    tokens.chmod(0o600)
+    return str(r.json()["token"])
+
+
+def wait_nodes(url: str, admin: str, count: int, timeout: float) -> float:
+    began = time.monotonic()
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=60) as c:
+        while sum(n["state"] == "up" for n in c.get("/api/v1/nodes").json()) < count:
+            if time.monotonic() - began > timeout:
+                sys.exit(f"only some of the {count} nodes came up in {timeout:.0f} s")
+            time.sleep(1)
+    return time.monotonic() - began
+
+
+GPU_CHOICES = (1, 1, 2, 4, 8)
+
+
+def mean_run_s(gpus: int, rate: float, busy: float = 0.7) -> float:
+    """The mean run time at which jobs arriving at `rate` keep `busy` of `gpus` GPUs in use."""
+    return busy * gpus / (rate * statistics.mean(GPU_CHOICES))
+
+
+async def submit_all(url: str, token: str, jobs: int, rate: float, clients: int,
+                     mean_s: float) -> tuple[list[float], list[int], int]:
+    """Open-loop submissions: the k-th is due at k / rate; returns latencies, job ids and errors."""
+    rng = random.Random(7)
+    bodies = [{"command": ["sleep", f"{rng.uniform(0.5 * mean_s, 1.5 * mean_s):.1f}"],
+               "gpus": rng.choice(GPU_CHOICES), "workdir": "/tmp", "time_limit_s": 600} for _ in range(jobs)]
+    latencies: list[float] = []
+    ids: list[int] = []
+    errors = 0
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for k in range(jobs):
+        queue.put_nowait(k)
+    began = time.monotonic()
+
+    async def client() -> None:
+        nonlocal errors
+        async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
+            while not queue.empty():
+                k = queue.get_nowait()
+                delay = began + k / rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                sent = time.monotonic()
+                try:
+                    r = await c.post("/api/v1/jobs", json=bodies[k])
+                except httpx.HTTPError:
+                    errors += 1
+                    continue
+                latencies.append(time.monotonic() - sent)
+                if r.status_code == 201:
+                    ids.append(int(r.json()["id"]))
+                else:
+                    errors += 1
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return latencies, ids, errors
+
+
+def cycle_quantiles(url: str) -> tuple[float | None, float | None, int]:
+    """p50 and p99 of the scheduling cycle from the server's histogram, and how many cycles it counts."""
+    text = httpx.get(f"{url}/metrics", timeout=60).text
+    buckets = [(float("inf") if le == "+Inf" else float(le), float(v)) for le, v in
+               re.findall(r'nanum_scheduler_cycle_seconds_bucket\{le="([^"]+)"\} ([0-9.e+]+)', text)]
+    total = buckets[-1][1] if buckets else 0.0
+
+    def quantile(q: float) -> float | None:
+        if not total:
+            return None
+        rank, lower, below = q * total, 0.0, 0.0
+        for upper, count in buckets:
+            if count >= rank:
+                if upper == float("inf"):
+                    return lower
+                return lower + (upper - lower) * (rank - below) / max(count - below, 1e-9)
+            lower, below = upper, count
+        return lower
+
+    return quantile(0.5), quantile(0.99), int(total)
+
+
+def started_count(url: str, token: str, ids: list[int]) -> int:
+    """How many of `ids` have started (running or ended after running)."""
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120) as c:
+        jobs = c.get("/api/v1/jobs", params={"all": "true"}).json()
+    return sum(1 for j in jobs if j["id"] in set(ids) and j.get("start_time"))
+
+
+def server_usage(url: str) -> tuple[float, float]:
+    """CPU seconds and peak resident memory (MiB) of the process listening on `url`'s port."""
+    port = url.rsplit(":", 1)[1]
+    found = subprocess.run(["ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True).stdout
+    pid = int(re.search(r"pid=(\d+)", found).group(1)) if "pid=" in found else None  # type: ignore[union-attr]
+    if pid is None:
+        return float("nan"), float("nan")
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks
+    peak = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if line.startswith("VmHWM:")) / 1024
+    return cpu, peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--jobs", type=int, default=20000)
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--db", default=PG, help="a PostgreSQL URL (a schema of its own is used), or `sqlite`")
+    args = parser.parse_args()
+
+    with contextlib.ExitStack() as stack:
+        db = None if args.db == "sqlite" else stack.enter_context(pg_schema(args.db))
+        url, admin, _ = stack.enter_context(server(db))
+        root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="nanum-scale-")))
+        began = time.monotonic()
+        token = register(url, admin, args.nodes, root / "tokens")
+        print(f"registered {args.nodes} nodes in {time.monotonic() - began:.1f} s", flush=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NANUM_")}
+        agents = subprocess.Popen([*nanum_exe(), "agent", "--server", url, "--simulate-nodes", str(args.nodes),
+                                   "--simulate-gpus", str(args.gpus), "--token-file", str(root / "tokens"), "-q"],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            up = wait_nodes(url, admin, args.nodes, timeout=300)
+            print(f"{args.nodes} nodes up in {up:.1f} s", flush=True)
+            cpu0, _ = server_usage(url)
+            began = time.monotonic()
+            mean_s = mean_run_s(args.nodes * args.gpus, args.rate)
+            latencies, ids, errors = asyncio.run(submit_all(url, token, args.jobs, args.rate, args.clients, mean_s))
+            took = time.monotonic() - began
+            deadline = time.monotonic() + 60
+            while (started := started_count(url, token, ids)) < len(ids) and time.monotonic() < deadline:
+                time.sleep(2)
+            cpu1, peak = server_usage(url)
+            measured = time.monotonic() - began
+            p50, p99, cycles = cycle_quantiles(url)
+        finally:
+            agents.send_signal(signal.SIGTERM)
+            out = agents.communicate(timeout=120)[0].decode(errors="replace")
+        beats = re.search(r"(\d+) heartbeats in ([0-9.]+) s \(([0-9.]+)/s\), (\d+) failed", out)
+        lat = sorted(latencies)
+        api50, api99 = statistics.median(lat), lat[int(0.99 * (len(lat) - 1))]
+        print(f"\n{args.nodes} nodes x {args.gpus} GPUs, {args.jobs:,} jobs offered at {args.rate:g}/s "
+              f"({len(ids):,} accepted in {took:.0f} s: {len(ids) / took:.1f}/s), {'PostgreSQL' if db else 'SQLite'}, "
+              f"runs of {mean_s:.0f} s on average")
+        rows = [
+            ("scheduling cycle p50", f"{p50 * 1000:.0f} ms" if p50 is not None else "-", ""),
+            ("scheduling cycle p99", f"{p99 * 1000:.0f} ms" if p99 is not None else "-", "< 500 ms"),
+            ("cycles", f"{cycles:,}", ""),
+            ("submit latency p50", f"{api50 * 1000:.0f} ms", ""),
+            ("submit latency p99", f"{api99 * 1000:.0f} ms", "< 200 ms"),
+            ("heartbeats handled", f"{beats.group(3)}/s ({beats.group(1)} in {beats.group(2)} s)" if beats else "?",
+             ""),
+            ("errors", f"{errors} submit, {beats.group(4) if beats else '?'} heartbeat", "0"),
+            ("jobs started", f"{started:,} of {len(ids):,}", "all"),
+            ("server CPU", f"{cpu1 - cpu0:.0f} s over {measured:.0f} s ({(cpu1 - cpu0) / measured:.2f} cores)", ""),
+            ("server peak memory", f"{peak:.0f} MiB", ""),
+        ]
+        for name, value, target in rows:
+            print(f"  {name:<22} {value:<40} {('target ' + target) if target else ''}")
+        if not beats:
+            print(out[-3000:], file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

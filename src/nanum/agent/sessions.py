@@ -1,0 +1,95 @@
+"""Notebooks and shells on a node: what the agent runs for a launch of kind `notebook` or `shell`.
+
+A notebook is JupyterLab, started by the job wrapper as the job's user in its working directory like any job:
+`jupyter lab --no-browser --ServerApp.base_url=/notebooks/ID/ --ServerApp.ip=ADDRESS --ServerApp.port=PORT`,
+on a port the agent picked free on the node's address (the one it reaches the server from). Its token is the
+job's secret from the launch, passed in `JUPYTER_TOKEN` (the environment reaches the job through its setup
+script, never a command line, where any user could read it), so JupyterLab answers no request without it; the
+server holds the same secret and adds it to every request it proxies for the notebook's owner. The address
+is reported in the job's status (`NOTEBOOK_ADDRESS`), and `NANUM_JUPYTER_URL` lets the monitor read the
+kernel's last activity for the idle rules.
+
+A shell is `python -m nanum.agent.relay` (`session_python()`), which opens a pseudo-terminal running
+the user's login shell and dials out to the server over a websocket, showing the job's secret; the server
+pairs it with the owner's `nanum shell`. Nodes need no port open to users for either.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import sys
+
+from nanum.protocol import JobLaunch
+
+__all__ = ["NOTEBOOK_ADDRESS", "prepared"]
+
+#: The variable of a notebook's launch that holds `HOST:PORT` (reported in its status).
+NOTEBOOK_ADDRESS = "NANUM_NOTEBOOK_ADDRESS"
+RELAY_URL = "NANUM_RELAY_URL"
+RELAY_SECRET = "NANUM_RELAY_SECRET"
+SESSION_PYTHON = "NANUM_SESSION_PYTHON"
+
+
+def prepared(launch: JobLaunch, *, address: str, server: str) -> JobLaunch:
+    """`launch` with the command (and variables) a notebook or shell runs; other kinds unchanged."""
+    if launch.kind == "notebook":
+        return _notebook(launch, address)
+    if launch.kind == "shell":
+        return _shell(launch, server)
+    return launch
+
+
+def _notebook(launch: JobLaunch, address: str) -> JobLaunch:
+    port = free_port(address)
+    base = f"/notebooks/{launch.job_id}/"
+    command = [
+        *jupyter_command(), "--no-browser", f"--ServerApp.base_url={base}", f"--ServerApp.ip={address}",
+        f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--ServerApp.allow_remote_access=True",
+    ]
+    host = f"[{address}]" if ":" in address else address
+    env = {**launch.env, "JUPYTER_TOKEN": launch.secret, NOTEBOOK_ADDRESS: f"{host}:{port}",
+           "NANUM_JUPYTER_URL": f"http://{host}:{port}{base}"}
+    return launch.model_copy(update={"command": command, "env": env})
+
+
+def _shell(launch: JobLaunch, server: str) -> JobLaunch:
+    url = server.rstrip("/").replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+    env = {**launch.env, RELAY_URL: f"{url}/api/v1/agent/shells/{launch.job_id}", RELAY_SECRET: launch.secret}
+    return launch.model_copy(update={"command": [session_python(), "-m", "nanum.agent.relay"], "env": env})
+
+
+def session_python() -> str:
+    """The Python that notebooks and shell relays run with: `$NANUM_SESSION_PYTHON` where the agent was given
+    one (an interpreter every user may run, with nanum and JupyterLab), else the agent's own."""
+    return os.environ.get(SESSION_PYTHON) or sys.executable
+
+
+def jupyter_command() -> list[str]:
+    """JupyterLab from the session Python where it has it, else `jupyter lab` on the job's PATH."""
+    if os.environ.get(SESSION_PYTHON) or importlib.util.find_spec("jupyterlab") is not None:
+        return [session_python(), "-m", "jupyterlab"]
+    return ["jupyter", "lab"]
+
+
+def free_port(address: str) -> int:
+    """A TCP port nothing listens on at `address` now."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family) as s:
+        s.bind((address, 0))
+        return int(s.getsockname()[1])
+
+
+def reach_address(server: str) -> str:
+    """This node's address on the route to `server` (what the server can reach it at), 127.0.0.1 if unknown."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(server)
+    try:
+        info = socket.getaddrinfo(parts.hostname or "127.0.0.1", parts.port or 80, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(info[0], socket.SOCK_DGRAM) as s:
+            s.connect(info[4])
+            return str(s.getsockname()[0])
+    except (OSError, IndexError):
+        return "127.0.0.1"

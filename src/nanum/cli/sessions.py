@@ -1,0 +1,230 @@
+"""Interactive work: `nanum notebook` (JupyterLab in the browser, through the server), `nanum shell` (a
+terminal on a node, like `salloc`) and `nanum run` (run a command and stream its output, like `srun`)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from nanum.cli.app import app
+from nanum.cli.common import Command, Group, ServerOpt, TokenOpt, clean_errors, connect, fail, note
+
+if TYPE_CHECKING:
+    from nanum.client import Client, Job
+
+_Opt = typer.Option
+GpusOpt = Annotated[int, _Opt("--gpus", "-g", metavar="N", help="GPUs (default: 1).")]
+TimeOpt = Annotated[str | None, _Opt("--time", "-t", metavar="DURATION",
+                                     help="Time limit: 30m, 8h, 2d (default: your lab's).")]
+LabOpt = Annotated[str | None, _Opt("--lab", metavar="LAB", help="Lab to charge (default: your default lab).")]
+ModelOpt = Annotated[str | None, _Opt("--gpu-model", metavar="MODEL", help="Only GPUs of this model, e.g. A100.")]
+EnvOpt = Annotated[list[str] | None, _Opt("--env", "-e", metavar="K=V",
+                                          help="Environment variable (K alone copies yours); repeat.")]
+PreemptibleOpt = Annotated[bool, _Opt("--preemptible", help=(
+    "Allow preempting it, so it may also borrow idle GPUs beyond your lab's share (default: never preempted)."))]
+#: How long `nanum notebook` waits for JupyterLab to answer once the job runs.
+NOTEBOOK_START_S = 180.0
+
+notebook_app = typer.Typer(cls=Group, help="JupyterLab on the cluster's GPUs, in your browser through the server: "
+                           "`nanum notebook --gpus 1 --time 8h`; `nanum notebook list`, `nanum notebook stop ID`.")
+app.add_typer(notebook_app, name="notebook")
+
+
+def _session_request(kind: str, gpus: int, time_limit: str | None, lab: str | None, gpu_model: str | None,
+                     env: list[str] | None, preemptible: bool) -> dict[str, object]:
+    import os
+
+    from nanum.cli.jobspec import parse_env, parse_time
+
+    body: dict[str, object] = {"kind": kind, "gpus": gpus, "name": kind, "workdir": os.getcwd(),
+                               "env": parse_env(env or []), "preemptible": preemptible}
+    if time_limit is not None:
+        body["time_limit_s"] = parse_time(time_limit)
+    body.update({k: v for k, v in (("lab", lab), ("gpu_model", gpu_model)) if v is not None})
+    return body
+
+
+@notebook_app.callback(invoke_without_command=True)
+@clean_errors
+def notebook(
+    ctx: typer.Context,
+    gpus: GpusOpt = 1,
+    time: TimeOpt = None,
+    lab: LabOpt = None,
+    gpu_model: ModelOpt = None,
+    env: EnvOpt = None,
+    preemptible: PreemptibleOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Start JupyterLab as a job in the current directory and print its address: open it in a browser
+    where you are logged in to the dashboard (only you can). Idle notebooks are released by the idle rules."""
+    if ctx.invoked_subcommand is not None:
+        return
+    body = _session_request("notebook", gpus, time, lab, gpu_model, env, preemptible)
+    with connect(server, token) as client:
+        job = client.submit(["jupyter", "lab"], **body)  # type: ignore[arg-type]
+        note(f"Submitted notebook {job['id']}")
+        job = _wait_until_running(client, job["id"], "notebook")
+        url = f"{client.server}/notebooks/{job['id']}/"
+        _wait_for_jupyter(client, job["id"], url, token)
+    print(f"{url}lab")
+    note(f"Notebook {job['id']} runs on {_where(job)}; open the address above in a browser logged in to "
+         f"{client.server} (only you can). Stop it with `nanum notebook stop {job['id']}`.")
+
+
+@notebook_app.command("list", cls=Command)
+@clean_errors
+def notebook_list(server: ServerOpt = None, token: TokenOpt = None) -> None:
+    """Your notebooks that wait or run, with their addresses."""
+    with connect(server, token) as client:
+        me = client.me()["name"]
+        found = [j for j in client.jobs(user=me) if j["kind"] == "notebook"]
+    if not found:
+        note("No notebooks (start one with `nanum notebook --gpus 1`).")
+        return
+    from nanum.cli.views import print_table
+
+    rows = [[str(j["id"]), j["state"], str(j["gpus"]), _where(j),
+             f"{client.server}/notebooks/{j['id']}/lab" if j["state"] == "running" else (j.get("reason") or "")]
+            for j in found]
+    print_table(["ID", "STATE", "GPUS", "NODE", "ADDRESS"], rows, wide="ADDRESS")
+
+
+@notebook_app.command("stop", cls=Command)
+@clean_errors
+def notebook_stop(
+    job_id: Annotated[int, typer.Argument(help="Notebook ID (see `nanum notebook list`).", show_default=False)],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Stop a notebook of yours and free its GPUs."""
+    with connect(server, token) as client:
+        if client.job(job_id)["kind"] != "notebook":
+            fail(f"job {job_id} is not a notebook; stop other jobs with `nanum cancel {job_id}`", 2)
+        client.cancel(job_id)
+    print(f"Stopped notebook {job_id}")
+
+
+@app.command(cls=Command)
+@clean_errors
+def shell(
+    gpus: GpusOpt = 1,
+    time: TimeOpt = None,
+    lab: LabOpt = None,
+    gpu_model: ModelOpt = None,
+    env: EnvOpt = None,
+    preemptible: PreemptibleOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Wait for GPUs, then open your login shell on their node in this terminal ($CUDA_VISIBLE_DEVICES set).
+    Leaving the shell frees them; `nanum shell` exits with the shell's exit code."""
+    from nanum.cli.terminal import attach
+    from nanum.client import resolve_settings
+
+    body = _session_request("shell", gpus, time, lab, gpu_model, env, preemptible)
+    with connect(server, token) as client:
+        job = client.submit(["shell"], **body)  # type: ignore[arg-type]
+        note(f"Submitted shell {job['id']}")
+        job = _wait_until_running(client, job["id"], "shell")
+        note(f"Shell {job['id']} on {_where(job)}")
+        code = attach(client.server, resolve_settings(server, token)[1], job["id"])
+        if code is None:  # the connection ended without the shell's exit code: ask the server for the job's
+            from nanum.cli.jobs import wait_exit_code
+
+            ended = client.wait(job["id"], timeout=30)
+            code = wait_exit_code(ended["state"], ended.get("exit_code"), job["id"])
+    raise SystemExit(code)
+
+
+def _wait_until_running(client: Client, job_id: int, what: str, *, ended: bool = False) -> Job:
+    """The job once it runs (or, with `ended`, once it ran); Ctrl-C meanwhile cancels it. Says once why it
+    waits."""
+    said = None
+    try:
+        while True:
+            job = client.job(job_id)
+            if job["state"] == "running" or (ended and job["state"] not in ("pending", "held")):
+                return job
+            if job["state"] not in ("pending", "held"):
+                fail(f"{what} {job_id} is {job['state']}: {job.get('reason') or f'see `nanum show {job_id}`'}")
+            if job.get("reason") != said:
+                said = job.get("reason")
+                note(f"waiting for an allocation: {said or job['state']}")
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        client.cancel(job_id)
+        note(f"cancelled {what} {job_id}")
+        raise SystemExit(130) from None
+
+
+def _wait_for_jupyter(client: Client, job_id: int, url: str, token: str | None) -> None:
+    """Until JupyterLab answers through the server (or the job ended: then say why, with its last output)."""
+    import httpx
+
+    from nanum.client import resolve_settings
+
+    headers = {"Authorization": f"Bearer {resolve_settings(None, token)[1]}"}
+    deadline = time.monotonic() + NOTEBOOK_START_S
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}api/status", headers=headers, timeout=5, trust_env=False).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        job = client.job(job_id)
+        if job["state"] != "running":
+            tail = client.logs(job_id).text.strip().splitlines()[-5:]
+            fail(f"notebook {job_id} is {job['state']}: {job.get('reason') or 'it ended'}" +
+                 ("; its last output:\n" + "\n".join(tail) if tail else ""))
+        time.sleep(0.5)
+    fail(f"notebook {job_id} runs but JupyterLab did not answer within {NOTEBOOK_START_S:.0f} s; "
+         f"see `nanum logs {job_id}`")
+
+
+def _where(job: Job) -> str:
+    parts = [f"{a['node']} (GPU {','.join(map(str, a['gpus'])) or 'none'})" for a in job.get("allocation") or ()]
+    return ", ".join(parts) or "-"
+
+
+@app.command(cls=Command, context_settings={"allow_interspersed_args": False})
+@clean_errors
+def run(
+    command: Annotated[list[str], typer.Argument(metavar="COMMAND [ARG...]", show_default=False,
+                                                 help="What to run (put `--` before it).")],
+    gpus: GpusOpt = 1,
+    nodes: Annotated[int, _Opt("--nodes", "-N", metavar="K", help="Nodes, started together (default: 1).")] = 1,
+    time: TimeOpt = None,
+    lab: LabOpt = None,
+    gpu_model: ModelOpt = None,
+    env: EnvOpt = None,
+    name: Annotated[str | None, _Opt("--name", "-J", metavar="NAME", help="Job name (default: the program's).")]
+    = None,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Run a command as a job and stay with it: wait for it to start, print its output as it comes, and exit
+    with its exit code (like `srun`). Ctrl-C cancels the job."""
+    from nanum.cli.jobs import wait_exit_code
+
+    body = _session_request("batch", gpus, time, lab, gpu_model, env, True)
+    body.update(kind="batch", nodes=nodes, name=name or command[0].rsplit("/", 1)[-1])
+    body.pop("preemptible")
+    with connect(server, token) as client:
+        job = client.submit(command, **body)  # type: ignore[arg-type]
+        note(f"Submitted job {job['id']}")
+        _wait_until_running(client, job["id"], "job", ended=True)
+        try:
+            for text in client.follow_logs(job["id"]):
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            ended = client.wait(job["id"])
+        except KeyboardInterrupt:
+            client.cancel(job["id"])
+            note(f"cancelled job {job['id']}")
+            raise SystemExit(130) from None
+    raise SystemExit(wait_exit_code(ended["state"], ended.get("exit_code"), job["id"]))

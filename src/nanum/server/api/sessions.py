@@ -1,0 +1,87 @@
+"""Routes for notebooks and shells: the notebook proxy at `/notebooks/{job_id}/...` (HTTP and websockets, for
+the owner logged in to the dashboard or holding an API token), the owner's shell websocket
+`/api/v1/jobs/{job_id}/shell`, and the relay's `/api/v1/agent/shells/{job_id}`."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, WebSocket
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from nanum.server import notebookproxy
+from nanum.server.auth import Caller, current_caller
+from nanum.server.errors import ApiError, Unauthorized
+from nanum.server.inputs import JobIdPath
+from nanum.server.services import sessions
+from nanum.server.shellbroker import ShellBroker
+from nanum.server.web.session import COOKIE, LoginRequired
+from nanum.server.web.session import caller as session_caller
+
+router = APIRouter(tags=["sessions"])
+proxy_router = APIRouter(include_in_schema=False)
+METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+async def _caller(conn: Request | WebSocket) -> Caller:
+    """The owner's API token (`Authorization: Bearer`) or, in a browser, their dashboard session."""
+    if conn.headers.get("authorization"):
+        return await current_caller(conn, conn.app.state.ctx)  # type: ignore[arg-type]
+    if conn.cookies.get(COOKIE):
+        return await session_caller(conn)  # type: ignore[arg-type]
+    raise LoginRequired()
+
+
+@proxy_router.api_route("/notebooks/{job_id}/{path:path}", methods=METHODS)
+async def notebook_http(job_id: JobIdPath, path: str, request: Request) -> Response:
+    """The owner's notebook: JupyterLab of running notebook job `job_id` (owner only: others 403)."""
+    caller = await _caller(request)
+    target = await run_in_threadpool(sessions.notebook, request.app.state.ctx, caller, job_id)
+    return await notebookproxy.forward_http(request, target)
+
+
+@proxy_router.websocket("/notebooks/{job_id}/{path:path}")
+async def notebook_websocket(websocket: WebSocket, job_id: int, path: str) -> None:
+    """The notebook's websockets (kernels, terminals), for its owner; refused (403) to anyone else."""
+    try:
+        caller = await _caller(websocket)
+        target = await run_in_threadpool(sessions.notebook, websocket.app.state.ctx, caller, job_id)
+    except (ApiError, LoginRequired):
+        await websocket.close(code=1008)
+        return
+    await notebookproxy.forward_websocket(websocket, target)
+
+
+def _broker(websocket: WebSocket) -> ShellBroker:
+    found: ShellBroker | None = getattr(websocket.app.state, "shells", None)
+    if found is None:
+        found = websocket.app.state.shells = ShellBroker()
+    return found
+
+
+@router.websocket("/jobs/{job_id}/shell")
+async def shell_websocket(websocket: WebSocket, job_id: int) -> None:
+    """The owner's terminal on running shell job `job_id` (`nanum shell`): binary frames are terminal bytes,
+    text frames JSON (`{"resize": [ROWS, COLS]}` in, `{"exit": CODE}` out, last)."""
+    try:
+        caller = await current_caller(websocket, websocket.app.state.ctx)  # type: ignore[arg-type]
+        await run_in_threadpool(sessions.shell_job, websocket.app.state.ctx, caller, job_id)
+    except ApiError:
+        await websocket.close(code=1008)
+        return
+    await websocket.accept()
+    await _broker(websocket).join(job_id, "user", websocket)
+
+
+@router.websocket("/agent/shells/{job_id}")
+async def relay_websocket(websocket: WebSocket, job_id: int) -> None:
+    """A shell job's relay, dialling out from its node; authenticated with the job's secret."""
+    scheme, _, secret = websocket.headers.get("authorization", "").partition(" ")
+    try:
+        if scheme.lower() != "bearer":
+            raise Unauthorized("the relay must show its job's secret")
+        await run_in_threadpool(sessions.relay_job, websocket.app.state.ctx, job_id, secret.strip())
+    except ApiError:
+        await websocket.close(code=1008)
+        return
+    await websocket.accept()
+    await _broker(websocket).join(job_id, "relay", websocket)

@@ -1,0 +1,85 @@
+"""Pairing a shell's two websockets: the owner's `nanum shell` and the job's relay, which dials out from its
+node (nanum.agent.relay). Whichever connects first waits for the other; then messages flow both ways as they
+are (binary: terminal bytes; text: JSON control) until one side closes, and the other is closed with it.
+
+The pairing lives in the server process: with two servers behind one address, both sides of a shell must reach
+the same one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+__all__ = ["ShellBroker"]
+
+
+@dataclass
+class _Waiting:
+    side: str
+    socket: WebSocket
+    done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class ShellBroker:
+    def __init__(self) -> None:
+        self._waiting: dict[int, _Waiting] = {}
+
+    async def join(self, job_id: int, side: str, socket: WebSocket) -> None:
+        """Relay between `socket` (an accepted websocket, `side` "user" or "relay") and the job's other side,
+        waiting for that one if it has not come yet. Returns when the pair is over."""
+        other = self._waiting.get(job_id)
+        if other is not None and other.side != side:
+            del self._waiting[job_id]
+            try:
+                await _pipe(socket, other.socket)
+            finally:
+                if not other.done.done():
+                    other.done.set_result(None)
+            return
+        if other is not None:  # a second connection of the same side replaces the first
+            await _close(other.socket, 4409, "replaced by a newer connection")
+            if not other.done.done():
+                other.done.set_result(None)
+        mine = _Waiting(side, socket)
+        self._waiting[job_id] = mine
+        try:
+            await mine.done
+        finally:
+            if self._waiting.get(job_id) is mine:
+                del self._waiting[job_id]
+
+
+async def _pipe(a: WebSocket, b: WebSocket) -> None:
+    tasks = [asyncio.create_task(_copy(a, b)), asyncio.create_task(_copy(b, a))]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await _close(a, 1000, "")
+        await _close(b, 1000, "")
+
+
+async def _copy(source: WebSocket, sink: WebSocket) -> None:
+    try:
+        while True:
+            message = await source.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            if message.get("bytes") is not None:
+                await sink.send_bytes(message["bytes"])
+            elif message.get("text") is not None:
+                await sink.send_text(message["text"])
+    except (WebSocketDisconnect, RuntimeError, OSError):
+        return
+
+
+async def _close(socket: WebSocket, code: int, reason: str) -> None:
+    with contextlib.suppress(RuntimeError, WebSocketDisconnect, OSError):
+        await socket.close(code=code, reason=reason)

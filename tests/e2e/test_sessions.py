@@ -1,0 +1,206 @@
+"""Interactive work against a real `nanum up`: a JupyterLab notebook reached only through the server's proxy
+(a kernel runs code over the proxied websocket; other users and anonymous callers are refused; JupyterLab
+itself refuses requests without the job's token; the idle rules release it), `nanum shell` in a real terminal,
+and `nanum run` streaming a job's output and exiting with its code."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pexpect
+import pytest
+from websockets.sync.client import connect
+
+from tests.e2e.cluster import Cluster, job_account, nanum_command, remove, shared_dir
+
+pytestmark = pytest.mark.e2e
+
+pytest.importorskip("jupyterlab", reason="needs JupyterLab (pip install -e '.[dev]')")
+
+
+def session_python(root: Path) -> str:
+    """An interpreter the jobs' account may run, with this environment's packages (nanum, JupyterLab): the
+    test's own where that account can run it, else a venv of the system's Python of the same version that
+    reads these packages (a Python installed under /root is closed to other users)."""
+    account = job_account()
+    probe = ["su", account, "-s", "/bin/sh", "-c", f"{sys.executable} -c ''"]
+    if os.geteuid() != 0 or subprocess.run(probe, capture_output=True).returncode == 0:
+        return sys.executable
+    system = Path("/usr/bin/python3")
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    found = subprocess.run([system, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True,
+                           text=True) if system.exists() else None
+    if found is None or found.stdout.strip() != version:
+        pytest.skip(f"the jobs' account cannot run {sys.executable}, and there is no /usr/bin/python3 {version}")
+    venv = root / "session-python"
+    subprocess.run([system, "-m", "venv", "--without-pip", venv], check=True)
+    (venv / "lib" / f"python{version}" / "site-packages" / "nanum-tests.pth").write_text(
+        f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    return str(venv / "bin" / "python")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    shared = shared_dir("sessions-python-")
+    env = {"NANUM_SAMPLE_INTERVAL": "0.5", "NANUM_SESSION_PYTHON": session_python(shared)}
+    c = Cluster(tmp_path_factory.mktemp("nanum-sessions"), extra_env=env)
+    try:
+        c.start()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    account = job_account()
+    c.add_user("alice", account, "vision")
+    c.add_user("bob", account, "nlp")
+    try:
+        yield c
+    finally:
+        c.stop()
+        remove(shared)
+
+
+@pytest.fixture(scope="module")
+def workdir() -> Iterator[Path]:
+    path = shared_dir("sessions-e2e-")
+    yield path
+    remove(path)
+
+
+def start_notebook(cluster: Cluster, workdir: Path, *args: str) -> tuple[int, str]:
+    """`nanum notebook ARGS` as alice: its job id and the address it printed."""
+    result = cluster.nanum("notebook", "--gpus", "1", "--time", "1h", *args, user="alice", cwd=workdir, timeout=180)
+    assert result.returncode == 0, result.stderr + cluster.log_tail()
+    url = result.stdout.strip()
+    match = re.fullmatch(rf"{re.escape(cluster.url)}/notebooks/(\d+)/lab", url)
+    assert match, result.stdout
+    return int(match.group(1)), url
+
+
+def http(url: str, token: str | None = None, method: str = "GET", body: object = None) -> tuple[int, bytes, dict]:
+    """(status, body, headers) without following redirects."""
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: object) -> None:
+            return None
+
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.build_opener(NoRedirect).open(request, timeout=20) as r:
+            return r.status, r.read(), dict(r.headers)
+    except urllib.error.HTTPError as err:
+        return err.code, err.read(), dict(err.headers)
+
+
+def execute(cluster: Cluster, job_id: int, kernel: str, code: str, token: str) -> str:
+    """Run `code` on the kernel over the proxied channels websocket; what it printed."""
+    ws_url = cluster.url.replace("http://", "ws://") + f"/notebooks/{job_id}/api/kernels/{kernel}/channels"
+    msg_id = uuid.uuid4().hex
+    request = {"header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "alice", "session": msg_id,
+                          "version": "5.3"},
+               "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+               "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
+                           "allow_stdin": False}}
+    printed = ""
+    with connect(ws_url, additional_headers={"Authorization": f"Bearer {token}"}, open_timeout=20) as ws:
+        ws.send(json.dumps(request))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            message = json.loads(ws.recv(timeout=60))
+            if message.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            if message["msg_type"] == "stream":
+                printed += message["content"]["text"]
+            if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+                return printed
+    raise AssertionError(f"no reply from the kernel; printed {printed!r}")
+
+
+def test_a_notebook_runs_code_through_the_proxy_for_its_owner_alone(cluster: Cluster, workdir: Path) -> None:
+    job_id, url = start_notebook(cluster, workdir)
+    alice, bob = cluster.tokens["alice"], cluster.tokens["bob"]
+    base = f"{cluster.url}/notebooks/{job_id}"
+
+    status, body, _ = http(url, alice)
+    assert status == 200 and b"JupyterLab" in body
+    status, body, _ = http(f"{base}/api/kernels", alice, "POST", {"name": "python3"})
+    assert status == 201, body
+    kernel = json.loads(body)["id"]
+    assert execute(cluster, job_id, kernel, "print(6*7)", alice) == "42\n"
+
+    assert http(f"{base}/api/kernels", bob)[0] == 403  # another user
+    assert http(f"{base}/api/kernels", cluster.admin_token)[0] == 403  # an admin too: it acts as its owner
+    status, _, headers = http(url)  # nobody: to the login page, and back here after it
+    assert status == 303 and headers["location"].startswith("/login?next=%2Fnotebooks%2F")
+    with pytest.raises(Exception, match="403"):
+        execute(cluster, job_id, kernel, "print(1)", bob)
+
+    # JupyterLab itself answers nobody without the job's token, even on its own port.
+    log = cluster.nanum("logs", str(job_id), user="alice").stdout
+    direct = re.search(r"http://(127\.0\.0\.1:\d+)/notebooks/", log)
+    assert direct, log
+    assert http(f"http://{direct.group(1)}/notebooks/{job_id}/api/kernels")[0] == 403
+
+    listed = cluster.nanum("notebook", "list", user="alice")
+    assert re.search(rf"^\s*{job_id}\s+running\s+1\s+.*/notebooks/{job_id}/lab", listed.stdout, re.M), listed.stdout
+    assert cluster.nanum("notebook", "stop", str(job_id), user="bob").returncode != 0
+    stopped = cluster.nanum("notebook", "stop", str(job_id), user="alice")
+    assert stopped.returncode == 0 and f"Stopped notebook {job_id}" in stopped.stdout
+    cluster.wait_state(job_id, "cancelled")
+    assert http(url, alice)[0] == 503
+
+
+def test_an_idle_notebook_is_released_by_the_idle_rules(cluster: Cluster, workdir: Path) -> None:
+    assert cluster.nanum("idle", "set", "--notebook-flag", "2s", "--notebook-release", "4s").returncode == 0
+    try:
+        job_id, _ = start_notebook(cluster, workdir, "-e", "NANUM_SIM_UTIL=0")  # its simulated GPU stays idle
+        job = cluster.wait_state(job_id, "cancelled", "completed", "failed", timeout=60)
+        assert job["reason"].startswith("released after being idle"), job
+        assert job["preemptible"] is False
+    finally:
+        cluster.nanum("idle", "set", "--notebook-flag", "2h", "--notebook-release", "4h")
+
+
+def test_nanum_shell_is_a_real_terminal_and_exits_with_the_shells_code(cluster: Cluster, workdir: Path) -> None:
+    command = nanum_command()
+    child = pexpect.spawn(command[0], [*command[1:], "shell", "--gpus", "2"], env=cluster.env(cluster.tokens["bob"]),
+                          cwd=str(workdir), encoding="utf-8", timeout=60, dimensions=(30, 100))
+    try:
+        child.expect(r"Shell (\d+) on ")
+        job_id = int(child.match.group(1))
+        child.sendline("stty size; echo gpus=$CUDA_VISIBLE_DEVICES")
+        child.expect(r"30 100")
+        child.expect(r"gpus=(\d),(\d)\r\n")
+        child.setwinsize(40, 120)  # the window changes: the remote terminal follows
+        child.sendline("sleep 0.3; stty size")
+        child.expect(r"40 120")
+        child.sendline("sleep 30")
+        time.sleep(0.5)
+        child.sendintr()  # Ctrl-C stops the remote command, not the shell
+        child.sendline("echo still here; echo $CUDA_VISIBLE_DEVICES; exit 3")
+        child.expect("still here")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 3, child.before
+    job = cluster.wait_state(job_id, "failed", timeout=20)
+    assert job["exit_code"] == 3 and job["kind"] == "shell"
+
+
+def test_nanum_run_streams_the_output_and_exits_with_the_commands_code(cluster: Cluster, workdir: Path) -> None:
+    script = "echo first; sleep 1; echo second on $CUDA_VISIBLE_DEVICES; exit 7"
+    result = cluster.nanum("run", "--gpus", "1", "--", "sh", "-c", script, user="alice", cwd=workdir)
+    assert result.returncode == 7, result.stderr
+    assert re.fullmatch(r"first\nsecond on \d\n", result.stdout), result.stdout
+    ok = cluster.nanum("run", "--gpus", "0", "--", "true", user="alice", cwd=workdir)
+    assert ok.returncode == 0 and ok.stdout == ""
