@@ -122,3 +122,31 @@ def test_the_dashboard_logs_in_through_the_provider(cluster: Cluster, provider: 
             expect(page.locator("body")).to_contain_text("robotics")
         finally:
             browser.close()
+
+
+def test_an_admin_disables_a_user_whose_queued_job_then_waits(cluster: Cluster, workdir: Path) -> None:
+    """Runs after the device login above: the person's saved token is in the cluster's config."""
+    account = job_account()
+    env = cluster.env()
+
+    def as_person(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*nanum_command(), *args], env=env, capture_output=True, text=True, timeout=60,
+                              cwd=workdir)
+
+    big = json.loads(as_person("submit", "--json", "--gpus", "4", "--", "sleep", "60").stdout)["id"]
+    cluster.wait_state(big, "running")
+    queued = json.loads(as_person("submit", "--json", "--gpus", "1", "--", "true").stdout)["id"]
+    disabled = cluster.nanum("user", "disable", account)
+    assert (disabled.returncode, disabled.stdout) == (
+        0, f"User {account} is disabled: their tokens and sessions are refused, their queued jobs wait\n")
+    refused = as_person("ps")
+    assert (refused.returncode, refused.stderr) == (
+        2, f"nanum: error: user {account} is disabled; ask an admin if that is a mistake\n")
+    assert cluster.nanum("cancel", str(big)).returncode == 0
+    cluster.wait_state(big, "cancelled")
+    shown = cluster.job(queued)
+    assert (shown["state"], shown["reason"]) == (
+        "pending", "owner's account is disabled; an admin can enable it again (nanum user enable NAME)")
+    assert cluster.nanum("user", "enable", account).stdout == f"User {account} is enabled again\n"
+    cluster.wait_state(queued, "completed")
+    assert as_person("ps").returncode == 0
