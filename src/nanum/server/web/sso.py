@@ -42,7 +42,7 @@ async def start(request: Request, next: str = "/") -> Response:
     oidc = request.app.state.ctx.settings.oidc
     if oidc is None:
         return _failed(request, sso.NO_SSO, 404)
-    flow = {"state": secrets.token_urlsafe(24), "nonce": secrets.token_urlsafe(24),
+    flow: dict[str, Any] = {"state": secrets.token_urlsafe(24), "nonce": secrets.token_urlsafe(24),
             "verifier": secrets.token_urlsafe(48), "next": session.safe_next(next),
             "expires": int(time.time()) + FLOW_LIFETIME_S}
     try:
