@@ -25,7 +25,9 @@ PASSWORD = "sso-pw-1"
 
 @pytest.fixture(scope="module")
 def provider() -> Iterator[Provider]:
-    with Provider(client_id="nanum-cli") as p:  # a public client: PKCE in the browser, the device grant in a shell
+    # A public client (PKCE in the browser, the device grant in a shell), at "localhost": another site than the
+    # nanum at 127.0.0.1 to the browser, as a real provider is, so the cookies must survive cross-site redirects.
+    with Provider(client_id="nanum-cli", host="localhost") as p:
         p.add_user(job_account(), PASSWORD, groups=("/vision", "/robotics-managers", "/staff users"))
         yield p
 
