@@ -178,6 +178,7 @@ def test_nanum_shell_is_a_real_terminal_and_exits_with_the_shells_code(cluster: 
     try:
         child.expect(r"Shell (\d+) on ")
         job_id = int(child.match.group(1))
+        child.expect_exact("$ ")  # the remote login shell's prompt
         child.sendline("stty size; echo gpus=$CUDA_VISIBLE_DEVICES")
         child.expect(r"30 100")
         child.expect(r"gpus=(\d),(\d)\r\n")
