@@ -13,7 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from joserfc.jwk import RSAKey
+from joserfc import jwt
+from joserfc.jwk import OctKey, RSAKey
 from sqlalchemy import select
 
 from nanum.server.app import create_app
@@ -79,6 +80,9 @@ def test_an_id_token_makes_the_user_in_the_labs_of_their_groups(client: AsgiClie
     assert again.json()["labs"] == ["nlp"] and users(client) == ["admin", "kim"]
 
 
+MAC_KEY = "anyone-may-know-this-32-bytes-ok"  # an HMAC "signature" anyone could make: never accepted
+
+
 def _claims(provider: Provider, **changes: object) -> dict[str, object]:
     return {**provider.claims(provider.people["lee"]), **changes}
 
@@ -87,6 +91,11 @@ def _claims(provider: Provider, **changes: object) -> dict[str, object]:
     pytest.param(lambda p: p.sign(_claims(p), RSAKey.generate_key(2048, parameters={"kid": "test-key-1"})),
                  "the ID token's signature does not match the keys of {issuer}; it was not issued by the configured "
                  "provider", id="forged"),
+    pytest.param(lambda p: p.sign(_claims(p), RSAKey.generate_key(2048, parameters={"kid": "not-published"})),
+                 "the ID token is signed with a key {issuer} does not publish; it was not issued by the configured "
+                 "provider", id="unknown-key"),
+    pytest.param(lambda p: jwt.encode({"alg": "HS256"}, _claims(p), OctKey.import_key(MAC_KEY)),
+                 "that is not an ID token this server can read (unsupported_algorithm)", id="mac-signed"),
     pytest.param(lambda p: p.sign(_claims(p, exp=1_700_000_000, iat=1_699_999_000)),
                  "the ID token expired at 2023-11-14 22:13:20 UTC; log in again", id="expired"),
     pytest.param(lambda p: p.sign(_claims(p, aud="another-app")),

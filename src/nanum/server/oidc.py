@@ -39,6 +39,8 @@ ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES
 SCOPE = "openid profile email"
 #: Discovery and keys are fetched again after this long (seconds).
 REFRESH_S = 3600.0
+#: Keys are fetched again for a token that names an unknown key at most this often (seconds).
+REFETCH_S = 60.0
 LEEWAY_S = 60
 
 
@@ -93,10 +95,13 @@ class Provider:
         return found
 
     def keys(self, refresh: bool = False) -> KeySet:
-        """The provider's signing keys (cached; `refresh` fetches them again)."""
+        """The provider's signing keys (cached; `refresh` fetches them again, at most every REFETCH_S, so that
+        a flood of forged tokens does not become a flood of requests to the provider)."""
         with self._lock:
-            if not refresh and self._keys is not None and time.monotonic() - self._keys[0] < REFRESH_S:
-                return self._keys[1]
+            if self._keys is not None:
+                age = time.monotonic() - self._keys[0]
+                if age < (REFETCH_S if refresh else REFRESH_S):
+                    return self._keys[1]
         try:
             keys = KeySet.import_key_set(self._get_json(self.metadata()["jwks_uri"]))  # type: ignore[arg-type]
         except (JoseError, ValueError, TypeError) as exc:
@@ -160,6 +165,9 @@ class Provider:
             raise TokenRefused(f"the ID token's signature does not match the keys of {self.issuer}; it was not "
                                "issued by the configured provider") from None
         except JoseError as exc:
+            if exc.error == "invalid_key_id":
+                raise TokenRefused(f"the ID token is signed with a key {self.issuer} does not publish; it was not "
+                                   "issued by the configured provider") from None
             raise TokenRefused(f"that is not an ID token this server can read ({exc.error}); log in again") from None
         claims = dict(token.claims)
         self._check_claims(claims, nonce)
