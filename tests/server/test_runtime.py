@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from nanum.server.auth import hash_token
+from nanum.server.callers import hash_token
 from nanum.server.runtime import StartError, bootstrap_admin, bootstrap_node, prepare
 from nanum.server.services import accounts
 from nanum.server.settings import ServerSettings

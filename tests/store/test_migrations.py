@@ -14,7 +14,7 @@ from sqlalchemy import MetaData, inspect
 
 from nanum.protocol import JobLaunch
 from nanum.server.app import create_app
-from nanum.server.auth import hash_token
+from nanum.server.callers import hash_token
 from nanum.server.context import ServerContext
 from nanum.server.settings import ServerSettings
 from nanum.store import Base, Database, upgrade

@@ -1,64 +1,18 @@
-"""Authentication: API tokens for people, node tokens for agents; FastAPI dependencies that resolve them.
-
-Tokens are `secrets.token_urlsafe(32)`, shown once and stored only as SHA-256 hex digests. A resolved token is
-cached for a few seconds, so a busy client costs one hash and one dict lookup per request.
+"""Authentication: FastAPI dependencies that resolve a request's API token (people) or node token (agents) to
+the `nanum.server.callers` identity types. A resolved token is cached for a few seconds, so a busy client costs
+one hash and one dict lookup per request.
 """
 
 from __future__ import annotations
 
-import hashlib
-import secrets
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
+from nanum.server.callers import Caller, NodeCaller, hash_token
 from nanum.server.context import ServerContext
 from nanum.server.errors import Forbidden, Unauthorized
-
-
-def new_token() -> str:
-    return secrets.token_urlsafe(32)
-
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """The user a request acts for."""
-
-    id: int
-    name: str
-    admin: bool
-    unix_user: str | None
-    default_lab: str | None
-    labs: frozenset[str]
-    #: The user's own cap on GPUs held at once (None: only the lab's), to refuse a job that could never start.
-    max_gpus: int | None = None
-    #: The labs this user manages, by name and by id: their members, member limits, jobs and logs.
-    managed: frozenset[str] = frozenset()
-    managed_ids: frozenset[int] = frozenset()
-    #: Made from a directory login: their standing there is checked again now and then (services.logins).
-    directory: bool = False
-
-    def may_manage(self, owner_id: int, lab_id: int | None = None) -> bool:
-        """May act on a job of `owner_id` charged to lab `lab_id`: its owner, a manager of that lab, an admin."""
-        return self.admin or self.id == owner_id or (lab_id is not None and lab_id in self.managed_ids)
-
-    def manages(self, lab: str) -> bool:
-        """May manage lab `lab`'s members and their limits: an admin, or a manager of that lab."""
-        return self.admin or lab in self.managed
-
-
-@dataclass(frozen=True, slots=True)
-class NodeCaller:
-    """The node an agent request speaks for."""
-
-    id: int
-    name: str
 
 
 async def get_context(request: Request) -> ServerContext:

@@ -33,7 +33,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from nanum.config import load_credentials, save_credentials
 from nanum.server.app import create_app
-from nanum.server.auth import hash_token, new_token
+from nanum.server.callers import hash_token, new_token
 from nanum.server.context import ServerContext
 from nanum.server.schemas import UserIn
 from nanum.server.services import accounts, tokens

@@ -14,7 +14,6 @@ the end of the trace) are counted as notes. Nothing is dropped silently.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -22,18 +21,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from nanum.sim.openb import pods
+from nanum.sim.rows import ImportOptions, gpu_count, rows
 from nanum.sim.traces import ImportReport, TraceError, TraceJob, count, number, open_text, read_trace
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ImportOptions:
-    """Options some formats need: `lab` for single-lab traces, `nodes`/`throughputs`/`worker` for some formats."""
-
-    lab: str = ""
-    nodes: Path | None = None
-    throughputs: Path | None = None
-    worker: str = "v100"
-
 
 Importer = Callable[[Path, ImportOptions, ImportReport], Iterator[TraceJob]]
 
@@ -54,47 +44,12 @@ def parse_time(text: str) -> float:
     return moment.timestamp()
 
 
-def _dict_rows(path: Path, required: tuple[str, ...], fmt: str) -> Iterator[tuple[int, dict[str, str]]]:
-    with open_text(path) as f:
-        reader = csv.DictReader(f)
-        have = set(reader.fieldnames or ())
-        missing = [c for c in required if c not in have]
-        if missing:
-            raise TraceError(
-                f"{path} is not a {fmt} file: it lacks column(s) {', '.join(missing)} "
-                f"(it has {', '.join(sorted(have)) or 'none'})"
-            )
-        for line, row in enumerate(reader, start=2):
-            yield line, {k: (v or "").strip() for k, v in row.items() if k is not None}
-
-
-def _rows(
-    path: Path, required: tuple[str, ...], fmt: str, report: ImportReport
-) -> Iterator[tuple[int, dict[str, str]]]:
-    for line, row in _dict_rows(path, required, fmt):
-        report.rows += 1
-        yield line, row
-
-
-def _gpus(text: str, report: ImportReport, line: int) -> int | None:
-    """A GPU count; None (row skipped with a reason) for 0 or junk."""
-    try:
-        gpus = count(text, "num_gpus", minimum=0)
-    except ValueError as e:
-        report.skip(line, str(e))
-        return None
-    if gpus == 0:
-        report.skip(line, "requests no GPU (CPU-only job)")
-        return None
-    return gpus
-
-
 # -- formats -----------------------------------------------------------------------------------------------------
 
 
 def philly_pollux(path: Path, opts: ImportOptions, report: ImportReport) -> Iterator[TraceJob]:
-    for line, row in _rows(path, ("timestamp", "duration", "num_gpus", "cluster"), "philly-pollux", report):
-        gpus = _gpus(row["num_gpus"], report, line)
+    for line, row in rows(path, ("timestamp", "duration", "num_gpus", "cluster"), "philly-pollux", report):
+        gpus = gpu_count(row["num_gpus"], report, line)
         if gpus is None:
             continue
         try:
@@ -110,8 +65,8 @@ def philly_pollux(path: Path, opts: ImportOptions, report: ImportReport) -> Iter
 
 
 def microsoft_itp(path: Path, opts: ImportOptions, report: ImportReport) -> Iterator[TraceJob]:
-    for line, row in _rows(path, ("job_id", "submission_time", "duration", "num_gpu"), "microsoft-itp", report):
-        gpus = _gpus(row["num_gpu"], report, line)
+    for line, row in rows(path, ("job_id", "submission_time", "duration", "num_gpu"), "microsoft-itp", report):
+        gpus = gpu_count(row["num_gpu"], report, line)
         if gpus is None:
             continue
         try:
@@ -128,8 +83,8 @@ def microsoft_itp(path: Path, opts: ImportOptions, report: ImportReport) -> Iter
 
 
 def tiresias(path: Path, opts: ImportOptions, report: ImportReport) -> Iterator[TraceJob]:
-    for line, row in _rows(path, ("job_id", "num_gpu", "submit_time", "duration"), "tiresias", report):
-        gpus = _gpus(row["num_gpu"], report, line)
+    for line, row in rows(path, ("job_id", "num_gpu", "submit_time", "duration"), "tiresias", report):
+        gpus = gpu_count(row["num_gpu"], report, line)
         if gpus is None:
             continue
         try:
@@ -144,8 +99,6 @@ def tiresias(path: Path, opts: ImportOptions, report: ImportReport) -> Iterator[
 
 
 def alibaba_openb(path: Path, opts: ImportOptions, report: ImportReport) -> Iterator[TraceJob]:
-    from nanum.sim.openb import pods
-
     yield from pods(path, opts, report)
 
 

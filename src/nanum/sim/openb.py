@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from nanum.sim.cluster import ClusterSpec, NodeGroup
-from nanum.sim.importers import ImportOptions, _dict_rows, _gpus, _rows
+from nanum.sim.rows import ImportOptions, dict_rows, gpu_count, rows
 from nanum.sim.traces import ImportReport, TraceError, TraceJob, number
 
 POD_COLUMNS = ("name", "num_gpu", "gpu_milli", "gpu_spec", "pod_phase", "creation_time", "deletion_time",
@@ -27,14 +27,14 @@ def pods(path: Path, opts: ImportOptions, report: ImportReport) -> Iterator[Trac
     models: dict[str, int] | None = None
     if opts.nodes is not None:
         models = _largest_node_per_model(opts.nodes)
-    for line, row in _rows(path, POD_COLUMNS, "alibaba-openb pod list", report):
+    for line, row in rows(path, POD_COLUMNS, "alibaba-openb pod list", report):
         job = _pod(line, row, report, models)
         if job is not None:
             yield job
 
 
 def _pod(line: int, row: dict[str, str], report: ImportReport, models: dict[str, int] | None) -> TraceJob | None:
-    gpus = _gpus(row["num_gpu"], report, line)
+    gpus = gpu_count(row["num_gpu"], report, line)
     if gpus is None:
         return None
     if row["pod_phase"] == "Pending" or not row["scheduled_time"]:
@@ -92,7 +92,7 @@ def openb_cluster(path: Path) -> ClusterSpec:
     if not path.exists():
         raise TraceError(f"node list {path} does not exist")
     shapes: Counter[tuple[int, str, int, int]] = Counter()
-    for _line, row in _dict_rows(path, NODE_COLUMNS, "alibaba-openb node list"):
+    for _line, row in dict_rows(path, NODE_COLUMNS, "alibaba-openb node list"):
         try:
             gpus = int(number(row["gpu"], "gpu"))
             cpus = int(number(row["cpu_milli"], "cpu_milli") // 1000)

@@ -13,7 +13,8 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from nanum.protocol import Heartbeat, HeartbeatReply
-from nanum.server.auth import Context, NodeCaller, NodeDep
+from nanum.server.auth import Context, NodeDep
+from nanum.server.callers import NodeCaller
 from nanum.server.context import ServerContext
 from nanum.server.services import agent
 from nanum.store.db import retry_deadlocks

@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from nanum.server.auth import Caller, NodeCaller, hash_token, new_token
+from nanum.server.callers import Caller, NodeCaller, hash_token, new_token
 from nanum.server.context import ServerContext
 from nanum.server.errors import BadRequest, Conflict, NotFound, Unauthorized
 from nanum.server.schemas import LabIn, LabOut, LabPatch, UserIn, UserOut, UserPatch

@@ -19,7 +19,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from nanum.protocol import Heartbeat, HeartbeatReply, JobLaunch, JobStatus, LogChunk
-from nanum.server.auth import NodeCaller
+from nanum.server.callers import NodeCaller
 from nanum.server.context import ServerContext
 from nanum.server.services import inventory as nodeinventory
 from nanum.server.services import lifecycle

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from nanum.server.auth import Caller
+from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import Conflict
 from nanum.server.schemas import JobPatch

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from nanum.core import JobId, Limits, User, impossible
 from nanum.core.bursts import BURST_GAP, joins
 from nanum.server.arrays import parse_array
-from nanum.server.auth import Caller
+from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import BadRequest, Conflict, Forbidden, NotFound
 from nanum.server.schemas import ACTIVE_STATES, JOB_STATES, JobSubmit, iso

@@ -19,7 +19,7 @@ import time
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from nanum.server.auth import hash_token, new_token
+from nanum.server.callers import hash_token, new_token
 from nanum.server.context import ServerContext
 from nanum.server.errors import ApiError, BadRequest, Unauthorized
 from nanum.server.identity import LoginOut

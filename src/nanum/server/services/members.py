@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from nanum.server.auth import Caller
+from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import BadRequest, Forbidden, NotFound
 from nanum.server.identity import MemberLimits, MemberOut

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from nanum.server.auth import hash_token, new_token
+from nanum.server.callers import hash_token, new_token
 from nanum.server.context import ServerContext
 from nanum.server.errors import BadRequest
 from nanum.server.identity import ImportedChange, ImportedUser, ImportIn, ImportOut

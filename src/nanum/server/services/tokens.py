@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from nanum.server.auth import Caller, hash_token, new_token
+from nanum.server.callers import Caller, hash_token, new_token
 from nanum.server.context import ServerContext
 from nanum.server.errors import Forbidden, NotFound, Unauthorized
 from nanum.server.identity import TokenInfo, TokenNew

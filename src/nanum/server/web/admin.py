@@ -12,7 +12,7 @@ from fastapi.responses import RedirectResponse, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from nanum.server.auth import Caller
+from nanum.server.callers import Caller
 from nanum.server.errors import ApiError, validation_message
 from nanum.server.schemas import LabIn, LabPatch, UserIn
 from nanum.server.services import accounts, monitor_settings

@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from nanum.server.auth import Caller
+from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import NotFound
 from nanum.server.services import jobs, jobusage, labs, usage

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from nanum.predicted import prediction_text
-from nanum.server.auth import Caller
+from nanum.server.callers import Caller
 from nanum.server.errors import ApiError, NotFound
 from nanum.server.inputs import JobIdPath
 from nanum.server.limits import MAX_OFFSET

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from nanum.server.auth import Caller
+from nanum.server.callers import Caller
 from nanum.server.services.cluster import ClusterView, GpuView, NodeView, cluster
 from nanum.server.web import charts, data
 from nanum.server.web.render import ago, duration, page

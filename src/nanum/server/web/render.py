@@ -14,7 +14,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from nanum import __version__
 from nanum.monitor.idle import duration as _duration
-from nanum.server.auth import Caller
+from nanum.server.callers import Caller
 from nanum.server.web import session
 
 WEB = Path(__file__).parent

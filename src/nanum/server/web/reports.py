@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from nanum import usage_report as views
-from nanum.server.auth import Caller
+from nanum.server.callers import Caller
 from nanum.server.services import reports, usage
 from nanum.server.web.render import page
 from nanum.server.web.session import caller

@@ -19,7 +19,7 @@ from fastapi.responses import Response
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from nanum.server.auth import Caller, hash_token
+from nanum.server.callers import Caller, hash_token
 from nanum.server.context import ServerContext
 from nanum.server.errors import Unauthorized
 from nanum.server.services import accounts, logins, monitor_settings
