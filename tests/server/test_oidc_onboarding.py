@@ -10,6 +10,7 @@ from sqlalchemy import select, update
 
 from nanum.server.context import ServerContext
 from nanum.server.services import tokens
+from nanum.server.web.data import queue
 from nanum.store import TokenRow, UserRow
 from tests.server.asgiclient import AsgiClient
 from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, submit, tick
@@ -31,11 +32,14 @@ def test_a_disabled_users_queued_jobs_wait_and_start_once_enabled(client: AsgiCl
     assert (seen["state"], seen["reason"], seen["reason_code"]) == ("pending", REASON, "disabled")
     listed = client.get("/api/v1/jobs", headers=auth(ADMIN)).json()
     assert [(j["user"], j["reason"]) for j in listed] == [("alice", REASON)]
+    dashboard = queue(client.app.state.ctx)["pending"]  # what the Queue page shows
+    assert [(j["id"], j["reason"]) for j in dashboard] == [(queued["id"], REASON)]
     bobs = submit(client, BOB, gpus=1)  # others' jobs start as before
     tick(client)
     assert client.get(f"/api/v1/jobs/{bobs['id']}", headers=auth(BOB)).json()["state"] == "running"
     assert client.post("/api/v1/users/alice/enable", headers=auth(ADMIN)).json() == {"name": "alice",
                                                                                       "disabled": False}
+    assert queue(client.app.state.ctx)["pending"][0]["reason"] == "waiting for the scheduler"
     tick(client)
     assert job(client, queued["id"])["state"] == "running"
 

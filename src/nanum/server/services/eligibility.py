@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
 from nanum.store import JobRow, UserRow
@@ -186,6 +186,14 @@ def _throttled(s: Session, waiting: set[int]) -> set[int]:
         eligible = [t for t in tasks if t not in waiting]
         out.update(eligible[room:])
     return out
+
+
+def mark_owner(s: Session, user_id: int, disabled: bool) -> None:
+    """Write on a user's pending jobs that they wait for their owner's account (or, enabled again, for the
+    scheduler, which gives them its own reason at its next cycle), for pages that read the stored reason."""
+    reason, code = (DISABLED, "disabled") if disabled else ("waiting for the scheduler", "queued")
+    s.execute(update(JobRow).where(JobRow.user_id == user_id, JobRow.state == "pending")
+              .values(reason=reason, reason_code=code, estimated_start=None))
 
 
 def throttle_reason(array_id: int, limit: int) -> str:

@@ -23,7 +23,7 @@ from nanum.server.callers import hash_token, new_token
 from nanum.server.context import ServerContext
 from nanum.server.errors import ApiError, BadRequest, Unauthorized
 from nanum.server.identity import LoginOut
-from nanum.server.services import tokens
+from nanum.server.services import eligibility, tokens
 from nanum.server.services.accounts import MANAGER, MEMBER, ensure_lab
 from nanum.store import LabRow, MembershipRow, UserRow
 
@@ -146,6 +146,7 @@ def recheck(ctx: ServerContext, user_id: int, name: str, source: str | None) -> 
         return
     with ctx.db.write() as s:
         s.execute(update(UserRow).where(UserRow.id == user_id).values(disabled=True))
+        eligibility.mark_owner(s, user_id, True)
     ctx.caches.callers.clear()
     log.warning("directory user %s is %s: disabled", name, why)
     raise Unauthorized(f"user {name} is disabled: the directory account is {why}; ask an admin if that is a "
@@ -165,6 +166,8 @@ def _bring_in(ctx: ServerContext, person: object) -> tuple[int, str, str, list[s
                            decayed_at=now, created=now)
             s.add(user)
             s.flush()
+        if user.disabled:  # the directory lets them in again: so do their queued jobs
+            eligibility.mark_owner(s, user.id, False)
         user.source, user.unix_user, user.uid_number, user.disabled = "ldap", person.uid, person.uid_number, False
         user.email = person.email or user.email
         labs = sync_labs(s, user, person.labs)

@@ -110,6 +110,7 @@ def set_disabled(ctx: ServerContext, actor: str, name: str, disabled: bool) -> d
     """Disable a user (their tokens and sessions are refused at once; their queued jobs wait, visible to admins)
     or enable them again. Directory users are disabled in the directory, which nanum follows."""
     from nanum.server.errors import Conflict, NotFound
+    from nanum.server.services import eligibility
 
     verb = "disable" if disabled else "enable"
     with ctx.db.write() as s:
@@ -123,6 +124,7 @@ def set_disabled(ctx: ServerContext, actor: str, name: str, disabled: bool) -> d
             raise Conflict("you cannot disable yourself; ask another admin")
         if user.disabled != disabled:
             user.disabled = disabled
+            eligibility.mark_owner(s, user.id, disabled)
             audit.record(s, time.time(), actor, "user", name, verb, {"disabled": [not disabled, disabled]},
                          f"{actor} {verb}d {name}")
     ctx.caches.callers.clear()
