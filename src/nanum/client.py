@@ -554,6 +554,35 @@ class Client:
 
     # -- monitoring -----------------------------------------------------------------------------------------
 
+    def environments(self) -> list[dict[str, Any]]:
+        """The environments you may use (`nanum environment list`)."""
+        return self._call("GET", "/environments").json()  # type: ignore[no-any-return]
+
+    def environment(self, name: str) -> dict[str, Any]:
+        return self._call("GET", f"/environments/{name}").json()  # type: ignore[no-any-return]
+
+    def add_environment(self, name: str, **fields: Any) -> dict[str, Any]:
+        """Add an environment: `image` (and `runtime`), or `python`, and/or `setup`; `description`, `lab`."""
+        body = {"name": name, **{k: v for k, v in fields.items() if v is not None}}
+        return self._call("POST", "/environments", json=body).json()  # type: ignore[no-any-return]
+
+    def remove_environment(self, name: str) -> None:
+        self._call("DELETE", f"/environments/{name}")
+
+    def datasets(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/datasets").json()  # type: ignore[no-any-return]
+
+    def add_dataset(self, name: str, path: str, **fields: Any) -> dict[str, Any]:
+        body = {"name": name, "path": path, **{k: v for k, v in fields.items() if v is not None}}
+        return self._call("POST", "/datasets", json=body).json()  # type: ignore[no-any-return]
+
+    def remove_dataset(self, name: str) -> None:
+        self._call("DELETE", f"/datasets/{name}")
+
+    def checkpoints(self, job_id: int) -> dict[str, Any]:
+        """The files in a job's checkpoint directory, with sizes and times."""
+        return self._call("GET", f"/jobs/{job_id}/checkpoints").json()  # type: ignore[no-any-return]
+
     def job_usage(self, job_id: int) -> dict[str, Any]:
         """A job's GPU use: utilisation now and on average, idle state, timeline, efficiency summary once ended."""
         return self._call("GET", f"/jobs/{job_id}/usage").json()  # type: ignore[no-any-return]

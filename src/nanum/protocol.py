@@ -52,6 +52,13 @@ class NodeInfo(Report):
         description="how the node holds jobs to their CPUs and memory: `cgroup v2`, `cgroup v1`, or "
         "`not enforced (why)`; empty from agents that do not say",
     )
+    runtimes: list[str] = Field(
+        default=[], description="container runtimes the agent found and may use (`podman`, `docker`)"
+    )
+    paths: list[str] = Field(
+        default=[], description="the paths of the server's `check_paths` that exist on this node (environments, "
+        "datasets)",
+    )
 
 
 class JobStatus(Report):
@@ -165,6 +172,17 @@ class Heartbeat(Report):
         return _without_nul(data)
 
 
+class EnvironmentSpec(BaseModel):
+    """What a job runs in: a container `image` (run by `runtime`, or whichever the node has), or a Python
+    environment (`python`: a venv or conda prefix whose bin/ goes first on PATH); `setup`: a shell line run in
+    the job's shell before its command."""
+
+    image: str | None = None
+    runtime: Literal["podman", "docker"] | None = None
+    python: str | None = None
+    setup: str | None = None
+
+
 class JobLaunch(BaseModel):
     """Everything the agent needs to run one job (one node's part of it, for a gang)."""
 
@@ -181,6 +199,9 @@ class JobLaunch(BaseModel):
     checkpoint_dir: str
     grace_s: float = 60.0
     run: Count32 = Field(default=0, description="which run of the job this is (1 for its first); echoed in its status")
+    environment: str | None = Field(default=None, description="the name of the environment it runs in")
+    environment_spec: EnvironmentSpec | None = None
+    datasets: dict[str, str] = Field(default={}, description="the datasets it reads: name -> path on the node")
     kind: str = Field(default="batch", description="`notebook`: the agent runs JupyterLab; `shell`: a terminal relay")
     secret: str = Field(default="", description="a notebook's Jupyter token, or what a shell's relay shows the server")
     # Gang (multi-node) jobs: torchrun-style rendezvous.
@@ -198,6 +219,10 @@ class HeartbeatReply(BaseModel):
     grace_s: float = 60.0
     allow_root: bool = False
     interval_s: float = 2.0
+    check_paths: list[str] | None = Field(
+        default=None, description="paths (Python environments, datasets) the agent should look for and report in "
+        "`NodeInfo.paths`; None: the same as before",
+    )
     lease_s: float = Field(
         default=30.0,
         gt=0,

@@ -169,6 +169,21 @@ def revoke_alices_token(w: World) -> Call:
     return Call(f"{V1}/tokens/{r.json()['id']}?user=alice", witness=names(w, V1 + "/tokens?user=alice"))
 
 
+def vision_environment(w: World) -> str:
+    """A fresh environment of alice's for lab vision."""
+    name = w.fresh_name("env")
+    r = w.client.post(V1 + "/environments", json={"name": name, "setup": "true"}, headers=auth(ALICE))
+    assert r.status_code == 201, r.text
+    return name
+
+
+def vision_dataset(w: World) -> str:
+    name = w.fresh_name("data")
+    r = w.client.post(V1 + "/datasets", json={"name": name, "path": "/data/x", "lab": "vision"}, headers=auth(ADMIN))
+    assert r.status_code == 201, r.text
+    return name
+
+
 def submit_job(w: World) -> Call:
     return Call("/api/v1/jobs", {"command": ["true"], "gpus": 0}, witness=lambda: len(w.read("/api/v1/jobs?all=1")))
 
@@ -275,6 +290,25 @@ TABLE = [
                                                                                400, 400, 400, 400, 400, 400, 400, 400, 400, 400),
     row("POST", "/api/v1/login/oidc", at(V1 + "/login/oidc", {"id_token": "a.b.c"}),
                                                                                400, 400, 400, 400, 400, 400, 400, 400, 400, 400),
+    row("POST", "/api/v1/environments",
+        lambda w: Call(V1 + "/environments", {"name": w.fresh_name("env"), "setup": "true"},
+                       witness=names(w, V1 + "/environments")),
+                                                                               401, 401, 201, 201, 201, 201, 201, 401, 201, 201),
+    row("GET", "/api/v1/environments", at(V1 + "/environments"),               401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
+    row("GET", "/api/v1/environments/{name}", lambda w: Call(f"{V1}/environments/{vision_environment(w)}"),
+                                                                               401, 401, 404, 404, 200, 200, 200, 401, 200, 404),
+    row("DELETE", "/api/v1/environments/{name}",
+        lambda w: Call(f"{V1}/environments/{vision_environment(w)}", witness=names(w, V1 + "/environments")),
+                                                                               401, 401, 403, 403, 403, 204, 204, 401, 204, 403),
+    row("POST", "/api/v1/datasets",
+        lambda w: Call(V1 + "/datasets", {"name": w.fresh_name("data"), "path": "/data/x", "lab": "vision"},
+                       witness=names(w, V1 + "/datasets")),
+                                                                               401, 401, 403, 403, 403, 403, 201, 401, 201, 403),
+    row("GET", "/api/v1/datasets", at(V1 + "/datasets"),                       401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
+    row("DELETE", "/api/v1/datasets/{name}",
+        lambda w: Call(f"{V1}/datasets/{vision_dataset(w)}", witness=names(w, V1 + "/datasets")),
+                                                                               401, 401, 403, 403, 403, 403, 204, 401, 204, 403),
+    row("GET", "/api/v1/jobs/{job_id}/checkpoints", at(JOB + "/checkpoints"),  401, 401, 403, 403, 403, 200, 200, 401, 200, 403),
     row("POST", "/api/v1/agent/heartbeat", heartbeat,                          401, 401, 401, 401, 401, 401, 401, 200, 401, 401),
 ]
 

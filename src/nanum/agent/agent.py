@@ -42,6 +42,7 @@ import nanum
 from nanum.agent import fence, procs, sessions
 from nanum.agent.cgroups import ROOT as CGROUP_ROOT
 from nanum.agent.cgroups import probe as probe_cgroups
+from nanum.agent.environments import Containers, find_runtimes, present_paths
 from nanum.agent.executor import Executor
 from nanum.agent.gpus import discover
 from nanum.agent.monitor import JobView, Monitor, make_sampler
@@ -57,6 +58,8 @@ OUTPUT_CHECK_S = 0.5
 #: How often the agent looks at its lease, and whether its guard process runs.
 LEASE_CHECK_S = 0.2
 GUARD_CHECK_S = 2.0
+#: How often the agent looks again for the environments and datasets the server asks about.
+PATHS_CHECK_S = 30.0
 
 
 class AgentError(Exception):
@@ -82,6 +85,10 @@ class AgentConfig:
     sample_interval_s: float = 5.0
     #: Where the cgroup hierarchies are mounted; jobs get a cgroup with their limits where one is writable.
     cgroup_root: Path = CGROUP_ROOT
+    #: podman, docker, a path to either, or none; None: whichever answers here.
+    container_runtime: str | None = None
+    #: Where jobs' checkpoint directories are (shared storage); None: where the server says.
+    checkpoint_root: Path | None = None
 
     @property
     def servers(self) -> tuple[str, ...]:
@@ -100,6 +107,11 @@ class Agent:
             gpus, simulated = discover(config.simulate_gpus, config.name)
         self.node = _node_info(config.name, gpus, simulated)
         self.cgroups, self.node.limits = probe_cgroups(config.name, config.state_dir, config.cgroup_root)
+        runtimes = find_runtimes(config.container_runtime)
+        self.containers = Containers(runtimes, simulated_gpus=simulated)
+        self.node.runtimes = sorted(runtimes)
+        self._paths_asked: list[str] | None = None
+        self._paths_checked = 0.0
         sampler = make_sampler(gpus, simulated, config.state_dir) if config.sample_interval_s > 0 else None
         self.monitor = Monitor(sampler, config.sample_interval_s)
         self.executor: Executor | None = None
@@ -147,6 +159,8 @@ class Agent:
             self.config.name,
             on_change=lambda: loop.call_soon_threadsafe(wake.set),
             cgroups=self.cgroups,
+            containers=self.containers,
+            checkpoint_root=self.config.checkpoint_root,
         )
         self._take_lease()
         sampling = asyncio.create_task(self.monitor.run(self._job_views, wake.set), name="nanum-monitor")
@@ -372,6 +386,7 @@ class Agent:
         self._reply = reply
         self._update_offsets(reply, sent)
         self._acked.update(reply.ack)
+        self._check_paths(reply.check_paths)
         self._forget_acked()
         held = self.executor.held()
         desired = {launch.job_id: launch for launch in reply.desired}
@@ -385,6 +400,17 @@ class Agent:
                 launch = sessions.prepared(launch, address=self._address(), server=self.config.server)
                 status = self.executor.start(launch, allow_root=reply.allow_root)
                 log.info("job %d: %s", job_id, _describe_start(status, launch.gpus))
+
+    def _check_paths(self, asked: list[str] | None) -> None:
+        """Look for the paths the server asks about (when they change, and every PATHS_CHECK_S); the next
+        heartbeat reports those found."""
+        if asked is None or (asked == self._paths_asked and time.monotonic() < self._paths_checked + PATHS_CHECK_S):
+            return
+        self._paths_asked, self._paths_checked = asked, time.monotonic()
+        found = present_paths(asked)
+        if found != self.node.paths:
+            self.node.paths = found
+            self._sent_version = -1  # news: the next heartbeat goes out at once
 
     def _update_offsets(self, reply: HeartbeatReply, sent: list[LogChunk]) -> None:
         """The server's offsets win; where it gives none, what it accepted in this round counts as held."""

@@ -29,6 +29,14 @@ from pathlib import Path
 from nanum.agent import fence, procs
 from nanum.agent.accounts import Refused, agent_account, job_account
 from nanum.agent.cgroups import Cgroups, oom_reason
+from nanum.agent.environments import (
+    Containers,
+    container_command,
+    container_ended,
+    host_command,
+    in_container,
+    runtime_env,
+)
 from nanum.agent.jobrecord import JobRecord, read_exit_file, read_log, read_workdir_failure, signal_of
 from nanum.agent.launch import check_fields, find_setpriv, job_env, prepare, spawn
 from nanum.protocol import JobLaunch, JobStatus
@@ -53,8 +61,12 @@ class Executor:
         on_change: Callable[[], object] | None = None,
         use_setpriv: bool = True,
         cgroups: Cgroups | None = None,
+        containers: Containers | None = None,
+        checkpoint_root: Path | None = None,
     ) -> None:
-        """`cgroups`: where jobs get a cgroup holding them to their CPUs and memory (None: jobs run without)."""
+        """`cgroups`: where jobs get a cgroup holding them to their CPUs and memory (None: jobs run without).
+        `containers`: the node's container runtimes; `checkpoint_root`: where jobs' checkpoint directories are
+        (shared storage), in place of the directory the server names."""
         self.node = node
         self.jobs_dir = Path(state_dir) / "jobs"
         self.version = 0
@@ -63,6 +75,8 @@ class Executor:
         self._boot = procs.boot_id()
         self._setpriv = find_setpriv() if use_setpriv else None
         self._cgroups = cgroups
+        self._containers = containers or Containers()
+        self._checkpoint_root = checkpoint_root
         self._cond = threading.Condition(threading.RLock())
         self._jobs: dict[int, JobRecord] = {}
         self._fd_job: dict[int, int] = {}
@@ -235,13 +249,22 @@ class Executor:
     def _launch(self, record: JobRecord, allow_root: bool) -> None:
         launch = record.launch
         check_fields(launch)
+        if self._checkpoint_root is not None and launch.checkpoint_dir:
+            launch.checkpoint_dir = str(self._checkpoint_root / str(launch.job_id))
         account = job_account(launch.unix_user, node=self.node, allow_root=allow_root, agent=self._agent)
         switch = account.uid != self._agent.uid
         prepare(record, account, node=self.node, switch_user=switch)
         env = job_env(launch, record, account, switch_user=switch)
+        if in_container(launch):  # the runtime starts as the agent; the job runs as its user inside
+            command = container_command(launch, env, account, self._containers, node=self.node,
+                                        env_file=record.dir / "container.env", setpriv=self._setpriv)
+            account, env, switch = self._agent, runtime_env(), False
+        else:
+            command = host_command(launch, env, self.node)
         enter = self._make_cgroup(launch)
         try:
-            proc = spawn(record, account, env, switch_user=switch, setpriv=self._setpriv, cgroup_procs=enter)
+            proc = spawn(record, account, env, switch_user=switch, setpriv=self._setpriv, cgroup_procs=enter,
+                         command=command, cwd="/" if in_container(launch) else None)
         except BaseException:
             self._end_cgroup(record)
             raise
@@ -388,6 +411,9 @@ class Executor:
         returncode = proc.wait() if proc is not None else None
         record.fenced = (record.dir / fence.FENCED_MARK).exists()
         self._set_result(record, read_exit_file(record.exit_path), returncode, lost)
+        if in_container(record.launch):
+            why = container_ended(record.launch, self._containers, self.node, record.exit_code)
+            record.reason = why or record.reason
         self._end_cgroup(record)
         record.state, record.ended_at = "exited", time.time()
         why = read_workdir_failure(record.exit_path)

@@ -276,9 +276,12 @@ def spawn(
     switch_user: bool,
     setpriv: str | None = None,
     cgroup_procs: Sequence[str] = (),
+    command: Sequence[str] | None = None,
+    cwd: str | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start the wrapper in a new session with output to the job's log; raise `Refused` if exec fails.
     `cgroup_procs`: the cgroup.procs files of the job's cgroup, which it enters before anything else runs.
+    `command`: what the wrapper runs (default: the launch's command); `cwd`: where (default: as below).
 
     To run as another account the wrapper is exec'd through `setpriv` when there is one: Python then spawns
     with vfork, about 0.2 ms, where switching ids in the child needs a full fork of the agent (several ms).
@@ -288,7 +291,7 @@ def spawn(
     fork_switch = switch_user and not via_setpriv
     script_fd = _setup_fd(record, account, launch.workdir, env if via_setpriv else {}) if switch_user else None
     argv = ["/bin/sh", "-c", wrapper(), f"nanum-job-{launch.job_id}", "-" if script_fd is None else "stdin"]
-    argv += launch.command
+    argv += launch.command if command is None else command
     if via_setpriv:
         assert setpriv is not None
         groups = ",".join(str(g) for g in account.groups)
@@ -307,7 +310,7 @@ def spawn(
     try:
         proc = subprocess.Popen(
             argv,
-            cwd="/" if switch_user else launch.workdir,  # a switched job enters its own directory, as its user
+            cwd=cwd or ("/" if switch_user else launch.workdir),  # a switched job enters its own directory as its user
             env={"PATH": SAFE_PATH} if via_setpriv else env,
             stdin=subprocess.DEVNULL if script_fd is None else script_fd,
             stdout=exit_fd,

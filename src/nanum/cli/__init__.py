@@ -13,7 +13,7 @@ import importlib
 import sys
 
 COMMAND_MODULES = ("demo", "jobs", "control", "admin", "agent", "runtime", "sim", "sharing", "monitoring", "sweep",
-                   "report", "sessions")
+                   "report", "sessions", "environments")
 #: command -> the module that registers it (only modules that register two or more: with one command
 #: registered, Typer would run it as the whole program).
 COMMANDS = {
@@ -25,6 +25,7 @@ COMMANDS = {
     **dict.fromkeys(("checkpoint", "priority", "usage"), "sharing"),
     **dict.fromkeys(("contact", "idle", "notify"), "monitoring"),
     **dict.fromkeys(("notebook", "shell", "run"), "sessions"),
+    **dict.fromkeys(("environment", "dataset", "checkpoints"), "environments"),
 }
 
 

@@ -72,6 +72,24 @@ def agent(
             help="Seconds between readings of GPU utilisation, memory, power and temperature (0: none).",
         ),
     ] = 5.0,
+    container_runtime: Annotated[
+        str | None,
+        typer.Option(
+            "--container-runtime",
+            metavar="R",
+            help="Run container environments with R: podman, docker, a path to either, or none (default: "
+            "whichever answers here). It reads its settings from this agent's environment (CONTAINERS_CONF, ...).",
+        ),
+    ] = None,
+    checkpoint_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint-root",
+            metavar="DIR",
+            help="Give each job DIR/ID as its checkpoint directory (shared storage such as NFS, the same on every "
+            "node and the server; default: the directory the server names).",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Log warnings and errors only.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also log every heartbeat.")] = False,
 ) -> None:
@@ -128,6 +146,8 @@ def agent(
         simulate_gpus=simulate_gpus,
         state_dir=state_dir or default_home() / f"agent-{node}",
         sample_interval_s=sample_interval,
+        container_runtime=container_runtime,
+        checkpoint_root=checkpoint_root.expanduser().absolute() if checkpoint_root else None,
     )
     runner = Agent(config)
 

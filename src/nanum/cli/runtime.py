@@ -98,6 +98,16 @@ OidcNameOpt = Annotated[str, typer.Option(
 OidcDaysOpt = Annotated[float, typer.Option(
     "--oidc-token-days", metavar="D", min=0.001, help="How long the token `nanum login --oidc` gets lasts.",
     rich_help_panel=_SSO)]
+CheckpointRootOpt = Annotated[
+    Path | None,
+    typer.Option("--checkpoint-root", metavar="DIR", help="Jobs' checkpoint directories, DIR/ID: shared storage "
+                 "(NFS) that agents also use (`nanum agent --checkpoint-root`) (default: DIR/checkpoints of --home)."),
+]
+RetentionOpt = Annotated[
+    str | None,
+    typer.Option("--checkpoint-retention", metavar="D", help="Remove a job's checkpoint directory this long after "
+                 "it ended: 12h, 7d (default: 7d)."),
+]
 LeaseOpt = Annotated[
     float | None,
     typer.Option("--lease", metavar="S", min=0.5, help="An agent that gets no reply from the server for S seconds "
@@ -120,6 +130,8 @@ def up(
     half_life: HalfLifeOpt = None,
     grace: GraceOpt = None,
     lease: LeaseOpt = None,
+    checkpoint_root: CheckpointRootOpt = None,
+    checkpoint_retention: RetentionOpt = None,
     webhook_allow_host: WebhookHostOpt = None,
     metrics_names: MetricsNamesOpt = False,
     ldap_url: LdapUrlOpt = None,
@@ -143,6 +155,7 @@ def up(
 ) -> None:
     """Start nanum on this machine: the server, the scheduler and an agent for this machine's GPUs."""
     tuning = _scheduling(policy, half_life, grace, lease) | _exposure(webhook_allow_host, metrics_names)
+    tuning |= _checkpoints(checkpoint_root, checkpoint_retention)
     tuning |= _directory(ldap_url, ldap_base, ldap_bind_dn, ldap_bind_password_file, ldap_group_lab, ldap_recheck,
                          ldap_token_days, ldap_ca_file)
     tuning |= _sso(oidc_issuer, oidc_client_id, oidc_client_secret_file, oidc_group_lab, oidc_manager_group,
@@ -162,6 +175,8 @@ def server(
     half_life: HalfLifeOpt = None,
     grace: GraceOpt = None,
     lease: LeaseOpt = None,
+    checkpoint_root: CheckpointRootOpt = None,
+    checkpoint_retention: RetentionOpt = None,
     webhook_allow_host: WebhookHostOpt = None,
     metrics_names: MetricsNamesOpt = False,
     ldap_url: LdapUrlOpt = None,
@@ -185,6 +200,7 @@ def server(
 ) -> None:
     """Start only the server and scheduler; GPU machines join with `nanum agent`."""
     tuning = _scheduling(policy, half_life, grace, lease) | _exposure(webhook_allow_host, metrics_names)
+    tuning |= _checkpoints(checkpoint_root, checkpoint_retention)
     tuning |= _directory(ldap_url, ldap_base, ldap_bind_dn, ldap_bind_password_file, ldap_group_lab, ldap_recheck,
                          ldap_token_days, ldap_ca_file)
     tuning |= _sso(oidc_issuer, oidc_client_id, oidc_client_secret_file, oidc_group_lab, oidc_manager_group,
@@ -219,6 +235,22 @@ def _scheduling(
         tuning["grace_s"] = grace
     if lease is not None:
         tuning["lease_s"] = lease
+    return tuning
+
+
+def _checkpoints(root: Path | None, retention: str | None) -> dict[str, Any]:
+    """Where checkpoint directories are and how long they stay, checked now."""
+    from nanum.cli.common import UsageProblem, fail
+    from nanum.cli.jobspec import parse_time
+
+    tuning: dict[str, Any] = {}
+    if root is not None:
+        tuning["checkpoint_root"] = root.expanduser().absolute()
+    if retention is not None:
+        try:
+            tuning["checkpoint_retention_s"] = float(parse_time(retention, "--checkpoint-retention"))
+        except UsageProblem as exc:
+            fail(str(exc), 2)
     return tuning
 
 

@@ -11,6 +11,7 @@ from fastapi import APIRouter, FastAPI
 from nanum import __version__
 from nanum.server import apidocs, errors, monitoring
 from nanum.server.api import accounts, agent, health, identity, jobs, members, nodes, reports, sessions, sharing
+from nanum.server.api import environments as environment_routes
 from nanum.server.api.rendering import SafeJSONResponse
 from nanum.server.context import ServerContext
 from nanum.server.guard import RequestGuard
@@ -54,6 +55,7 @@ def create_app(ctx: ServerContext, *, run_scheduler: bool = True) -> FastAPI:
     api = APIRouter(prefix=API_PREFIX)
     for module in (health, jobs, nodes, accounts, identity, members, sharing, reports, agent, sessions):
         api.include_router(module.router)
+    api.include_router(environment_routes.router)
     app.include_router(api)
     app.include_router(sessions.proxy_router)
     apidocs.install(app)

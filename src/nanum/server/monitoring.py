@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from nanum.protocol import Sample
 from nanum.server.context import ServerContext
 from nanum.server.metrics import Metrics
-from nanum.server.services import history
+from nanum.server.services import checkpoints, history
 from nanum.server.services.notify import Notifier
 from nanum.server.services.samples import Recorded, record
 
@@ -55,7 +55,11 @@ class Monitoring:
         return recorded
 
     def maintain(self, now: float | None = None) -> dict[str, int]:
-        return history.maintain(self.ctx, time.time() if now is None else now, self.retention)
+        """Roll up and prune readings; remove checkpoint directories kept past their retention."""
+        now = time.time() if now is None else now
+        done = history.maintain(self.ctx, now, self.retention)
+        done["checkpoints"] = len(checkpoints.prune(self.ctx, now))
+        return done
 
     async def run(self) -> None:
         """Upkeep until cancelled."""

@@ -68,6 +68,8 @@ class JobSubmit(ApiIn):
     lab: str | None = Field(default=None, max_length=64)
     workdir: str | None = Field(default=None, max_length=MAX_PATH)
     env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
+    environment: Name | None = Field(default=None, description="the environment it runs in (`nanum environment list`)")
+    datasets: list[Name] = Field(default_factory=list, max_length=32, description="datasets it reads, by name")
     kind: Literal["batch", "notebook", "shell"] = Field(default="batch", description=(
         "`notebook`: JupyterLab, proxied for its owner at /notebooks/ID/; `shell`: a terminal (`nanum shell`); "
         "either runs what the agent starts for it, not `command`"))
@@ -171,6 +173,8 @@ class JobOut(BaseModel):
     command: list[str]
     workdir: str
     env: dict[str, str] | None = Field(description="null for other users' jobs: only the owner and admins see it")
+    environment: str | None = Field(default=None, description="the environment it runs in; null: the node's own")
+    datasets: dict[str, str] = Field(default={}, description="the datasets it reads: name -> path on the nodes")
     runs: int
     preemptions: int = 0
     lost_gpu_hours: float = Field(default=0.0, description="work since the last checkpoint lost to preemptions")

@@ -87,7 +87,11 @@ class ServerSettings:
     #: Fair-share usage counts half after this many seconds.
     half_life_s: float = DEFAULT_HALF_LIFE
     heartbeat_interval_s: float = 2.0
+    #: Where jobs' checkpoint directories are (shared storage, so a requeued job finds its own on another node);
+    #: None: HOME/checkpoints.
     checkpoint_root: Path | None = None
+    #: How long a job's checkpoint directory is kept after it ended.
+    checkpoint_retention_s: float = 7 * 86400.0
     #: Hosts webhooks may reach although they resolve to loopback, private or link-local addresses (lower case).
     webhook_allow_hosts: frozenset[str] = frozenset()
     #: Whether `/metrics` (served without a token) names users and labs; off, it gives cluster totals only.

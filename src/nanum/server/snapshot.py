@@ -59,6 +59,9 @@ JOB_COLUMNS = (
     JobRow.submit_time,
     JobRow.preemptible,
     JobRow.attained_gpu_seconds,
+    JobRow.environment,
+    JobRow.environment_spec,
+    JobRow.datasets,
 )
 RUN_COLUMNS = (JobRow.start_time, JobRow.charged_until, JobRow.borrowing, JobRow.last_checkpoint,
                JobRow.over_reservation)

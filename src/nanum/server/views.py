@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nanum.core import Gpu, Job, JobId, JobKind, Lab, Limits, Node, NodeState
+from nanum.server.needs import job_labels, node_labels
 from nanum.server.schemas import iso
 from nanum.store import LabRow
 
@@ -24,6 +25,7 @@ def core_node(name: str, inventory: Mapping[str, Any], state: NodeState, held: f
         memory_mb=int(inventory.get("memory_mb", 0)),
         state=state,
         busy_gpus=busy,
+        labels=node_labels(inventory),
     )
 
 
@@ -60,7 +62,17 @@ def core_job(row: Any, user: str, lab: str) -> Job:
         name=row.name,
         attained_gpu_seconds=row.attained_gpu_seconds,
         burst=None if row.burst is None else JobId(row.burst),
+        **_needs(row),
     )
+
+
+def _needs(row: Any) -> dict[str, Any]:
+    """The node labels the job's environment and datasets need (rows without those columns need none)."""
+    spec, datasets = getattr(row, "environment_spec", None), getattr(row, "datasets", None)
+    if not spec and not datasets:
+        return {}
+    labels, reasons = job_labels(getattr(row, "environment", None), spec, datasets)
+    return {"labels": labels, "label_reasons": reasons}
 
 
 def job_out(row: Any, user: str, lab: str) -> dict[str, Any]:
@@ -96,6 +108,8 @@ def job_out(row: Any, user: str, lab: str) -> dict[str, Any]:
         "command": row.command,
         "workdir": row.workdir,
         "env": row.env or {},
+        "environment": getattr(row, "environment", None),
+        "datasets": getattr(row, "datasets", None) or {},
         "runs": row.runs,
         "preemptions": row.preemptions or 0,
         "lost_gpu_hours": round((row.lost_gpu_seconds or 0.0) / 3600.0, 6),

@@ -21,8 +21,8 @@ from sqlalchemy.orm import Session
 from nanum.protocol import Heartbeat, HeartbeatReply, JobLaunch, JobStatus, LogChunk
 from nanum.server.callers import NodeCaller
 from nanum.server.context import ServerContext
+from nanum.server.services import environments, lifecycle
 from nanum.server.services import inventory as nodeinventory
-from nanum.server.services import lifecycle
 from nanum.store import AllocationRow, JobRow, LabRow, NodeRow, UserRow
 
 #: Base of the rendezvous port of multi-node jobs: MASTER_PORT = base + job id modulo 1000.
@@ -51,8 +51,10 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         poke = poke or bool(acks) or bool(woken) or freed
         desired = desired_jobs(ctx, s, node)
         version = s.scalar(select(NodeRow.desired_version).where(NodeRow.id == node.id)) or 0
+        paths = environments.check_paths(s)
     offsets = write_logs(ctx, node.name, hb.logs, {j.job_id for j in hb.jobs})
     reply = _reply(ctx, desired, acks, offsets)
+    reply.check_paths = paths
     running = {j.job_id for j in hb.jobs if j.state == "running"}
     idle = not acks and {d.job_id for d in desired} == running
     return Outcome(reply, woken, poke, idle, version)
@@ -63,7 +65,9 @@ def desired_reply(ctx: ServerContext, who: NodeCaller) -> HeartbeatReply:
     with ctx.db.read() as s:
         node = s.get(NodeRow, who.id)
         assert node is not None
-        return _reply(ctx, desired_jobs(ctx, s, node), [], {})
+        reply = _reply(ctx, desired_jobs(ctx, s, node), [], {})
+        reply.check_paths = environments.check_paths(s)
+        return reply
 
 
 def desired_version(ctx: ServerContext, who: NodeCaller) -> int:
@@ -215,6 +219,9 @@ def _launch(
         kind=job.kind,
         secret=job.session_secret or "",
         checkpoint_dir=str(ctx.settings.checkpoints_dir / str(job.id)),
+        environment=job.environment,
+        environment_spec=job.environment_spec,
+        datasets=job.datasets or {},
         nproc_per_node=max(job.gpus, 1),
     )
     if job.nodes > 1 and job.allocation:

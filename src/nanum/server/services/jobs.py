@@ -20,7 +20,7 @@ from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import BadRequest, Conflict, Forbidden, NotFound
 from nanum.server.schemas import ACTIVE_STATES, JOB_STATES, JobSubmit, iso
-from nanum.server.services import budgets, catalog, eligibility, jobusage, lifecycle
+from nanum.server.services import budgets, catalog, eligibility, environments, jobusage, lifecycle
 from nanum.server.views import core_job, job_out
 from nanum.store import JobRow, LabRow, SegmentRow, UserRow, table
 
@@ -70,11 +70,15 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> tuple[dict[st
                   array_limit=limit)
     row = JobRow(**values)
     refuse_impossible(ctx, row, caller, lab.lab.name)
+    values.update(environments.for_job(ctx, caller, lab.id, spec.environment, spec.datasets))
+    row.environment, row.environment_spec, row.datasets = (values[k] for k in ("environment", "environment_spec",
+                                                                                "datasets"))
     try:
         with ctx.db.write() as s:
             if row.after:
                 _wait_reason(s, values, row.after)
             values["burst"] = row.burst = _burst(s, row)
+            environments.count_uses(s, values, max(len(tasks), 1))
             if tasks:
                 _insert_array(s, row, values, tasks, limit)
             else:

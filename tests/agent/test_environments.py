@@ -1,0 +1,146 @@
+"""Jobs in their environments on one node: a Python environment first on PATH, a setup line run first in the
+job's shell, datasets in NANUM_DATASET_*, and container images run by Podman as the job's user with datasets
+read-only; what a node lacks fails the job with that reason."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nanum.agent.environments import Containers, find_runtimes
+from nanum.agent.executor import Executor
+from nanum.protocol import EnvironmentSpec, JobStatus
+from tests.agent.conftest import NODE, make_launch
+from tests.containers import IMAGE, podman_env, podman_missing, remove_store
+from tests.e2e.cluster import job_account
+
+
+def run(executor: Executor, job_id: int, tmp_path: Path, *command: str, **fields: object) -> tuple[JobStatus, str]:
+    executor.start(allow_root=True, launch=make_launch(job_id, *command, workdir=str(tmp_path), **fields))
+    status = executor.wait(job_id, 30)
+    assert status is not None
+    return status, executor.read_log(job_id, 0, 1 << 20)[0]
+
+
+def test_a_python_environment_comes_first_on_path_after_the_setup_line(executor: Executor, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("#!/bin/sh\necho \"the venv's python, $GREETING\"\n")
+    (venv / "bin" / "python").chmod(0o755)
+    spec = EnvironmentSpec(python=str(venv), setup="export GREETING=set-up-first")
+    status, log = run(executor, 1, tmp_path, "sh", "-c", 'python; echo "VIRTUAL_ENV=$VIRTUAL_ENV"',
+                      environment="venv", environment_spec=spec)
+    assert status.exit_code == 0, status
+    assert log.splitlines() == ["the venv's python, set-up-first", f"VIRTUAL_ENV={venv}"]
+
+
+def test_datasets_are_named_in_variables_and_a_missing_one_fails_the_job_saying_which(
+    executor: Executor, tmp_path: Path
+) -> None:
+    status, log = run(executor, 2, tmp_path, "sh", "-c", 'echo "$NANUM_DATASET_IMAGENET_1K"',
+                      datasets={"imagenet-1k": str(tmp_path)})
+    assert status.exit_code == 0 and log.strip() == str(tmp_path)
+    status, _ = run(executor, 3, tmp_path, "true", datasets={"coco": "/no/such/coco"})
+    assert status.state == "failed_to_start" and status.reason == f"dataset coco (/no/such/coco) is not on node {NODE}"
+    spec = EnvironmentSpec(python="/no/such/venv")
+    status, _ = run(executor, 4, tmp_path, "true", environment="venv", environment_spec=spec)
+    assert status.reason == f"python environment /no/such/venv is not on node {NODE}"
+
+
+# -- containers -------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    if (why := podman_missing()) is not None:
+        pytest.skip(why)
+    root = tmp_path_factory.mktemp("envs-podman")
+    env = podman_env(root)
+    yield env
+    remove_store(root, env)
+
+
+@pytest.fixture
+def boxed(podman: dict[str, str], state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Executor]:
+    for key, value in podman.items():
+        monkeypatch.setenv(key, value)
+    runtimes = find_runtimes("podman")
+    assert runtimes, "podman does not answer with the test's configuration"
+    ex = Executor(state_dir, NODE, containers=Containers(runtimes, simulated_gpus=True))
+    yield ex
+    for job_id, state in ex.held().items():
+        if state == "running":
+            ex.stop(job_id, 0.0)
+            ex.wait(job_id, 10)
+    ex.close()
+
+
+@pytest.fixture
+def public(tmp_path: Path) -> Iterator[Path]:
+    """A directory the job's user may enter (pytest's own are its owner's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="envs-agent-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def shared(parent: Path, name: str) -> Path:
+    path = parent / name
+    path.mkdir()
+    path.chmod(0o777)
+    return path
+
+
+def test_an_image_runs_the_job_as_its_user_with_datasets_read_only(boxed: Executor, public: Path) -> None:
+    user = pwd.getpwnam(job_account())
+    work, data, ckpt = shared(public, "work"), shared(public, "data"), public / "ckpt"
+    (data / "train.txt").write_text("cats\n")
+    script = ('id -u; id -g; pwd; cat "$NANUM_DATASET_TINY/train.txt"; echo "gpus=$CUDA_VISIBLE_DEVICES"; '
+              'touch "$NANUM_DATASET_TINY/x" 2>/dev/null && echo wrote || echo read-only; '
+              'echo saved > "$NANUM_CHECKPOINT_DIR/step"; echo "$GREETING"')
+    spec = EnvironmentSpec(image=IMAGE, runtime="podman", setup="export GREETING=from-setup")
+    boxed.start(launch=make_launch(10, "sh", "-c", script, workdir=str(work), unix_user=user.pw_name, gpus=[1],
+                                   environment="box", environment_spec=spec, datasets={"tiny": str(data)},
+                                   checkpoint_dir=str(ckpt)))
+    status = boxed.wait(10, 60)
+    log = boxed.read_log(10, 0, 1 << 20)[0]
+    assert status is not None and status.exit_code == 0, (status, log)
+    assert log.splitlines() == [str(user.pw_uid), str(user.pw_gid), str(work), "cats", "gpus=1", "read-only",
+                                "from-setup"]
+    assert (ckpt / "step").read_text() == "saved\n" and (ckpt / "step").stat().st_uid == user.pw_uid
+
+
+def test_an_image_that_is_not_on_the_node_fails_the_job_with_that_reason(boxed: Executor, public: Path) -> None:
+    spec = EnvironmentSpec(image="localhost/not-here:1")
+    boxed.start(launch=make_launch(11, "true", workdir=str(public), unix_user=job_account(), environment="gone",
+                                   environment_spec=spec))
+    status = boxed.status(11)
+    assert status is not None and status.state == "failed_to_start"
+    assert status.reason is not None and status.reason.startswith(
+        f"image localhost/not-here:1 of environment gone is not on node {NODE}")
+
+
+def test_a_stopped_container_job_ends_within_its_grace_and_leaves_no_container(
+    boxed: Executor, public: Path, podman: dict[str, str]
+) -> None:
+    spec = EnvironmentSpec(image=IMAGE)
+    work = shared(public, "work")
+    script = 'trap "echo stopping; exit 3" TERM; echo ready > ready; while :; do sleep 0.1; done'
+    boxed.start(launch=make_launch(12, "sh", "-c", script, workdir=str(work), unix_user=job_account(),
+                                   environment="box", environment_spec=spec, grace_s=10))
+    for _ in range(200):
+        if (work / "ready").exists():
+            break
+        subprocess.run(["sleep", "0.05"])
+    boxed.stop(12)
+    status = boxed.wait(12, 20)
+    assert status is not None and status.exit_code == 3 and not status.signal, status
+    left = subprocess.run(["podman", "ps", "-a", "-q"], env={**os.environ, **podman}, capture_output=True, text=True)
+    assert left.stdout.strip() == "" or shutil.which("podman") is None
