@@ -47,6 +47,7 @@ def session_python(root: Path) -> str:
     subprocess.run([system, "-m", "venv", "--without-pip", venv], check=True)
     (venv / "lib" / f"python{version}" / "site-packages" / "nanum-tests.pth").write_text(
         f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    (venv / "share").symlink_to(Path(sys.prefix) / "share")  # JupyterLab's themes and extensions
     return str(venv / "bin" / "python")
 
 
@@ -205,3 +206,37 @@ def test_nanum_run_streams_the_output_and_exits_with_the_commands_code(cluster: 
     assert re.fullmatch(r"first\nsecond on \d\n", result.stdout), result.stdout
     ok = cluster.nanum("run", "--gpus", "0", "--", "true", user="alice", cwd=workdir)
     assert ok.returncode == 0 and ok.stdout == ""
+
+
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = Path(os.environ.get("NANUM_SCREENSHOTS", Path(__file__).parent / "screenshots"))
+
+
+def test_the_owner_opens_the_notebook_in_a_browser_and_runs_a_cell(cluster: Cluster, workdir: Path) -> None:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium)")
+    from playwright.sync_api import expect, sync_playwright
+
+    job_id, url = start_notebook(cluster, workdir)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 760})
+            page.set_default_timeout(30_000)
+            page.goto(url)  # not logged in: the login page, then back to the notebook
+            expect(page).to_have_url(re.compile(r"/login\?next=%2Fnotebooks%2F"))
+            page.fill("#token", cluster.tokens["alice"])
+            page.click("button[type=submit]")
+            expect(page).to_have_url(re.compile(rf"/notebooks/{job_id}/lab"))
+            page.locator(".jp-LauncherCard[data-category='Notebook']").first.click()
+            expect(page.locator(".jp-StatusBar-TextItem", has_text="| Idle")).to_be_visible()  # the kernel is up
+            cell = page.locator(".jp-Notebook .jp-Cell .cm-content").first
+            cell.click()
+            page.keyboard.type("import os; print(6*7, os.environ['CUDA_VISIBLE_DEVICES'])")
+            page.keyboard.press("Shift+Enter")
+            expect(page.locator(".jp-OutputArea-output").first).to_have_text(re.compile(r"^42 \d\s*$"))
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SHOTS / "notebook.png"))
+        finally:
+            browser.close()
+    cluster.nanum("notebook", "stop", str(job_id), user="alice")

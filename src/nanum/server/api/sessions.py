@@ -9,7 +9,8 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from nanum.server import notebookproxy
-from nanum.server.auth import Caller, current_caller
+from nanum.server.auth import current_caller
+from nanum.server.callers import Caller
 from nanum.server.errors import ApiError, Unauthorized
 from nanum.server.inputs import JobIdPath
 from nanum.server.services import sessions
@@ -23,8 +24,9 @@ METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 async def _caller(conn: Request | WebSocket) -> Caller:
-    """The owner's API token (`Authorization: Bearer`) or, in a browser, their dashboard session."""
-    if conn.headers.get("authorization"):
+    """The owner's API token (`Authorization: Bearer`) or, in a browser, their dashboard session. Another
+    scheme is JupyterLab's own (its page sends `Authorization: token ...`) and is not nanum's to check."""
+    if conn.headers.get("authorization", "").lower().startswith("bearer "):
         return await current_caller(conn, conn.app.state.ctx)  # type: ignore[arg-type]
     if conn.cookies.get(COOKIE):
         return await session_caller(conn)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass
 
-from nanum.server.auth import Caller
+from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import ApiError, Conflict, Forbidden, NotFound, Unauthorized
 from nanum.store import JobRow
