@@ -121,10 +121,10 @@ def test_the_readmes_job_script_is_the_example_and_reads_as_documented() -> None
 def test_the_readme_documents_exactly_the_options_a_nanum_line_takes() -> None:
     import re
 
-    from nanum.cli.jobspec import FLAGS, HEADER_OPTIONS, SHORT_OPTIONS
+    from nanum.cli.jobspec import FLAGS, HEADER_OPTIONS, REPEATED, SHORT_OPTIONS
 
     section = _readme_section("Job scripts")
     prose = section[section.rindex("```") :]
     documented = set(re.findall(r"`(--[a-z-]+)", prose))
-    assert documented == {*HEADER_OPTIONS, *FLAGS, "--env"}
+    assert documented == {*HEADER_OPTIONS, *FLAGS, *REPEATED, "--env"}
     assert set(re.findall(r"`(-[a-zA-Z])`", prose)) == set(SHORT_OPTIONS)

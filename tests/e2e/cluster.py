@@ -298,6 +298,8 @@ class AgentProc:
     gpus: str = "1"
     netns: str | None = None
     proc: subprocess.Popen[bytes] | None = None
+    #: More `nanum agent` options, e.g. ("--hostname", "10.0.0.2").
+    args: tuple[str, ...] = ()
     starts: int = 0
 
     @property
@@ -314,7 +316,7 @@ class AgentProc:
         env = {k: v for k, v in os.environ.items() if not k.startswith("NANUM_")}
         env["NANUM_NODE_TOKEN"] = self.token
         argv = [*nanum_command(), "agent", "--server", self.server_url, "--name", self.name, "--simulate-gpus",
-                self.gpus, "--state-dir", str(self.state_dir), "--sample-interval", "0"]
+                self.gpus, "--state-dir", str(self.state_dir), "--sample-interval", "0", *self.args]
         if self.netns:
             argv = ["ip", "netns", "exec", self.netns, *argv]
         with (self.root / f"agent-{self.name}-{self.starts}.log").open("wb") as log:

@@ -21,14 +21,22 @@ def submit(
     env: list[str] | None = None, no_preempt: bool = False, array: str | None = None,
     after: list[str] | None = None, after_ok: list[str] | None = None, after_failed: list[str] | None = None,
     after_any: list[str] | None = None, keep_if_unmet: bool = False, retries: int | None = None,
-    output: str | None = None, error: str | None = None, json: bool = False, server: str | None = None,
-    token: str | None = None,
+    output: str | None = None, error: str | None = None, environment: str | None = None,
+    dataset: list[str] | None = None, json: bool = False, server: str | None = None, token: str | None = None,
 ) -> None:
     """Queue a job: `nanum submit --gpus 2 --time 4h -- python train.py`, or `nanum submit train.sh` (its
     #NANUM lines take these options; #SBATCH and #BSUB lines are read too)."""
     import os
 
-    from nanum.cli.jobspec import HEADER_OPTIONS, SubmitOptions, build_request, parse_env, parse_mem, parse_time
+    from nanum.cli.jobspec import (
+        HEADER_OPTIONS,
+        SubmitOptions,
+        build_request,
+        parse_env,
+        parse_mem,
+        parse_name,
+        parse_time,
+    )
 
     def refs(values: list[str] | None, option: str) -> tuple[str, ...] | None:
         return tuple(r for v in values for r in HEADER_OPTIONS[option][1](v)) if values else None
@@ -44,6 +52,8 @@ def submit(
         keep_if_unmet=True if keep_if_unmet else None,
         retries=HEADER_OPTIONS["--retries"][1](str(retries)) if retries is not None else None,
         output=output, error=error,
+        environment=parse_name(environment, "--environment") if environment is not None else None,
+        datasets=tuple(parse_name(d, "--dataset") for d in dataset) if dataset else None,
     )
     notes: list[str] = []
     body = build_request(list(command or []), options, os.getcwd(), notes)

@@ -56,6 +56,10 @@ KeepOpt = Annotated[bool, _Opt("--keep-if-unmet", help=(
 RetriesOpt = Annotated[int | None, _Opt("--retries", metavar="N", help="Run a failing job again, up to N times.")]
 OutputOpt = Annotated[str | None, _Opt("--output", "-o", metavar="FILE", help=(
     "Write the job's output to FILE (errors too unless --error): %j job ID, %A array ID, %a task, %x name."))]
+EnvironmentOpt = Annotated[str | None, _Opt("--environment", "-E", metavar="NAME", help=(
+    "Run in this environment: a container image, Python environment or setup line (`nanum environment list`)."))]
+DatasetOpt = Annotated[list[str] | None, _Opt("--dataset", metavar="NAME", help=(
+    "Read this dataset (`nanum dataset list`): its path is in $NANUM_DATASET_<NAME>; repeat for several."))]
 ErrorOpt = Annotated[str | None, _Opt("--error", metavar="FILE", help="Write the job's errors to FILE (patterns "
                                                                       "as --output).")]
 
@@ -85,6 +89,8 @@ def submit(
     retries: RetriesOpt = None,
     output: OutputOpt = None,
     error: ErrorOpt = None,
+    environment: EnvironmentOpt = None,
+    dataset: DatasetOpt = None,
     json: JsonOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,

@@ -122,6 +122,8 @@ class SubmitOptions(NamedTuple):
     retries: int | None = None
     output: str | None = None
     error: str | None = None
+    environment: str | None = None
+    datasets: tuple[str, ...] | None = None
 
     def over(self, base: SubmitOptions) -> SubmitOptions:
         """These options where given, else `base`'s; environment variables are merged, these winning."""
@@ -142,6 +144,16 @@ def _int(option: str, lo: int, hi: int | None = None) -> Any:
         return value
 
     return parse
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def parse_name(text: str, option: str) -> str:
+    """The name of an environment or dataset, as `nanum environment list` and `nanum dataset list` show them."""
+    if not _NAME.match(text.strip()):
+        raise UsageProblem(f"{option}: {text!r} is not a name; give one such as torch-2.4 (letters, digits, . _ -)")
+    return text.strip()
 
 
 _JOB_REF = re.compile(r"^\d{1,9}(_\d{1,7})?$")
@@ -182,11 +194,14 @@ HEADER_OPTIONS: dict[str, tuple[str, Any]] = {
     "--retries": ("retries", _int("--retries", 0, 100)),
     "--output": ("output", str),
     "--error": ("error", str),
+    "--environment": ("environment", lambda t: parse_name(t, "--environment")),
 }
 #: Short forms, as `nanum submit --help` lists them.
 SHORT_OPTIONS = {"-g": "--gpus", "-N": "--nodes", "-c": "--cpus", "-t": "--time", "-J": "--name",
-                 "-D": "--workdir", "-e": "--env", "-o": "--output"}
+                 "-D": "--workdir", "-e": "--env", "-o": "--output", "-E": "--environment"}
 FLAGS = {"--no-preempt": ("preemptible", False), "--keep-if-unmet": ("keep_if_unmet", True)}
+#: Options that may be given more than once, each adding a value.
+REPEATED = {"--dataset": ("datasets", lambda t: parse_name(t, "--dataset"))}
 
 
 def parse_header_args(args: list[str], where: str) -> SubmitOptions:
@@ -202,7 +217,7 @@ def parse_header_args(args: list[str], where: str) -> SubmitOptions:
             values[name] = value
             i += 1
             continue
-        if opt not in HEADER_OPTIONS and opt != "--env":
+        if opt not in HEADER_OPTIONS and opt not in REPEATED and opt != "--env":
             raise UsageProblem(f"{where}: unknown option {opt!r} in a #NANUM line; `nanum submit --help` lists them")
         if not eq:
             if i + 1 >= len(args):
@@ -212,6 +227,9 @@ def parse_header_args(args: list[str], where: str) -> SubmitOptions:
         try:
             if opt == "--env":
                 env.append(inline)
+            elif opt in REPEATED:
+                name, parse = REPEATED[opt]
+                values[name] = (*values.get(name, ()), parse(inline))
             else:
                 name, parse = HEADER_OPTIONS[opt]
                 values[name] = parse(inline)
@@ -312,7 +330,7 @@ def build_request(command: list[str], cli: SubmitOptions, cwd: StrPath, notes: l
 
 _PASSED_AS_IS = ("gpus", "nodes", "gpu_model", "cpus", "memory_mb", "time_limit_s", "priority", "lab",
                  "preemptible", "array", "after", "after_ok", "after_failed", "after_any", "keep_if_unmet",
-                 "retries")
+                 "retries", "environment", "datasets")
 
 #: Runs "$@" with stdout to $1 and stderr to $2 (to $1 when $2 is empty or the same), after expanding %j (the
 #: job id), %A (the array's id, else the job's), %a (the task index, else 0) and %% in both.

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from nanum.server.auth import hash_token, new_token
+from nanum.server.callers import hash_token, new_token
 from nanum.server.context import ServerContext
 from nanum.server.errors import ApiError, BadRequest, Conflict, Unauthorized
 from nanum.server.identity import LoginOut
