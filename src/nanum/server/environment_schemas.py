@@ -16,10 +16,10 @@ Image = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[A-Za-z0-9
 MAX_SETUP = 4096
 
 
-def node_path(value: str, what: str) -> str:
+def node_path(value: str, what: str, example: str) -> str:
     """An absolute, normalised path that a bind mount can name (no `:` or `,`, no control characters)."""
     if not value.startswith("/"):
-        raise ValueError(f"the {what} must be an absolute path on the nodes, such as /opt/envs/torch")
+        raise ValueError(f"the {what} must be an absolute path on the nodes, such as {example}")
     if any(c in value for c in ":,") or any(ord(c) < 32 for c in value):
         raise ValueError(f"the {what} must not contain ':', ',' or control characters")
     return posixpath.normpath(value)
@@ -40,7 +40,7 @@ class EnvironmentIn(ApiIn):
     @field_validator("python")
     @classmethod
     def _python(cls, v: str | None) -> str | None:
-        return None if v is None else node_path(v, "python environment")
+        return None if v is None else node_path(v, "python environment", "/opt/envs/torch")
 
     @field_validator("setup")
     @classmethod
@@ -82,7 +82,7 @@ class DatasetIn(ApiIn):
     @field_validator("path")
     @classmethod
     def _path(cls, v: str) -> str:
-        return node_path(v, "dataset path")
+        return node_path(v, "dataset path", "/data/imagenet")
 
 
 class DatasetOut(BaseModel):
