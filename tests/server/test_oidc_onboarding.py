@@ -72,3 +72,6 @@ def test_a_token_a_day_past_its_expiry_is_purged(client: AsgiClient, ctx: Server
     assert client.get("/api/v1/me", headers=auth(old.json()["token"])).json()["detail"] == (
         "unknown API token; check NANUM_TOKEN or run `nanum login` again")
     assert tokens.purge_expired(ctx, time.time() + 3 * 86400) == 2
+    later = client.post("/api/v1/tokens", json={"name": "ci 2", "expires_in_s": 60}, headers=auth(ALICE))
+    assert client.app.state.monitoring.maintain(time.time() + 2 * 86400)["tokens"] == 1  # the upkeep purges too
+    assert later.json()["name"] not in [t["name"] for t in client.get("/api/v1/tokens", headers=auth(ALICE)).json()]

@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from nanum.protocol import Sample
 from nanum.server.context import ServerContext
 from nanum.server.metrics import Metrics
-from nanum.server.services import checkpoints, history
+from nanum.server.services import checkpoints, history, tokens
 from nanum.server.services.notify import Notifier
 from nanum.server.services.samples import Recorded, record
 
@@ -55,10 +55,12 @@ class Monitoring:
         return recorded
 
     def maintain(self, now: float | None = None) -> dict[str, int]:
-        """Roll up and prune readings; remove checkpoint directories kept past their retention."""
+        """Roll up and prune readings; remove checkpoint directories kept past their retention; purge API tokens
+        a day past their expiry."""
         now = time.time() if now is None else now
         done = history.maintain(self.ctx, now, self.retention)
         done["checkpoints"] = len(checkpoints.prune(self.ctx, now))
+        done["tokens"] = tokens.purge_expired(self.ctx, now)
         return done
 
     async def run(self) -> None:

@@ -2,8 +2,9 @@
 any number more (`tokens`), each with a name and an optional expiry, e.g. one per `nanum login` on a laptop.
 
 Tokens are shown once and stored as SHA-256. An expired token is refused with when it expired; a day after, it is
-purged (at every server start and whenever a token is made, e.g. at each login) and is gone from `nanum token
-list` and the table. A revoked one is gone at once. Users list and revoke their own tokens; admins anyone's.
+purged (at server start, by the server's upkeep every minute, and whenever a token is made) and is gone from
+`nanum token list` and the table. A revoked one is gone at once. Users list and revoke their own tokens; admins
+anyone's.
 """
 
 from __future__ import annotations
