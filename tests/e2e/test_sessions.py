@@ -138,6 +138,9 @@ def test_a_notebook_runs_code_through_the_proxy_for_its_owner_alone(cluster: Clu
     assert status == 201, body
     kernel = json.loads(body)["id"]
     assert execute(cluster, job_id, kernel, "print(6*7)", alice) == "42\n"
+    big = {"type": "file", "format": "text", "content": "x" * (3 << 20)}  # a notebook's save can be large
+    assert http(f"{base}/api/contents/big.txt", alice, "PUT", big)[0] == 201
+    assert (workdir / "big.txt").stat().st_size == 3 << 20
 
     assert http(f"{base}/api/kernels", bob)[0] == 403  # another user
     assert http(f"{base}/api/kernels", cluster.admin_token)[0] == 403  # an admin too: it acts as its owner
@@ -147,8 +150,10 @@ def test_a_notebook_runs_code_through_the_proxy_for_its_owner_alone(cluster: Clu
         execute(cluster, job_id, kernel, "print(1)", bob)
 
     # JupyterLab itself answers nobody without the job's token, even on its own port.
-    log = cluster.nanum("logs", str(job_id), user="alice").stdout
-    direct = re.search(r"http://(127\.0\.0\.1:\d+)/notebooks/", log)
+    deadline = time.monotonic() + 20
+    while not (direct := re.search(r"http://(127\.0\.0\.1:\d+)/notebooks/", log := http(
+            f"{cluster.url}/api/v1/jobs/{job_id}/logs", alice)[1].decode())) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert direct, log
     assert http(f"http://{direct.group(1)}/notebooks/{job_id}/api/kernels")[0] == 403
 
@@ -186,6 +191,12 @@ def test_nanum_shell_is_a_real_terminal_and_exits_with_the_shells_code(cluster: 
         child.setwinsize(40, 120)  # the window changes: the remote terminal follows
         child.sendline("sleep 0.3; stty size")
         child.expect(r"40 120")
+        ws = cluster.url.replace("http://", "ws://") + "/api/v1"
+        for url, token in ((f"{ws}/jobs/{job_id}/shell", cluster.tokens["alice"]),  # not her shell
+                           (f"{ws}/jobs/{job_id}/shell", cluster.admin_token),  # nor an admin's
+                           (f"{ws}/agent/shells/{job_id}", "not-the-secret")):  # a relay must show the secret
+            with pytest.raises(Exception, match="403"):
+                connect(url, additional_headers={"Authorization": f"Bearer {token}"}, open_timeout=10).close()
         child.sendline("sleep 30")
         time.sleep(0.5)
         child.sendintr()  # Ctrl-C stops the remote command, not the shell

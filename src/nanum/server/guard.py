@@ -14,9 +14,10 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from nanum.server.limits import MAX_AGENT_BODY, MAX_BODY
+from nanum.server.limits import MAX_AGENT_BODY, MAX_BODY, MAX_NOTEBOOK_BODY
 
 AGENT_PREFIX = "/api/v1/agent/"
+NOTEBOOK_PREFIX = "/notebooks/"
 
 
 class _Refused(Exception):
@@ -35,6 +36,8 @@ class RequestGuard:
             await _refuse(send, 422, "the URL contains a NUL byte; remove it")
             return
         cap = self.max_agent_body if scope["path"].startswith(AGENT_PREFIX) else self.max_body
+        if scope["path"].startswith(NOTEBOOK_PREFIX):
+            cap = MAX_NOTEBOOK_BODY
         headers = dict(scope["headers"])
         length = headers.get(b"content-length", b"").strip()
         if length.isdigit() and int(length) > cap:

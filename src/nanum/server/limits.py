@@ -14,6 +14,8 @@ MAX_STORED_ID = 2**31 - 1
 #: Request bodies: the user API, and agents' heartbeats (which carry up to 1 MiB of job output, JSON-escaped).
 MAX_BODY = 1 << 20
 MAX_AGENT_BODY = 16 << 20
+#: What the notebook proxy passes on in one request (a notebook saved with its outputs, an uploaded file).
+MAX_NOTEBOOK_BODY = 256 << 20
 #: A job's request.
 MAX_NAME = 128
 MAX_ARGS = 1_000

@@ -23,7 +23,7 @@ __all__ = ["forward_http", "forward_websocket"]
 
 #: Request headers not passed on: the connection's own, and the caller's nanum credentials.
 DROPPED = frozenset({"host", "authorization", "connection", "keep-alive", "upgrade", "te", "trailer",
-                     "transfer-encoding", "proxy-authorization", "content-length", "origin", "referer"})
+                     "transfer-encoding", "proxy-authorization", "origin", "referer"})
 #: Response headers not passed back (the response is re-framed).
 HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade"})
 NANUM_COOKIES = ("nanum_session", "nanum_login")
@@ -59,11 +59,11 @@ def _headers(pairs: Iterable[tuple[str, str]], secret: str) -> list[tuple[str, s
 
 
 async def forward_http(request: Request, target: Target) -> Response:
-    """Send `request` on to the notebook and stream its answer back."""
+    """Send `request` on to the notebook, its body as it arrives, and stream the answer back."""
     url = f"http://{target.address}{request.url.path}"
-    body = await request.body()
+    has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
     upstream = _client(request).build_request(
-        request.method, url, params=request.url.query or None, content=body,
+        request.method, url, params=request.url.query or None, content=request.stream() if has_body else None,
         headers=_headers(request.headers.items(), target.secret),
     )
     try:
