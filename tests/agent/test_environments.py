@@ -144,3 +144,22 @@ def test_a_stopped_container_job_ends_within_its_grace_and_leaves_no_container(
     assert status is not None and status.exit_code == 3 and not status.signal, status
     left = subprocess.run(["podman", "ps", "-a", "-q"], env={**os.environ, **podman}, capture_output=True, text=True)
     assert left.stdout.strip() == "" or shutil.which("podman") is None
+
+
+def test_a_container_job_is_held_to_its_memory_where_the_node_enforces_limits(
+    podman: dict[str, str], state_dir: Path, public: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in podman.items():
+        monkeypatch.setenv(key, value)
+    ex = Executor(state_dir, NODE, containers=Containers(find_runtimes("podman"), simulated_gpus=True, limits=True))
+    try:
+        script = "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
+        ex.start(launch=make_launch(13, "sh", "-c", script, workdir=str(shared(public, "work")), memory_mb=64,
+                                    unix_user=job_account(), environment="box", environment_spec=EnvironmentSpec(
+                                        image=IMAGE)))
+        status = ex.wait(13, 60)
+        log = ex.read_log(13, 0, 1 << 20)[0]
+        assert status is not None and status.exit_code == 0, (status, log)
+        assert log.strip() == str(64 * 1024 * 1024)
+    finally:
+        ex.close()

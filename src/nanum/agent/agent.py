@@ -108,7 +108,7 @@ class Agent:
         self.node = _node_info(config.name, gpus, simulated)
         self.cgroups, self.node.limits = probe_cgroups(config.name, config.state_dir, config.cgroup_root)
         runtimes = find_runtimes(config.container_runtime)
-        self.containers = Containers(runtimes, simulated_gpus=simulated)
+        self.containers = Containers(runtimes, simulated_gpus=simulated, limits=self.cgroups is not None)
         self.node.runtimes = sorted(runtimes)
         self._paths_asked: list[str] | None = None
         self._paths_checked = 0.0

@@ -20,7 +20,8 @@ the user controls never reaches a root process as anything but data:
 The working directory and checkpoint directory are mounted at their own paths, the job's agent files (its
 preempt and activity files) too, and each dataset read-only at `/datasets/NAME`. GPUs are passed with CDI
 (`--device nvidia.com/gpu=N`, Podman) or `--gpus device=N` (Docker), and CUDA_VISIBLE_DEVICES counts them from 0
-as the container sees them; simulated GPUs pass nothing. A SIGTERM to the job reaches the container's init
+as the container sees them; simulated GPUs pass nothing. Where the node enforces limits, the job's --cpus and
+--mem become the container's own (`Containers.limits`). A SIGTERM to the job reaches the container's init
 (`--init`), which passes it on; after the grace the runtime's process is killed and the container removed.
 The runtime's configuration comes from the agent's environment (CONTAINERS_CONF, CONTAINERS_STORAGE_CONF,
 DOCKER_HOST, ...), so an operator points every job at one store.
@@ -60,10 +61,13 @@ RUNTIME_FAILED = 125
 
 @dataclass(frozen=True, slots=True)
 class Containers:
-    """The container runtimes of this node (name -> executable), and whether its GPUs are simulated."""
+    """The container runtimes of this node (name -> executable), whether its GPUs are simulated, and whether
+    containers get the job's CPU and memory limits."""
 
     runtimes: Mapping[str, str] = field(default_factory=dict)
     simulated_gpus: bool = False
+    #: Whether the node holds jobs to their --cpus and --mem; a container then gets them as its own limits.
+    limits: bool = False
 
     def pick(self, launch: JobLaunch, node: str) -> tuple[str, str]:
         """(name, executable) of the runtime for `launch`, or `Refused` saying what the node lacks."""
@@ -175,6 +179,7 @@ def container_command(
     argv += [a for path in mounts for a in ("-v", f"{path}:{path}")]
     argv += [a for d, path in launch.datasets.items() for a in ("-v", f"{path}:/datasets/{d}:ro")]
     argv += _gpu_options(name, launch.gpus, containers.simulated_gpus)
+    argv += _limit_options(launch) if containers.limits else []
     return [*argv, spec.image, *_behind_setup(spec.setup, launch.command)]
 
 
@@ -201,6 +206,14 @@ def _remove(exe: str, launch: JobLaunch) -> None:
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
         subprocess.run([exe, "rm", "-f", container_name(launch)], env=runtime_env(), capture_output=True,
                        timeout=60)
+
+
+def _limit_options(launch: JobLaunch) -> list[str]:
+    """The job's --cpus and --mem as the container's own limits (memory counts swap too, as on the host)."""
+    options = [f"--cpus={launch.cpus}"] if launch.cpus else []
+    if launch.memory_mb:
+        options += [f"--memory={launch.memory_mb}m", f"--memory-swap={launch.memory_mb}m"]
+    return options
 
 
 def _gpu_options(runtime: str, gpus: Sequence[int], simulated: bool) -> list[str]:
