@@ -113,6 +113,9 @@ class SubmitFields(TypedDict, total=False):
     gpus: int
     nodes: int
     gpu_model: str | None
+    gpu_memory_mb: int | None
+    constraints: list[str]
+    torchrun: bool
     cpus: int
     memory_mb: int | None
     time_limit_s: float | None
@@ -365,20 +368,23 @@ class Client:
         params = [("one", "true")] if one else None
         return self._call("POST", f"/jobs/{job_id}/{action}", params=params).json()  # type: ignore[no-any-return]
 
-    def logs(self, job_id: int, offset: int = 0) -> LogChunk:
-        """The job's output (stdout and stderr together) from byte `offset`."""
-        response = self._call("GET", f"/jobs/{job_id}/logs", params={"offset": offset})
+    def logs(self, job_id: int, offset: int = 0, node: str | None = None) -> LogChunk:
+        """The job's output (stdout and stderr together) from byte `offset`; `node` (a name or rank): that node's
+        output alone, of a multi-node job (whose log otherwise leads each line with `[node]`)."""
+        params: dict[str, Any] = {"offset": offset} if node is None else {"offset": offset, "node": node}
+        response = self._call("GET", f"/jobs/{job_id}/logs", params=params)
         next_offset = int(response.header("X-Nanum-Log-Offset") or offset + len(response.content))
         return LogChunk(response.text, next_offset, response.header("X-Nanum-Job-State") or "")
 
-    def follow_logs(self, job_id: int, offset: int = 0, poll_s: float = 0.5, settle_s: float = 1.0) -> Iterator[str]:
+    def follow_logs(self, job_id: int, offset: int = 0, poll_s: float = 0.5, settle_s: float = 1.0,
+                    node: str | None = None) -> Iterator[str]:
         """Yield the job's output as it arrives, until the job has ended and its output stopped coming.
 
         An agent may ship the last output just after the exit status, so an ended job is read again until
         nothing new came for `settle_s` seconds."""
         quiet_since: float | None = None
         while True:
-            chunk = self._retrying(functools.partial(self.logs, job_id, offset))
+            chunk = self._retrying(functools.partial(self.logs, job_id, offset, node))
             offset = chunk.offset
             if chunk.text:
                 quiet_since = None
@@ -413,6 +419,25 @@ class Client:
     def accept_node(self, name: str) -> Node:
         """Schedule the GPUs a node reports beyond those it was accepted with (admin)."""
         return self._call("POST", f"/nodes/{name}/accept").json()  # type: ignore[no-any-return]
+
+    def set_node(self, name: str, *, owner: str | None = None, labels: Sequence[str] = (),
+                 gpu_model: str | None = None) -> Node:
+        """Set a node's owner lab ("" for none), labels (`key=value`; `key=` removes one) or GPU model name ("" for
+        the one its agent reports) (admin)."""
+        body = {"owner": owner, "labels": list(labels), "gpu_model": gpu_model}
+        return self._call("PATCH", f"/nodes/{name}", json=body).json()  # type: ignore[no-any-return]
+
+    def drain_node(self, name: str, reason: str | None = None) -> Node:
+        """Keep new jobs off a node; its running jobs finish (admin)."""
+        return self._call("POST", f"/nodes/{name}/drain", json={"reason": reason}).json()  # type: ignore[no-any-return]
+
+    def resume_node(self, name: str) -> Node:
+        """End a node's drain and return its GPUs taken out of service for health problems (admin)."""
+        return self._call("POST", f"/nodes/{name}/resume").json()  # type: ignore[no-any-return]
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node; its agent's token stops working (admin)."""
+        self._call("DELETE", f"/nodes/{name}")
 
     def add_node(self, name: str) -> NewToken:
         """Register a node (admin); the token is what `nanum agent --token-file FILE` reads."""

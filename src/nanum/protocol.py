@@ -155,6 +155,15 @@ def _without_nul(data: Any) -> Any:
     return data
 
 
+class GpuProblem(Report):
+    """A GPU health problem the agent saw: an Xid error, uncorrectable ECC errors, retired pages waiting for a
+    reset. `problem` is the evidence in words ("Xid 79 (fallen off the bus)"). The server takes the GPU out of
+    service until an admin resumes the node; the agent reports a problem for as long as it lasts."""
+
+    index: Count32
+    problem: str = Field(max_length=500)
+
+
 class Heartbeat(Report):
     """What an agent reports. A NUL byte in any string (a job's log, a process's command) becomes U+FFFD: the
     store cannot hold NUL (PostgreSQL refuses it in text), and refusing the heartbeat would cut the node off for
@@ -165,6 +174,7 @@ class Heartbeat(Report):
     logs: list[LogChunk] = []
     samples: list[Sample] = Field(default=[], description="readings taken since the last heartbeat, oldest first")
     wait_s: float = Field(default=0.0, ge=0, le=30, description="hold the reply this long if nothing changes")
+    gpu_problems: list[GpuProblem] = Field(default=[], description="GPU health problems (Xid, ECC, retired pages)")
 
     @model_validator(mode="before")
     @classmethod

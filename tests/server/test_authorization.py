@@ -143,6 +143,23 @@ def accept_gpus(w: World) -> Call:
     return Call(V1 + "/nodes/gpu-01/accept", witness=inventory)
 
 
+def fresh_node(w: World, *, drained: bool = False) -> tuple[str, Callable[[], Any]]:
+    """A node of its own for a cell that changes one (drained first, for resume), and how to read it back."""
+    name = w.fresh_name("n")
+    assert send(w, "POST", Call(V1 + "/nodes", {"name": name}), ADMIN) == 201
+    if drained:
+        assert send(w, "POST", Call(f"{V1}/nodes/{name}/drain", {"reason": "test"}), ADMIN) == 200
+    return name, lambda: [n for n in w.read(V1 + "/nodes") if n["name"] == name]
+
+
+def node_call(path: str, body: Any = None, *, drained: bool = False) -> Make:
+    def make(w: World) -> Call:
+        name, witness = fresh_node(w, drained=drained)
+        return Call(f"{V1}/nodes/{name}{path}", body, witness=witness)
+
+    return make
+
+
 def fresh_user(w: World, *labs: str) -> str:
     name = w.fresh_name("u")
     r = w.client.post(V1 + "/users", json={"name": name, "labs": list(labs)}, headers=auth(ADMIN))
@@ -235,6 +252,13 @@ TABLE = [
         lambda w: Call(V1 + "/nodes", {"name": w.fresh_name("n")}, witness=names(w, V1 + "/nodes")),
                                                                                401, 401, 403, 403, 403, 403, 201, 401, 403, 403),
     row("POST", "/api/v1/nodes/{name}/accept", accept_gpus,                   401, 401, 403, 403, 403, 403, 200, 401, 403, 403),
+    row("PATCH", "/api/v1/nodes/{name}", node_call("", {"labels": ["rack=r9"]}),
+                                                                               401, 401, 403, 403, 403, 403, 200, 401, 403, 403),
+    row("POST", "/api/v1/nodes/{name}/drain", node_call("/drain", {"reason": "maintenance"}),
+                                                                               401, 401, 403, 403, 403, 403, 200, 401, 403, 403),
+    row("POST", "/api/v1/nodes/{name}/resume", node_call("/resume", drained=True),
+                                                                               401, 401, 403, 403, 403, 403, 200, 401, 403, 403),
+    row("DELETE", "/api/v1/nodes/{name}", node_call(""),                       401, 401, 403, 403, 403, 403, 204, 401, 403, 403),
     row("GET", "/api/v1/nodes/{name}/gpus/{index}/history", at(V1 + "/nodes/gpu-01/gpus/0/history"),
                                                                                401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
     row("GET", "/api/v1/me", at(V1 + "/me"),                                   401, 401, 200, 200, 200, 200, 200, 401, 200, 200),

@@ -45,6 +45,7 @@ from nanum.agent.cgroups import probe as probe_cgroups
 from nanum.agent.environments import Containers, find_runtimes, present_paths
 from nanum.agent.executor import Executor
 from nanum.agent.gpus import discover
+from nanum.agent.health import make_health
 from nanum.agent.monitor import JobView, Monitor, make_sampler
 from nanum.protocol import GpuInfo, Heartbeat, HeartbeatReply, JobStatus, LogChunk, NodeInfo
 
@@ -89,6 +90,8 @@ class AgentConfig:
     container_runtime: str | None = None
     #: Where jobs' checkpoint directories are (shared storage); None: where the server says.
     checkpoint_root: Path | None = None
+    #: The name or address other nodes reach this one by (multi-node jobs' rendezvous); None: the host name.
+    hostname: str | None = None
 
     @property
     def servers(self) -> tuple[str, ...]:
@@ -106,6 +109,9 @@ class Agent:
         if gpus is None:
             gpus, simulated = discover(config.simulate_gpus, config.name)
         self.node = _node_info(config.name, gpus, simulated)
+        if config.hostname:
+            self.node.hostname = config.hostname
+        self.health = make_health(simulated)
         self.cgroups, self.node.limits = probe_cgroups(config.name, config.state_dir, config.cgroup_root)
         runtimes = find_runtimes(config.container_runtime)
         self.containers = Containers(runtimes, simulated_gpus=simulated, limits=self.cgroups is not None)
@@ -258,7 +264,9 @@ class Agent:
         wait_s = min(self._wait_for(version, statuses, chunks), self._reply.lease_s / 3)
         started, sent = time.monotonic(), fence.boottime()
         samples = self.monitor.pending()
-        beat = Heartbeat(node=self.node, jobs=statuses, logs=chunks, samples=samples, wait_s=wait_s)
+        problems = self.health.check() if self.health is not None else []
+        beat = Heartbeat(node=self.node, jobs=statuses, logs=chunks, samples=samples, wait_s=wait_s,
+                         gpu_problems=problems)
         try:
             reply = await self._exchange(client, beat)
         finally:

@@ -1,5 +1,5 @@
 """Accounts and access: `nanum login`; for admins `nanum user add|set|list`, `nanum lab add|set|show|list`,
-`nanum node add`."""
+`nanum node add` (and `set`, `drain`, `resume`, `remove` in nanum.cli.fleet)."""
 
 from __future__ import annotations
 
@@ -330,6 +330,7 @@ def node_add(name: NameArg, json: JsonOpt = False, server: ServerOpt = None, tok
              f"nanum agent --server {client.server} --token-file FILE --name {name}")
 
 
+from nanum.cli import fleet as _fleet  # noqa: E402,F401  (registers `nanum node set|drain|resume|remove`)
 from nanum.cli import members as _members  # noqa: E402,F401  (registers `nanum lab member`)
 from nanum.cli import onboarding as _onboarding  # noqa: E402,F401  (registers `nanum user import`)
 from nanum.cli import tokens as _tokens  # noqa: E402,F401  (registers `nanum token`)

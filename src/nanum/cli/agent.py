@@ -72,6 +72,15 @@ def agent(
             help="Seconds between readings of GPU utilisation, memory, power and temperature (0: none).",
         ),
     ] = 5.0,
+    hostname: Annotated[
+        str | None,
+        typer.Option(
+            "--hostname",
+            metavar="HOST",
+            help="The name or address other nodes reach this one by, for multi-node jobs' rendezvous "
+            "(default: the host name).",
+        ),
+    ] = None,
     container_runtime: Annotated[
         str | None,
         typer.Option(
@@ -146,6 +155,7 @@ def agent(
         simulate_gpus=simulate_gpus,
         state_dir=state_dir or default_home() / f"agent-{node}",
         sample_interval_s=sample_interval,
+        hostname=hostname,
         container_runtime=container_runtime,
         checkpoint_root=checkpoint_root.expanduser().absolute() if checkpoint_root else None,
     )

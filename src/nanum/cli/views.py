@@ -202,6 +202,24 @@ def node_rows(nodes: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
     return rows
 
 
+def fleet_caption(nodes: Sequence[dict[str, Any]]) -> str | None:
+    """Lines under the `nanum nodes` table: why a node is drained, its owner and labels, GPUs out of service."""
+    lines = []
+    for n in nodes:
+        if n.get("drain_reason"):
+            lines.append(f"! {n['name']} {n['state']}: {n['drain_reason']}")
+        for gpu in n.get("gpus") or ():
+            if gpu.get("health"):
+                lines.append(f"! {n['name']} GPU {gpu['index']} out of service: {gpu['health']} "
+                             f"(`nanum node resume {n['name']}` returns it)")
+        labels = ",".join(f"{k}={v}" for k, v in sorted((n.get("labels") or {}).items()))
+        said = [f"owner {n['owner']}"] if n.get("owner") else []
+        said += [f"labels {labels}"] if labels else []
+        if said:
+            lines.append(f"  {n['name']}: {'; '.join(said)}")
+    return "\n".join(lines) or None
+
+
 def limits_caption(nodes: Sequence[dict[str, Any]]) -> str | None:
     """A line under the `nanum nodes` table for each node that runs jobs without holding them to their --cpus
     and --mem (the agent found no cgroup it could write)."""

@@ -55,12 +55,25 @@ def _size(texts: list[str]) -> int:
 JobRef = Annotated[str, Field(max_length=24, pattern=r"^[0-9]{1,9}(_[0-9]{1,7})?$")]
 
 
+#: A node label `key=value`, as `nanum node set --label` sets it and `--constraint` asks for it.
+LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,62}=[A-Za-z0-9_./-]{0,63}$"
+Constraint = Annotated[str, Field(max_length=128, pattern=LABEL_PATTERN)]
+
+
 class JobSubmit(ApiIn):
     command: list[str] = Field(min_length=1, max_length=MAX_ARGS, description="the program and its arguments")
     name: str | None = Field(default=None, max_length=MAX_NAME)
     gpus: int = Field(default=1, ge=0, le=MAX_GPUS, description="GPUs on each node")
     nodes: int = Field(default=1, ge=1, le=MAX_NODES)
-    gpu_model: str | None = Field(default=None, max_length=64)
+    gpu_model: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$",
+                                  description="a GPU model, or several separated by commas: any of them")
+    gpu_memory_mb: int | None = Field(default=None, ge=0, le=MAX_MEMORY_MB,
+                                      description="the least memory each of its GPUs must have")
+    constraints: list[Constraint] = Field(default_factory=list, max_length=32,
+                                          description="node labels `key=value` every node it runs on must have")
+    torchrun: bool = Field(default=False, description=(
+        "run the command under torchrun on each node, with --nnodes, --nproc-per-node, --node-rank, --master-addr "
+        "and --master-port filled in"))
     cpus: int = Field(default=0, ge=0, le=MAX_CPUS, description="cores to reserve on each node; 0: none reserved")
     memory_mb: int | None = Field(default=None, ge=0, le=MAX_MEMORY_MB)
     time_limit_s: float | None = Field(default=None, gt=0, le=MAX_TIME_LIMIT_S)
@@ -154,6 +167,9 @@ class JobOut(BaseModel):
     gpus: int
     nodes: int
     gpu_model: str | None
+    gpu_memory_mb: int | None = None
+    constraints: list[str] = []
+    torchrun: bool = False
     cpus: int
     memory_mb: int | None
     time_limit_s: float | None
@@ -226,11 +242,17 @@ class GpuOut(BaseModel):
     outside: list[dict[str, Any]] = Field(
         default_factory=list, description="processes on it that no job holding it owns (pid, user, command)"
     )
+    health: str | None = Field(default=None, description=(
+        "the health problem that took it out of service (Xid, ECC, retired pages), until an admin resumes the node"))
 
 
 class NodeOut(BaseModel):
     name: str
-    state: Literal["up", "draining", "down"]
+    state: Literal["up", "draining", "drained", "down"] = Field(description=(
+        "`draining`: kept from new jobs while its running ones finish; `drained`: kept from new jobs, none running"))
+    drain_reason: str | None = None
+    owner: str | None = Field(default=None, description="the lab that owns it: its jobs first, others borrow it idle")
+    labels: dict[str, str] = Field(default_factory=dict)
     last_seen: str | None
     simulated: bool
     cpus: int
@@ -249,6 +271,19 @@ class NodeOut(BaseModel):
 
 class NodeIn(ApiIn):
     name: NodeName
+
+
+class NodeSet(ApiIn):
+    """`nanum node set`: only the fields present change. `owner` "" gives the node back to the shared pool;
+    a label with an empty value is removed; `gpu_model` "" goes back to the model its agent reports."""
+
+    owner: str | None = Field(default=None, max_length=64)
+    labels: list[Constraint] = Field(default_factory=list, max_length=32)
+    gpu_model: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_.-]*$")
+
+
+class NodeDrain(ApiIn):
+    reason: str | None = Field(default=None, max_length=500)
 
 
 class TokenOut(BaseModel):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import select
@@ -27,6 +27,7 @@ from nanum.core import (
     Job,
     Lab,
     Limits,
+    Node,
     NodeState,
     Placement,
     Running,
@@ -38,7 +39,7 @@ from nanum.core import (
 from nanum.core.fairshare import DEFAULT_HALF_LIFE
 from nanum.server.services import eligibility
 from nanum.server.services.lifecycle import month_of, month_start
-from nanum.server.views import core_job, core_lab, core_node
+from nanum.server.views import FLEET_COLUMNS, core_job, core_lab, core_node
 from nanum.store import AllocationRow, JobRow, LabRow, NodeLiveRow, NodeRow, UsageRow, UserRow
 
 JOB_COLUMNS = (
@@ -59,6 +60,8 @@ JOB_COLUMNS = (
     JobRow.submit_time,
     JobRow.preemptible,
     JobRow.attained_gpu_seconds,
+    JobRow.gpu_memory_mb,
+    JobRow.constraints,
     JobRow.environment,
     JobRow.environment_spec,
     JobRow.datasets,
@@ -102,7 +105,7 @@ def build(
     waiting_rows = [r for r in pending_rows if r.id in blocked]
     pending_rows = [r for r in pending_rows if r.id not in blocked]
     node_rows = s.execute(
-        select(NodeRow.id, NodeRow.name, NodeRow.inventory, NodeRow.state, NodeRow.last_seen)
+        select(NodeRow.id, NodeRow.name, NodeRow.inventory, NodeRow.state, NodeRow.last_seen, *FLEET_COLUMNS)
         .where(NodeRow.inventory.is_not(None))
         .order_by(NodeRow.name)
     ).all()
@@ -135,15 +138,16 @@ def build(
                 busy[p.node].update(p.gpus)
     _busy_outside(s, names, running, busy, now - timeout)
     nodes = tuple(
-        core_node(r.name, r.inventory, _state(r, now, timeout), frozenset(busy.get(r.name, ()))) for r in node_rows
+        core_node(r.name, r.inventory, _state(r, now, timeout), frozenset(busy.get(r.name, ())), r) for r in node_rows
     )
+    owned = _owned_gpus(nodes)
     usage = _month_usage(s, now)
     snapshot = Snapshot(
         now=now,
         nodes=nodes,
         pending=tuple(job(r) for r in pending_rows),
         running=running,
-        labs=_labs(labs.values(), usage, running, running_rows, now, half_life),
+        labs=_labs(labs.values(), usage, running, running_rows, now, half_life, owned),
         users=_users(users.values(), usage, running, running_rows, now, half_life),
         month=time.strftime("%B", time.gmtime(now)),
     )
@@ -221,16 +225,34 @@ def _labs(
     run_rows: Any,
     now: float,
     half_life: float,
+    owned: Counter[str] | None = None,
 ) -> dict[str, Lab]:
+    """The labs with their usage. Once any node has an owner, a lab without a guarantee of its own is guaranteed
+    the GPUs it owns (none when it owns no node), as in the simulator: owners lend their idle GPUs, and reclaim
+    them from borrowers when their own jobs need them."""
     extra, month = _uncharged_by(running, run_rows, now, lambda run: run.job.lab)
-    return {
-        lab.name: core_lab(
+    out = {}
+    for lab in rows:
+        core = core_lab(
             lab,
             (usage[("lab", lab.name)] + month[lab.name]) / 3600.0,
             decay(lab.decayed_usage, now - lab.decayed_at, half_life) + extra[lab.name],
         )
-        for lab in rows
-    }
+        if owned is not None and core.guaranteed_gpus is None:
+            core = replace(core, guaranteed_gpus=owned[lab.name])
+        out[lab.name] = core
+    return out
+
+
+def _owned_gpus(nodes: tuple[Node, ...]) -> Counter[str] | None:
+    """GPUs per owning lab (down nodes too: the owner still has them); None when no node has an owner."""
+    if all(node.owner is None for node in nodes):
+        return None
+    owned = Counter[str]()
+    for node in nodes:
+        if node.owner is not None:
+            owned[node.owner] += len(node.gpus)
+    return owned
 
 
 def _users(

@@ -8,16 +8,26 @@ from typing import Any
 from nanum.core import Gpu, Job, JobId, JobKind, Lab, Limits, Node, NodeState
 from nanum.server.needs import job_labels, node_labels
 from nanum.server.schemas import iso
-from nanum.store import LabRow
+from nanum.store import LabRow, NodeRow
+
+#: The node columns `core_node` reads beside its inventory.
+FLEET_COLUMNS = (NodeRow.owner, NodeRow.labels, NodeRow.gpu_model, NodeRow.gpu_health)
 
 
-def core_node(name: str, inventory: Mapping[str, Any], state: NodeState, held: frozenset[int] = frozenset()) -> Node:
-    """A node as the core sees it. `held`: GPUs taken by processes that are not running jobs (busy)."""
+def core_node(
+    name: str, inventory: Mapping[str, Any], state: NodeState, held: frozenset[int] = frozenset(), fleet: Any = None
+) -> Node:
+    """A node as the core sees it. `held`: GPUs taken by processes that are not running jobs (busy). `fleet`: a
+    row with the node's `FLEET_COLUMNS` (the owner lab, labels and GPU model an admin set, and the GPUs out of
+    service for a health problem, which are busy), or None."""
+    model = getattr(fleet, "gpu_model", None)
     gpus = tuple(
-        Gpu(int(g["index"]), str(g.get("model", "")), int(g.get("memory_mb", 0)), int(g.get("island", 0)))
+        Gpu(int(g["index"]), model or str(g.get("model", "")), int(g.get("memory_mb", 0)), int(g.get("island", 0)))
         for g in inventory.get("gpus", ())
     )
-    busy = frozenset(int(i) for i in inventory.get("busy_gpus", ())) | held
+    sick = frozenset(int(i) for i in getattr(fleet, "gpu_health", None) or ())
+    busy = frozenset(int(i) for i in inventory.get("busy_gpus", ())) | held | sick
+    labels = frozenset(f"{k}={v}" for k, v in (getattr(fleet, "labels", None) or {}).items())
     return Node(
         name=name,
         gpus=gpus,
@@ -25,7 +35,8 @@ def core_node(name: str, inventory: Mapping[str, Any], state: NodeState, held: f
         memory_mb=int(inventory.get("memory_mb", 0)),
         state=state,
         busy_gpus=busy,
-        labels=node_labels(inventory),
+        labels=node_labels(inventory) | labels,
+        owner=getattr(fleet, "owner", None),
     )
 
 
@@ -51,7 +62,9 @@ def core_job(row: Any, user: str, lab: str) -> Job:
         lab=lab,
         gpus=row.gpus,
         nodes=row.nodes,
-        gpu_model=row.gpu_model,
+        gpu_model=row.gpu_model if row.gpu_model is None or "," not in row.gpu_model else None,
+        gpu_models=frozenset(row.gpu_model.split(",")) if row.gpu_model and "," in row.gpu_model else frozenset(),
+        gpu_memory_mb=getattr(row, "gpu_memory_mb", None) or 0,
         cpus=row.cpus or 0,
         memory_mb=row.memory_mb or 0,
         time_limit=row.time_limit_s,
@@ -67,12 +80,14 @@ def core_job(row: Any, user: str, lab: str) -> Job:
 
 
 def _needs(row: Any) -> dict[str, Any]:
-    """The node labels the job's environment and datasets need (rows without those columns need none)."""
+    """The node labels the job's constraints, environment and datasets need (rows without those columns need
+    none)."""
+    constraints = frozenset(getattr(row, "constraints", None) or ())
     spec, datasets = getattr(row, "environment_spec", None), getattr(row, "datasets", None)
     if not spec and not datasets:
-        return {}
+        return {"labels": constraints} if constraints else {}
     labels, reasons = job_labels(getattr(row, "environment", None), spec, datasets)
-    return {"labels": labels, "label_reasons": reasons}
+    return {"labels": labels | constraints, "label_reasons": reasons}
 
 
 def job_out(row: Any, user: str, lab: str) -> dict[str, Any]:
@@ -91,6 +106,9 @@ def job_out(row: Any, user: str, lab: str) -> dict[str, Any]:
         "gpus": row.gpus,
         "nodes": row.nodes,
         "gpu_model": row.gpu_model,
+        "gpu_memory_mb": row.gpu_memory_mb,
+        "constraints": row.constraints or [],
+        "torchrun": bool(row.torchrun),
         "cpus": row.cpus,
         "memory_mb": row.memory_mb,
         "time_limit_s": row.time_limit_s,

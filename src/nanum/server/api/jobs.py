@@ -98,9 +98,15 @@ def checkpoint_job(job_id: JobIdPath, ctx: Context, caller: CallerDep) -> Respon
 
 @router.get("/{job_id}/logs", response_class=Response)
 def job_logs(
-    job_id: JobIdPath, ctx: Context, caller: CallerDep, offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0
+    job_id: JobIdPath,
+    ctx: Context,
+    caller: CallerDep,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    node: Annotated[str | None, Query(max_length=128, description=(
+        "one node's output of a multi-node job: the node's name or its rank"))] = None,
 ) -> Response:
-    """stdout and stderr from byte `offset`; `X-Nanum-Log-Offset` says where the next read starts."""
-    got = jobs.read_logs(ctx, caller, job_id, offset)
+    """stdout and stderr from byte `offset`; `X-Nanum-Log-Offset` says where the next read starts. A multi-node
+    job's log has every node's lines, each led by `[node]`; `node` picks one node's output alone."""
+    got = jobs.read_logs(ctx, caller, job_id, offset, node)
     headers = {"X-Nanum-Log-Offset": str(got.next_offset), "X-Nanum-Job-State": got.state}
     return Response(got.data, media_type="text/plain; charset=utf-8", headers=headers)

@@ -6,8 +6,8 @@ from fastapi import APIRouter
 
 from nanum.server.auth import AdminDep, CallerDep, Context
 from nanum.server.errors import NotFound
-from nanum.server.schemas import NodeIn, NodeOut, TokenOut
-from nanum.server.services import accounts, inventory, nodes
+from nanum.server.schemas import NodeDrain, NodeIn, NodeOut, NodeSet, TokenOut
+from nanum.server.services import accounts, fleet, inventory, nodes
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])
 
@@ -31,3 +31,37 @@ def accept_node(name: str, ctx: Context, admin: AdminDep) -> NodeOut:
     if not found:
         raise NotFound(f"no node named {name}; `nanum nodes` lists them")
     return found[0]
+
+
+def _one(ctx: Context, name: str) -> NodeOut:
+    found = [n for n in nodes.list_nodes(ctx) if n.name == name]
+    if not found:
+        raise NotFound(f"no node named {name}; `nanum nodes` lists them")
+    return found[0]
+
+
+@router.patch("/{name}")
+def set_node(name: str, body: NodeSet, ctx: Context, admin: AdminDep) -> NodeOut:
+    """Set the node's owner lab (its jobs first; other labs borrow it while idle), labels or GPU model name."""
+    fleet.set_node(ctx, name, body, admin.name)
+    return _one(ctx, name)
+
+
+@router.post("/{name}/drain")
+def drain_node(name: str, body: NodeDrain, ctx: Context, admin: AdminDep) -> NodeOut:
+    """Keep new jobs off the node; the jobs it runs finish. Lasts until the node is resumed."""
+    fleet.drain(ctx, name, body.reason, admin.name)
+    return _one(ctx, name)
+
+
+@router.post("/{name}/resume")
+def resume_node(name: str, ctx: Context, admin: AdminDep) -> NodeOut:
+    """End the node's drain and return the GPUs a health problem took out of service (409 when neither)."""
+    fleet.resume(ctx, name, admin.name)
+    return _one(ctx, name)
+
+
+@router.delete("/{name}", status_code=204)
+def remove_node(name: str, ctx: Context, admin: AdminDep) -> None:
+    """Forget the node; its agent's token stops working (409 while jobs run there)."""
+    fleet.remove(ctx, name, admin.name)

@@ -21,7 +21,8 @@ from sqlalchemy.orm import Session
 from nanum.protocol import Heartbeat, HeartbeatReply, JobLaunch, JobStatus, LogChunk
 from nanum.server.callers import NodeCaller
 from nanum.server.context import ServerContext
-from nanum.server.services import environments, lifecycle
+from nanum.server.errors import Unauthorized
+from nanum.server.services import environments, fleet, lifecycle, nodelogs
 from nanum.server.services import inventory as nodeinventory
 from nanum.store import AllocationRow, JobRow, LabRow, NodeRow, UserRow
 
@@ -44,8 +45,12 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
     now = time.time()
     with ctx.db.write() as s:
         node = s.get(NodeRow, who.id, with_for_update=True)
-        assert node is not None
+        if node is None:  # removed while its token was cached
+            raise Unauthorized(f"node {who.name} was removed; add it again with `nanum node add {who.name}`")
         poke = _record_node(ctx, s, node, hb, now)
+        if hb.gpu_problems and fleet.record_health(s, node, hb.gpu_problems, now):
+            ctx.caches.nodes.clear()
+            poke = True
         held = _held(s, node.id)
         acks, woken, freed = _record_jobs(s, node, hb, held, now, ctx.settings.half_life_s)
         poke = poke or bool(acks) or bool(woken) or freed
@@ -99,7 +104,7 @@ def _record_node(ctx: ServerContext, s: Session, node: NodeRow, hb: Heartbeat, n
         node.inventory, node.hostname = inventory, hb.node.hostname
         ctx.caches.nodes.clear()
     if came_up:
-        node.state = "up"
+        node.state = "draining" if node.drain_reason is not None else "up"  # a drain lasts until resumed
     node.last_seen = now
     return changed or came_up
 
@@ -231,7 +236,19 @@ def _launch(
         launch.master_port = MASTER_PORT_BASE + job.id % 1000
         launch.nnodes = job.nodes
         launch.node_rank = names.index(node) if node in names else 0
+    if job.torchrun:
+        launch.command = torchrun_command(launch)
     return launch
+
+
+def torchrun_command(launch: JobLaunch) -> list[str]:
+    """The part's command under torchrun: the rendezvous of a multi-node job, or a standalone one on one node."""
+    if launch.nnodes <= 1 or launch.master_addr is None:
+        return ["torchrun", "--standalone", "--nnodes", "1", "--nproc-per-node", str(launch.nproc_per_node),
+                *launch.command]
+    return ["torchrun", "--nnodes", str(launch.nnodes), "--nproc-per-node", str(launch.nproc_per_node),
+            "--node-rank", str(launch.node_rank), "--master-addr", launch.master_addr,
+            "--master-port", str(launch.master_port), *launch.command]
 
 
 def _array_env(job: JobRow) -> dict[str, str]:
@@ -256,32 +273,39 @@ def write_logs(ctx: ServerContext, node: str, chunks: list[LogChunk], mentioned:
     runs = _runs_on(ctx, node, {c.job_id for c in chunks} | mentioned)
     allowed = {c.job_id for c in chunks if c.job_id in runs}
     logs = ctx.settings.logs_dir
+    stems = {job_id: nodelogs.stem(job_id, node, gang) for job_id, (_, gang) in runs.items()}
     with _LOG_LOCK:
         if allowed:
             logs.mkdir(parents=True, exist_ok=True)
-        offsets = {job_id: _run_log_size(logs, job_id, run, node) for job_id, run in runs.items()
+        offsets = {job_id: _run_log_size(logs, stems[job_id], run, node) for job_id, (run, _) in runs.items()
                    if job_id in mentioned or job_id in allowed}
         for chunk in chunks:
             if chunk.job_id in allowed:
-                offsets[chunk.job_id] = _append(logs, chunk, offsets[chunk.job_id])
+                had = offsets[chunk.job_id]
+                offsets[chunk.job_id] = _append(logs, chunk, had, stems[chunk.job_id])
+                if runs[chunk.job_id][1] and offsets[chunk.job_id] != had:  # a multi-node job: interleave too
+                    nodelogs.interleave(logs, chunk.job_id, node, chunk.data)
     return offsets
 
 
 _LOG_LOCK = threading.Lock()
 
 
-def _runs_on(ctx: ServerContext, node: str, ids: set[int]) -> dict[int, int]:
-    """Job id → run number, for those of `ids` whose current allocation is on `node`."""
+def _runs_on(ctx: ServerContext, node: str, ids: set[int]) -> dict[int, tuple[int, bool]]:
+    """Job id → (run number, whether it runs on several nodes), for those of `ids` whose current allocation is on
+    `node`."""
     if not ids:
         return {}
     with ctx.db.read() as s:
-        rows = s.execute(select(JobRow.id, JobRow.allocation, JobRow.runs).where(JobRow.id.in_(ids)))
-        return {job_id: runs or 0 for job_id, alloc, runs in rows if any(a.get("node") == node for a in alloc or ())}
+        rows = s.execute(select(JobRow.id, JobRow.allocation, JobRow.runs, JobRow.nodes).where(JobRow.id.in_(ids)))
+        return {job_id: (runs or 0, nodes > 1) for job_id, alloc, runs, nodes in rows
+                if any(a.get("node") == node for a in alloc or ())}
 
 
-def agent_log_size(logs: Path, job_id: int) -> int:
-    """How many log bytes of the job's agents the server holds, all runs: the file's size plus the recorded skew."""
-    path = logs / f"{job_id}.log"
+def agent_log_size(logs: Path, stem: int | str) -> int:
+    """How many log bytes of the job's agents (of one node's part, for a multi-node job: `nodelogs.stem`) the
+    server holds, all runs: the file's size plus the recorded skew."""
+    path = logs / f"{stem}.log"
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -289,10 +313,10 @@ def agent_log_size(logs: Path, job_id: int) -> int:
     return size + _skew(path)
 
 
-def _run_log_size(logs: Path, job_id: int, run: int, node: str) -> int:
+def _run_log_size(logs: Path, stem: str, run: int, node: str) -> int:
     """The agent bytes of run `run` held so far. The first chunk of a later run gets a header line first."""
-    base_file = logs / f"{job_id}.log.run"
-    total = agent_log_size(logs, job_id)
+    base_file = logs / f"{stem}.log.run"
+    total = agent_log_size(logs, stem)
     try:
         seen_run, base = (int(x) for x in base_file.read_text().split())
     except (FileNotFoundError, ValueError):
@@ -302,7 +326,7 @@ def _run_log_size(logs: Path, job_id: int, run: int, node: str) -> int:
     if seen_run != run:
         if total:
             header = f"\n--- run {run} on {node} ---\n".encode()
-            with open(logs / f"{job_id}.log", "ab") as f:
+            with open(logs / f"{stem}.log", "ab") as f:
                 f.write(header)
             total += len(header)
         base_file.write_text(f"{run} {total}")
@@ -317,13 +341,13 @@ def _skew(path: Path) -> int:
         return 0
 
 
-def _append(logs: Path, chunk: LogChunk, have: int) -> int:
-    """Append `chunk` when it starts at `have` (this run's bytes held); return the new length this run."""
+def _append(logs: Path, chunk: LogChunk, have: int, stem: str) -> int:
+    """Append `chunk` to `stem`.log when it starts at `have` (this run's bytes held); return the new length."""
     data = chunk.data.encode()
     nbytes = len(data) if chunk.nbytes is None else chunk.nbytes
     if chunk.offset != have or nbytes <= 0:
         return have
-    path = logs / f"{chunk.job_id}.log"
+    path = logs / f"{stem}.log"
     with open(path, "ab") as f:
         f.write(data)
     if nbytes != len(data):

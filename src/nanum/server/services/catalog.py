@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from nanum.core import Lab, Node, NodeState
 from nanum.server.context import ServerContext
-from nanum.server.views import core_lab, core_node
+from nanum.server.views import FLEET_COLUMNS, core_lab, core_node
 from nanum.store import LabRow, NodeRow
 
 
@@ -36,9 +36,11 @@ def labs(ctx: ServerContext) -> Mapping[str, LabEntry]:
 def _load_nodes(ctx: ServerContext) -> tuple[Node, ...]:
     with ctx.db.read() as s:
         rows = s.execute(
-            select(NodeRow.name, NodeRow.inventory).where(NodeRow.inventory.is_not(None)).order_by(NodeRow.name)
+            select(NodeRow.name, NodeRow.inventory, *FLEET_COLUMNS)
+            .where(NodeRow.inventory.is_not(None))
+            .order_by(NodeRow.name)
         ).all()
-    return tuple(core_node(r.name, r.inventory, NodeState.UP) for r in rows)
+    return tuple(core_node(r.name, r.inventory, NodeState.UP, fleet=r) for r in rows)
 
 
 def _load_labs(ctx: ServerContext) -> dict[str, LabEntry]:

@@ -20,7 +20,7 @@ from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import BadRequest, Conflict, Forbidden, NotFound
 from nanum.server.schemas import ACTIVE_STATES, JOB_STATES, JobSubmit, iso
-from nanum.server.services import budgets, catalog, eligibility, environments, jobusage, lifecycle
+from nanum.server.services import budgets, catalog, eligibility, environments, jobusage, lifecycle, nodelogs
 from nanum.server.views import core_job, job_out
 from nanum.store import JobRow, LabRow, SegmentRow, UserRow, table
 
@@ -48,6 +48,9 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> tuple[dict[st
         gpus=spec.gpus,
         nodes=spec.nodes,
         gpu_model=spec.gpu_model,
+        gpu_memory_mb=spec.gpu_memory_mb,
+        constraints=sorted(set(spec.constraints)) or None,
+        torchrun=spec.torchrun,
         cpus=spec.cpus,
         memory_mb=spec.memory_mb,
         time_limit_s=spec.time_limit_s,
@@ -365,11 +368,14 @@ class LogSlice:
     state: str
 
 
-def read_logs(ctx: ServerContext, caller: Caller, job_id: int, offset: int) -> LogSlice:
+def read_logs(ctx: ServerContext, caller: Caller, job_id: int, offset: int, node: str | None = None) -> LogSlice:
     with ctx.db.read() as s:
         job = _owned(s, caller, job_id)
         state = job.state
-    path = ctx.settings.logs_dir / f"{job_id}.log"
+        stem = str(job_id)
+        if node is not None:
+            stem = nodelogs.stem(job_id, nodelogs.node_of(job.allocation, node), job.nodes > 1)
+    path = ctx.settings.logs_dir / f"{stem}.log"
     try:
         with open(path, "rb") as f:
             f.seek(max(offset, 0))

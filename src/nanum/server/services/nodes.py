@@ -63,9 +63,17 @@ def _node_out(node: NodeRow, holders: dict[tuple[int, int], tuple[int, str]], no
         )
     fresh = node.last_seen is not None and now - node.last_seen <= timeout
     state = "draining" if node.state == "draining" else "up" if fresh and node.state == "up" else "down"
+    if state == "draining" and not any(g.job_id is not None for g in gpus):
+        state = "drained"
+    for g in gpus:
+        g.model = node.gpu_model or g.model
+        g.health = (node.gpu_health or {}).get(str(g.index), {}).get("problem")
     return NodeOut(
         name=node.name,
         state=state,
+        drain_reason=node.drain_reason,
+        owner=node.owner,
+        labels=dict(node.labels or {}),
         last_seen=iso(node.last_seen),
         simulated=bool(inv.get("simulated")),
         cpus=int(inv.get("cpus", 0)),
