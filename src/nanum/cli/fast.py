@@ -20,6 +20,8 @@ SPEC: dict[str, dict[str, Any]] = {
         "options": {
             "--gpus": ["gpus", "int", False], "-g": ["gpus", "int", False], "--nodes": ["nodes", "int", False],
             "-N": ["nodes", "int", False], "--gpu-model": ["gpu_model", "str", False],
+            "--gpu-mem": ["gpu_mem", "str", False], "--constraint": ["constraint", "str", True],
+            "--torchrun": ["torchrun", "flag", False],
             "--cpus": ["cpus", "int", False], "-c": ["cpus", "int", False], "--mem": ["mem", "str", False],
             "--time": ["time", "str", False], "-t": ["time", "str", False], "--priority": ["priority", "int", False],
             "--lab": ["lab", "str", False], "--name": ["name", "str", False], "-J": ["name", "str", False],

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 @clean_errors
 def submit(
     command: list[str] | None = None, gpus: int | None = None, nodes: int | None = None,
-    gpu_model: str | None = None, cpus: int | None = None, mem: str | None = None, time: str | None = None,
+    gpu_model: str | None = None, gpu_mem: str | None = None, constraint: list[str] | None = None,
+    torchrun: bool = False, cpus: int | None = None, mem: str | None = None, time: str | None = None,
     priority: int | None = None, lab: str | None = None, name: str | None = None, workdir: str | None = None,
     env: list[str] | None = None, no_preempt: bool = False, array: str | None = None,
     after: list[str] | None = None, after_ok: list[str] | None = None, after_failed: list[str] | None = None,
@@ -32,6 +33,7 @@ def submit(
         HEADER_OPTIONS,
         SubmitOptions,
         build_request,
+        parse_constraint,
         parse_env,
         parse_mem,
         parse_name,
@@ -42,7 +44,11 @@ def submit(
         return tuple(r for v in values for r in HEADER_OPTIONS[option][1](v)) if values else None
 
     options = SubmitOptions(
-        gpus=gpus, nodes=nodes, gpu_model=gpu_model, cpus=cpus, priority=priority, lab=lab, name=name,
+        gpus=gpus, nodes=nodes, cpus=cpus,
+        gpu_model=HEADER_OPTIONS["--gpu-model"][1](gpu_model) if gpu_model is not None else None,
+        gpu_memory_mb=parse_mem(gpu_mem, "--gpu-mem") if gpu_mem is not None else None,
+        constraints=tuple(parse_constraint(c) for c in constraint) if constraint else None,
+        torchrun=True if torchrun else None, priority=priority, lab=lab, name=name,
         workdir=workdir, memory_mb=parse_mem(mem) if mem is not None else None,
         time_limit_s=parse_time(time) if time is not None else None, env=parse_env(env or []),
         preemptible=False if no_preempt else None,

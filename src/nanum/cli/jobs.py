@@ -24,8 +24,14 @@ CommandArg = Annotated[list[str] | None, typer.Argument(
 GpusOpt = Annotated[int | None, _Opt("--gpus", "-g", metavar="N", help="GPUs per node (default: 1).")]
 NodesOpt = Annotated[int | None, _Opt("--nodes", "-N", metavar="K",
                                       help="Nodes, started together (default: 1).")]
-ModelOpt = Annotated[str | None, _Opt("--gpu-model", metavar="MODEL",
-                                      help="Only GPUs of this model, e.g. A100.")]
+ModelOpt = Annotated[str | None, _Opt("--gpu-model", metavar="MODEL[,MODEL]",
+                                      help="Only GPUs of this model, or of any of these: A100 or A100,H100.")]
+GpuMemOpt = Annotated[str | None, _Opt("--gpu-mem", metavar="SIZE",
+                                       help="Only GPUs with at least this much memory each: 40G, 80G.")]
+ConstraintOpt = Annotated[list[str] | None, _Opt("--constraint", metavar="K=V", help=(
+    "Only nodes with this label (`nanum nodes` shows them); repeat for several."))]
+TorchrunOpt = Annotated[bool, _Opt("--torchrun", help=(
+    "Run the script under torchrun on every node, rendezvous filled in: --nodes 2 --torchrun train.py ARGS."))]
 CpusOpt = Annotated[int | None, _Opt("--cpus", "-c", metavar="C", help="CPU cores per node.")]
 MemOpt = Annotated[str | None, _Opt("--mem", metavar="SIZE", help="Memory per node: 512M, 32G, 1T.")]
 TimeOpt = Annotated[str | None, _Opt(
@@ -71,6 +77,9 @@ def submit(
     gpus: GpusOpt = None,
     nodes: NodesOpt = None,
     gpu_model: ModelOpt = None,
+    gpu_mem: GpuMemOpt = None,
+    constraint: ConstraintOpt = None,
+    torchrun: TorchrunOpt = False,
     cpus: CpusOpt = None,
     mem: MemOpt = None,
     time: TimeOpt = None,
@@ -175,6 +184,9 @@ def _shell_code(code: int) -> int:
 def logs(
     job_id: JobIdArg,
     follow: Annotated[bool, _Opt("--follow", "-f", help="Print new output until the job ends.")] = False,
+    node: Annotated[str | None, _Opt("--node", metavar="NODE", help=(
+        "One node's output of a multi-node job: its name or rank (default: every node's, lines led by [node])."))]
+    = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
@@ -182,18 +194,18 @@ def logs(
     out = sys.stdout
     with connect(server, token) as client:
         if follow:
-            first = client.logs(job_id, 0)
+            first = client.logs(job_id, 0, node)
             if first.state in ("pending", "held"):
                 _say_what_it_waits_for(client, job_id)
             out.write(first.text)
             out.flush()
-            for text in client.follow_logs(job_id, first.offset):
+            for text in client.follow_logs(job_id, first.offset, node=node):
                 out.write(text)
                 out.flush()
             return
         offset = 0
         while True:
-            chunk = client.logs(job_id, offset)
+            chunk = client.logs(job_id, offset, node)
             out.write(chunk.text)
             if not chunk.text or chunk.offset <= offset:
                 break
@@ -232,8 +244,15 @@ def nodes(json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = Non
     if not found:
         note("No nodes yet: start `nanum up`, or `nanum agent` on a GPU server.")
         return
-    from nanum.cli.views import NODE_COLUMNS, inventory_caption, limits_caption, node_rows, print_table
+    from nanum.cli.views import (
+        NODE_COLUMNS,
+        fleet_caption,
+        inventory_caption,
+        limits_caption,
+        node_rows,
+        print_table,
+    )
 
-    captions = (limits_caption(found), inventory_caption(found))  # type: ignore[arg-type]
+    captions = (fleet_caption(found), limits_caption(found), inventory_caption(found))  # type: ignore[arg-type]
     caption = "\n".join(c for c in captions if c) or None
     print_table(NODE_COLUMNS, node_rows(found), caption, wide="USER")  # type: ignore[arg-type]

@@ -104,6 +104,9 @@ class SubmitOptions(NamedTuple):
     gpus: int | None = None
     nodes: int | None = None
     gpu_model: str | None = None
+    gpu_memory_mb: int | None = None
+    constraints: tuple[str, ...] | None = None
+    torchrun: bool | None = None
     cpus: int | None = None
     memory_mb: int | None = None
     time_limit_s: int | None = None
@@ -146,6 +149,25 @@ def _int(option: str, lo: int, hi: int | None = None) -> Any:
     return parse
 
 
+_MODELS = re.compile(r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$")
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,62}=[A-Za-z0-9_./-]{0,63}$")
+
+
+def parse_models(text: str) -> str:
+    """'A100, H100' -> 'A100,H100': one GPU model, or several of which any will do."""
+    models = ",".join(m.strip() for m in text.split(","))
+    if not _MODELS.match(models) or len(models) > 64:
+        raise UsageProblem(f"--gpu-model: cannot read {text!r}; give a model such as A100, or several: A100,H100")
+    return models
+
+
+def parse_constraint(text: str) -> str:
+    """'net=ib' -> 'net=ib': a node label a job needs."""
+    if not _LABEL.match(text.strip()):
+        raise UsageProblem(f"--constraint: cannot read {text!r}; give a node label KEY=VALUE, e.g. net=ib")
+    return text.strip()
+
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -178,7 +200,8 @@ def _array(text: str) -> str:
 HEADER_OPTIONS: dict[str, tuple[str, Any]] = {
     "--gpus": ("gpus", _int("--gpus", 0)),
     "--nodes": ("nodes", _int("--nodes", 1)),
-    "--gpu-model": ("gpu_model", str),
+    "--gpu-model": ("gpu_model", parse_models),
+    "--gpu-mem": ("gpu_memory_mb", lambda t: parse_mem(t, "--gpu-mem")),
     "--cpus": ("cpus", _int("--cpus", 0)),
     "--mem": ("memory_mb", parse_mem),
     "--time": ("time_limit_s", parse_time),
@@ -199,9 +222,11 @@ HEADER_OPTIONS: dict[str, tuple[str, Any]] = {
 #: Short forms, as `nanum submit --help` lists them.
 SHORT_OPTIONS = {"-g": "--gpus", "-N": "--nodes", "-c": "--cpus", "-t": "--time", "-J": "--name",
                  "-D": "--workdir", "-e": "--env", "-o": "--output", "-E": "--environment"}
-FLAGS = {"--no-preempt": ("preemptible", False), "--keep-if-unmet": ("keep_if_unmet", True)}
+FLAGS = {"--no-preempt": ("preemptible", False), "--keep-if-unmet": ("keep_if_unmet", True),
+         "--torchrun": ("torchrun", True)}
 #: Options that may be given more than once, each adding a value.
-REPEATED = {"--dataset": ("datasets", lambda t: parse_name(t, "--dataset"))}
+REPEATED = {"--constraint": ("constraints", parse_constraint),
+            "--dataset": ("datasets", lambda t: parse_name(t, "--dataset"))}
 
 
 def parse_header_args(args: list[str], where: str) -> SubmitOptions:
@@ -311,7 +336,8 @@ def build_request(command: list[str], cli: SubmitOptions, cwd: StrPath, notes: l
         header, found = read_script(first)
         options = cli.over(header)
         (notes if notes is not None else []).extend(found)
-        command = script_command(first, command[1:])
+        # torchrun starts the script itself (with Python), on every node
+        command = [os.path.realpath(first), *command[1:]] if options.torchrun else script_command(first, command[1:])
     workdir = options.workdir or cwd
     body: dict[str, Any] = {
         "command": command,
@@ -328,7 +354,8 @@ def build_request(command: list[str], cli: SubmitOptions, cwd: StrPath, notes: l
     return body
 
 
-_PASSED_AS_IS = ("gpus", "nodes", "gpu_model", "cpus", "memory_mb", "time_limit_s", "priority", "lab",
+_PASSED_AS_IS = ("gpus", "nodes", "gpu_model", "gpu_memory_mb", "constraints", "torchrun",
+                 "cpus", "memory_mb", "time_limit_s", "priority", "lab",
                  "preemptible", "array", "after", "after_ok", "after_failed", "after_any", "keep_if_unmet",
                  "retries", "environment", "datasets")
 
