@@ -179,15 +179,16 @@ def test_an_idle_notebook_is_released_by_the_idle_rules(cluster: Cluster, workdi
 
 def test_nanum_shell_is_a_real_terminal_and_exits_with_the_shells_code(cluster: Cluster, workdir: Path) -> None:
     command = nanum_command()
-    child = pexpect.spawn(command[0], [*command[1:], "shell", "--gpus", "2"], env=cluster.env(cluster.tokens["bob"]),
+    env = {**cluster.env(cluster.tokens["bob"]), "TERM": "xterm-test"}
+    child = pexpect.spawn(command[0], [*command[1:], "shell", "--gpus", "2"], env=env,
                           cwd=str(workdir), encoding="utf-8", timeout=60, dimensions=(30, 100))
     try:
         child.expect(r"Shell (\d+) on ")
         job_id = int(child.match.group(1))
         child.expect_exact("$ ")  # the remote login shell's prompt
-        child.sendline("stty size; echo gpus=$CUDA_VISIBLE_DEVICES")
+        child.sendline("stty size; echo gpus=$CUDA_VISIBLE_DEVICES term=$TERM")
         child.expect(r"30 100")
-        child.expect(r"gpus=(\d),(\d)\r\n")
+        child.expect(r"gpus=(\d),(\d) term=xterm-test\r\n")
         child.setwinsize(40, 120)  # the window changes: the remote terminal follows
         child.sendline("sleep 0.3; stty size")
         child.expect(r"40 120")

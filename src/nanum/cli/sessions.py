@@ -3,6 +3,7 @@ terminal on a node, like `salloc`) and `nanum run` (run a command and stream its
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import TYPE_CHECKING, Annotated
@@ -35,8 +36,6 @@ app.add_typer(notebook_app, name="notebook")
 
 def _session_request(kind: str, gpus: int, time_limit: str | None, lab: str | None, gpu_model: str | None,
                      env: list[str] | None, preemptible: bool) -> dict[str, object]:
-    import os
-
     from nanum.cli.jobspec import parse_env, parse_time
 
     body: dict[str, object] = {"kind": kind, "gpus": gpus, "name": kind, "workdir": os.getcwd(),
@@ -127,6 +126,8 @@ def shell(
     from nanum.client import resolve_settings
 
     body = _session_request("shell", gpus, time, lab, gpu_model, env, preemptible)
+    if os.environ.get("TERM"):  # the remote terminal is this one: full-screen programs need its type
+        body["env"] = {"TERM": os.environ["TERM"], **body["env"]}  # type: ignore[dict-item]
     with connect(server, token) as client:
         job = client.submit(["shell"], **body)  # type: ignore[arg-type]
         note(f"Submitted shell {job['id']}")
