@@ -9,13 +9,15 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from nanum.agent.environments import Containers, find_runtimes
+from nanum.agent.environments import Containers, container_name, container_sessions, find_runtimes
 from nanum.agent.executor import Executor
+from nanum.agent.monitor import JobReader, JobView
 from nanum.protocol import EnvironmentSpec, JobStatus
 from tests.agent.conftest import NODE, make_launch
 from tests.containers import IMAGE, podman_env, podman_missing, remove_store
@@ -163,3 +165,29 @@ def test_a_container_job_is_held_to_its_memory_where_the_node_enforces_limits(
         assert log.strip() == str(64 * 1024 * 1024)
     finally:
         ex.close()
+
+
+def test_a_container_jobs_processes_count_as_the_jobs_own(boxed: Executor, public: Path) -> None:
+    """Their CPU is the job's, and a GPU process among them would be the job's, not someone bypassing the queue."""
+    spec = EnvironmentSpec(image=IMAGE)
+    work = shared(public, "work")
+    launch = make_launch(14, "sh", "-c", "echo ready > ready; while :; do :; done", workdir=str(work),
+                         unix_user=job_account(), environment="box", environment_spec=spec)
+    boxed.start(launch=launch)
+    for _ in range(200):
+        if (work / "ready").exists():
+            break
+        time.sleep(0.05)
+    inside = container_sessions({container_name(launch): 14})
+    assert inside and set(inside.values()) == {14}
+    ((_, pid, _),) = boxed.running()
+    with_container, session_alone = JobReader(), JobReader()
+    views = [JobView(14, pid, (0,), sessions=tuple(inside))]
+    with_container.read(views, time.time())
+    session_alone.read([JobView(14, pid, (0,))], time.time())
+    time.sleep(0.5)
+    (sample,), owners = with_container.read(views, time.time())
+    (alone,), _ = session_alone.read([JobView(14, pid, (0,))], time.time())
+    assert sample.cpu_percent > 10, sample  # the busy loop in the container
+    assert alone.cpu_percent < 5, alone  # the job's own session alone: the runtime's client, idle
+    assert all(owners[s] == 14 for s in inside)

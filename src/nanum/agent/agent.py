@@ -42,7 +42,14 @@ import nanum
 from nanum.agent import fence, procs, sessions
 from nanum.agent.cgroups import ROOT as CGROUP_ROOT
 from nanum.agent.cgroups import probe as probe_cgroups
-from nanum.agent.environments import Containers, find_runtimes, present_paths
+from nanum.agent.environments import (
+    Containers,
+    container_name,
+    container_sessions,
+    find_runtimes,
+    in_container,
+    present_paths,
+)
 from nanum.agent.executor import Executor
 from nanum.agent.gpus import discover
 from nanum.agent.health import make_health
@@ -460,9 +467,13 @@ class Agent:
     def _job_views(self) -> list[JobView]:
         """The running jobs, as the monitor needs them (from the executor's own records)."""
         assert self.executor is not None
+        running = self.executor.running()
+        boxes = {container_name(r.launch): r.job_id for r, _, _ in running if in_container(r.launch)}
+        inside = container_sessions(boxes) if boxes else {}
         return [
-            JobView(r.job_id, pid, tuple(r.launch.gpus), r.launch.env, started, r.activity_path)
-            for r, pid, started in self.executor.running()
+            JobView(r.job_id, pid, tuple(r.launch.gpus), r.launch.env, started, r.activity_path,
+                    sessions=tuple(s for s, job in inside.items() if job == r.job_id))
+            for r, pid, started in running
         ]
 
     def _address(self) -> str:

@@ -43,8 +43,8 @@ from nanum.agent.accounts import Account, Refused
 from nanum.protocol import JobLaunch
 
 __all__ = [
-    "Containers", "container_command", "container_ended", "find_runtimes", "host_command", "in_container",
-    "present_paths", "runtime_env",
+    "Containers", "container_command", "container_ended", "container_name", "container_sessions", "find_runtimes",
+    "host_command", "in_container", "present_paths", "runtime_env",
 ]
 
 RUNTIMES = ("podman", "docker")
@@ -214,6 +214,34 @@ def _limit_options(launch: JobLaunch) -> list[str]:
     if launch.memory_mb:
         options += [f"--memory={launch.memory_mb}m", f"--memory-swap={launch.memory_mb}m"]
     return options
+
+
+def container_sessions(names: Mapping[str, int], proc: Path = Path("/proc")) -> dict[int, int]:
+    """Session id -> job id for the processes in the jobs' containers (`names`: container name -> job id).
+
+    A Podman container's first process is a child of its `conmon` (root's, naming the container after `-n`) and
+    leads a session its processes share, so the monitor counts their CPU and GPU use as the job's, as it does for
+    the job's own session. Docker's shim does not name the container: its jobs' container processes are not
+    matched (their GPUs are the job's anyway; their processes show as the node's)."""
+    monitors: dict[int, int] = {}
+    children: list[tuple[int, int, int]] = []  # (pid, parent, session)
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (proc / entry.name / "stat").read_text()
+            fields = raw[raw.rindex(")") + 2 :].split()
+            comm = raw[raw.index("(") + 1 : raw.rindex(")")]
+            if comm == "conmon" and os.stat(entry.path).st_uid == 0:
+                argv = (proc / entry.name / "cmdline").read_bytes().split(b"\0")
+                name = argv[argv.index(b"-n") + 1].decode() if b"-n" in argv[:-1] else ""
+                if name in names:
+                    monitors[int(entry.name)] = names[name]
+            else:
+                children.append((int(entry.name), int(fields[1]), int(fields[3])))
+        except (OSError, ValueError, IndexError):
+            continue
+    return {session: monitors[parent] for _, parent, session in children if parent in monitors}
 
 
 def _gpu_options(runtime: str, gpus: Sequence[int], simulated: bool) -> list[str]:

@@ -5,9 +5,10 @@ and the processes on it (each with the job that owns it, or none); per running j
 reading and, for notebooks where known, when its kernel was last active. Samples wait in `pending` until a
 heartbeat has carried them (`sent`); at most `max_pending` are kept while the server is away.
 
-A GPU process belongs to a job when it runs in the job's session (jobs run in sessions of their own). Any other
-process on a GPU is reported with `job_id` None; the server then treats that GPU as busy. On a GPU a job holds,
-a process this agent cannot see in /proc (another PID namespace) is counted as the job's.
+A GPU process belongs to a job when it runs in the job's session (jobs run in sessions of their own), or in its
+container's (`nanum.agent.environments.container_sessions`). Any other process on a GPU is reported with
+`job_id` None; the server then treats that GPU as busy. On a GPU a job holds, a process this agent cannot see
+in /proc (another PID namespace) is counted as the job's.
 
 Simulated GPUs show what their jobs declare (`NANUM_SIM_UTIL`, `NANUM_SIM_MEM`; see `nanum.monitor.simload`)
 and are idle otherwise. A process outside nanum on a simulated GPU is simulated with the file
@@ -58,6 +59,8 @@ class JobView:
     env: dict[str, str] = field(default_factory=dict)
     started_at: float | None = None
     activity_file: Path | None = None
+    #: Sessions of its processes besides its own: those in its container.
+    sessions: tuple[int, ...] = ()
 
 
 class Sampler(Protocol):
@@ -230,6 +233,7 @@ class JobReader:
     def read(self, jobs: Sequence[JobView], now: float) -> tuple[list[JobSample], dict[int, int]]:
         """(a sample per job, session id → job id)."""
         owners = {j.pid: j.job_id for j in jobs if j.pid}
+        owners.update({s: j.job_id for j in jobs for s in j.sessions})
         ticks: dict[int, int] = dict.fromkeys(owners.values(), 0)
         if owners:
             for proc in proctable.scan():
