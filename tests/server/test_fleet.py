@@ -12,6 +12,7 @@ from nanum.server.services import accounts
 from tests.server.asgiclient import AsgiClient
 from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, submit, tick
 from tests.server.fakeagent import FakeAgent
+from tests.server.test_web import get, login
 
 
 def _node(client: AsgiClient, name: str) -> dict[str, Any]:
@@ -53,6 +54,8 @@ def test_a_drained_node_finishes_its_jobs_takes_no_new_ones_and_comes_back_when_
     node = _node(client, "gpu-01")
     assert (node["state"], node["drain_reason"]) == ("drained", "new fans on Thursday")
     assert job(client, second)["state"] == "pending"
+    page = get(client, "/nodes", login(client, ALICE)).text  # the dashboard's Nodes page says so too
+    assert ">drained</span>" in page and "Drained: new fans on Thursday" in page
 
     agent.beat()  # a drain outlives the agent's heartbeats (and the node going silent and coming back)
     assert _node(client, "gpu-01")["state"] == "drained"
@@ -154,6 +157,7 @@ def test_a_gpu_with_a_health_problem_leaves_service_with_the_evidence_until_resu
     node = _node(client, "gpu-01")
     assert [g["health"] for g in node["gpus"]] == ["Xid 79 (fallen off the bus)", None,
                                                    "3 uncorrectable ECC errors", None]
+    assert "out of service: Xid 79 (fallen off the bus)" in get(client, "/nodes", login(client, ADMIN)).text
     assert job(client, on_gpu0)["state"] == "running"  # its job runs on
     wide = submit(client, gpus=3)["id"]
     two = [submit(client, gpus=1)["id"] for _ in range(2)]

@@ -39,6 +39,8 @@ class GpuView:
     idle_stage: str | None = None
     idle_since: float | None = None
     processes: list[dict[str, Any]] = field(default_factory=list)
+    #: the health problem that took it out of service, until an admin resumes the node.
+    health: str | None = None
 
     @property
     def strangers(self) -> list[dict[str, Any]]:
@@ -57,6 +59,9 @@ class NodeView:
     last_seen: float | None
     sampled_at: float | None
     gpus: list[GpuView]
+    drain_reason: str | None = None
+    owner: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -100,7 +105,8 @@ def cluster(ctx: ServerContext, now: float | None = None) -> ClusterView:
     timeout = ctx.settings.node_timeout_s
     with ctx.db.read() as s:
         nodes = s.execute(
-            select(NodeRow.id, NodeRow.name, NodeRow.inventory, NodeRow.state, NodeRow.last_seen)
+            select(NodeRow.id, NodeRow.name, NodeRow.inventory, NodeRow.state, NodeRow.last_seen,
+                   NodeRow.drain_reason, NodeRow.owner, NodeRow.labels, NodeRow.gpu_health)
             .where(NodeRow.inventory.is_not(None))
             .order_by(NodeRow.name)
         ).all()
@@ -135,8 +141,11 @@ def _node(row: Any, live: Any, holders: dict[tuple[int, int], Any], now: float, 
         _reading(view, readings.get(index))
         _holder(view, holders.get((row.id, index)))
         view.state = _gpu_state(view, state, index in rogue)
+        view.health = (row.gpu_health or {}).get(str(index), {}).get("problem")
         gpus.append(view)
     model = gpus[0].model if gpus else ""
+    if state == "draining" and all(g.job_id is None for g in gpus):
+        state = "drained"
     return NodeView(
         name=row.name,
         state=state,
@@ -147,6 +156,9 @@ def _node(row: Any, live: Any, holders: dict[tuple[int, int], Any], now: float, 
         last_seen=row.last_seen,
         sampled_at=live.time if fresh else None,
         gpus=gpus,
+        drain_reason=row.drain_reason,
+        owner=row.owner,
+        labels=dict(row.labels or {}),
     )
 
 
