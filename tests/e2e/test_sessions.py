@@ -51,6 +51,21 @@ def session_python(root: Path) -> str:
     return str(venv / "bin" / "python")
 
 
+def python_environment(cluster: Cluster) -> str:
+    """A Python environment `lab-env` (nanum environment add --python) with `jupyter lab` in its bin/: the
+    session Python's venv, or a copy of the test's when that is the test's own."""
+    python = Path(cluster.extra_env["NANUM_SESSION_PYTHON"])
+    prefix = python.parent.parent
+    if python == Path(sys.executable):
+        pytest.skip("needs the venv made for the jobs' account")
+    jupyter = prefix / "bin" / "jupyter"
+    jupyter.write_text(f'#!/bin/sh\n[ "$1" = lab ] && shift\nexec {python} -m jupyterlab "$@"\n')
+    jupyter.chmod(0o755)
+    added = cluster.nanum("environment", "add", "lab-env", "--python", str(prefix))
+    assert added.returncode == 0, added.stderr
+    return str(prefix)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     shared = shared_dir("sessions-python-")
@@ -252,3 +267,38 @@ def test_the_owner_opens_the_notebook_in_a_browser_and_runs_a_cell(cluster: Clus
         finally:
             browser.close()
     cluster.nanum("notebook", "stop", str(job_id), user="alice")
+
+
+def test_notebooks_shells_and_runs_take_an_environment(cluster: Cluster, workdir: Path) -> None:
+    prefix = python_environment(cluster)
+    result = cluster.nanum("run", "-E", "lab-env", "--gpus", "0", "--", "sh", "-c", "echo $VIRTUAL_ENV",
+                           user="alice", cwd=workdir)
+    assert result.returncode == 0 and result.stdout == f"{prefix}\n", result.stderr
+
+    job_id, _ = start_notebook(cluster, workdir, "-E", "lab-env")  # JupyterLab from the environment
+    base = f"{cluster.url}/notebooks/{job_id}"
+    status, body, _ = http(f"{base}/api/kernels", cluster.tokens["alice"], "POST", {"name": "python3"})
+    assert status == 201, body
+    printed = execute(cluster, job_id, json.loads(body)["id"], "import sys; print(sys.prefix)", cluster.tokens["alice"])
+    assert printed == f"{prefix}\n"
+    assert cluster.job(job_id)["environment"] == "lab-env"
+    cluster.nanum("notebook", "stop", str(job_id), user="alice")
+
+    command = nanum_command()
+    child = pexpect.spawn(command[0], [*command[1:], "shell", "-E", "lab-env", "--gpus", "0"],
+                          env=cluster.env(cluster.tokens["alice"]), cwd=str(workdir), encoding="utf-8", timeout=60)
+    try:
+        child.expect_exact("$ ")
+        child.sendline("echo in=$VIRTUAL_ENV; exit")
+        child.expect(f"in={prefix}\r\n")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+
+
+def test_nanum_shell_gives_up_when_the_shell_never_starts(cluster: Cluster, workdir: Path) -> None:
+    assert cluster.nanum("environment", "add", "broken", "--setup", "exit 5").returncode == 0
+    result = cluster.nanum("shell", "-E", "broken", "--gpus", "0", user="alice", cwd=workdir, timeout=60)
+    assert result.returncode == 5, result.stderr
+    assert re.search(r"^shell \d+ ended: exited with code 5$", result.stderr, re.M), result.stderr

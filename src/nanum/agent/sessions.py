@@ -2,7 +2,8 @@
 
 A notebook is JupyterLab, started by the job wrapper as the job's user in its working directory like any job:
 `jupyter lab --no-browser --ServerApp.base_url=/notebooks/ID/ --ServerApp.ip=ADDRESS --ServerApp.port=PORT`,
-on a port the agent picked free on the node's address (the one it reaches the server from). Its token is the
+on a port the agent picked free on the node's address (the one it reaches the server from); in a job's
+environment (`-E`), the environment's own `jupyter lab`. Its token is the
 job's secret from the launch, passed in `JUPYTER_TOKEN` (the environment reaches the job through its setup
 script, never a command line, where any user could read it), so JupyterLab answers no request without it; the
 server holds the same secret and adds it to every request it proxies for the notebook's owner. The address
@@ -11,7 +12,8 @@ kernel's last activity for the idle rules.
 
 A shell is `python -m nanum.agent.relay` (`session_python()`), which opens a pseudo-terminal running
 the user's login shell and dials out to the server over a websocket, showing the job's secret; the server
-pairs it with the owner's `nanum shell`. Nodes need no port open to users for either.
+pairs it with the owner's `nanum shell`; in a Python environment or behind a setup line, the shell starts in it.
+A shell cannot run in a container image yet (it fails at once, saying so). Nodes need no port open to users.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def _notebook(launch: JobLaunch, address: str) -> JobLaunch:
     port = free_port(address)
     base = f"/notebooks/{launch.job_id}/"
     command = [
-        *jupyter_command(), "--no-browser", f"--ServerApp.base_url={base}", f"--ServerApp.ip={address}",
+        *jupyter_command(launch), "--no-browser", f"--ServerApp.base_url={base}", f"--ServerApp.ip={address}",
         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--ServerApp.allow_remote_access=True",
     ]
     host = f"[{address}]" if ":" in address else address
@@ -55,6 +57,10 @@ def _notebook(launch: JobLaunch, address: str) -> JobLaunch:
 
 
 def _shell(launch: JobLaunch, server: str) -> JobLaunch:
+    if launch.environment_spec is not None and launch.environment_spec.image:
+        why = (f"nanum: a shell cannot run in environment {launch.environment} (a container image) yet; "
+               "use a Python environment, or none")
+        return launch.model_copy(update={"command": ["/bin/sh", "-c", 'echo "$1" >&2; exit 2', "nanum-shell", why]})
     url = server.rstrip("/").replace("http://", "ws://", 1).replace("https://", "wss://", 1)
     env = {**launch.env, RELAY_URL: f"{url}/api/v1/agent/shells/{launch.job_id}", RELAY_SECRET: launch.secret}
     return launch.model_copy(update={"command": [session_python(), "-m", "nanum.agent.relay"], "env": env})
@@ -66,9 +72,11 @@ def session_python() -> str:
     return os.environ.get(SESSION_PYTHON) or sys.executable
 
 
-def jupyter_command() -> list[str]:
-    """JupyterLab from the session Python where it has it, else `jupyter lab` on the job's PATH."""
-    if os.environ.get(SESSION_PYTHON) or importlib.util.find_spec("jupyterlab") is not None:
+def jupyter_command(launch: JobLaunch) -> list[str]:
+    """`jupyter lab` from the job's environment where it runs in one (a Python environment, a setup line, a
+    container image); else JupyterLab from the session Python where it has it, else `jupyter lab` on PATH."""
+    if launch.environment_spec is None and (
+            os.environ.get(SESSION_PYTHON) or importlib.util.find_spec("jupyterlab") is not None):
         return [session_python(), "-m", "jupyterlab"]
     return ["jupyter", "lab"]
 

@@ -24,6 +24,8 @@ LabOpt = Annotated[str | None, _Opt("--lab", metavar="LAB", help="Lab to charge 
 ModelOpt = Annotated[str | None, _Opt("--gpu-model", metavar="MODEL", help="Only GPUs of this model, e.g. A100.")]
 EnvOpt = Annotated[list[str] | None, _Opt("--env", "-e", metavar="K=V",
                                           help="Environment variable (K alone copies yours); repeat.")]
+EnvironmentOpt = Annotated[str | None, _Opt("--environment", "-E", metavar="NAME", help=(
+    "Run in this environment: a Python environment, setup line or container image (`nanum environment list`)."))]
 PreemptibleOpt = Annotated[bool, _Opt("--preemptible", help=(
     "Allow preempting it, so it may also borrow idle GPUs beyond your lab's share (default: never preempted)."))]
 #: How long `nanum notebook` waits for JupyterLab to answer once the job runs.
@@ -35,14 +37,15 @@ app.add_typer(notebook_app, name="notebook")
 
 
 def _session_request(kind: str, gpus: int, time_limit: str | None, lab: str | None, gpu_model: str | None,
-                     env: list[str] | None, preemptible: bool) -> dict[str, object]:
+                     env: list[str] | None, preemptible: bool, environment: str | None) -> dict[str, object]:
     from nanum.cli.jobspec import parse_env, parse_time
 
     body: dict[str, object] = {"kind": kind, "gpus": gpus, "name": kind, "workdir": os.getcwd(),
                                "env": parse_env(env or []), "preemptible": preemptible}
     if time_limit is not None:
         body["time_limit_s"] = parse_time(time_limit)
-    body.update({k: v for k, v in (("lab", lab), ("gpu_model", gpu_model)) if v is not None})
+    body.update({k: v for k, v in (("lab", lab), ("gpu_model", gpu_model), ("environment", environment))
+                 if v is not None})
     return body
 
 
@@ -55,6 +58,7 @@ def notebook(
     lab: LabOpt = None,
     gpu_model: ModelOpt = None,
     env: EnvOpt = None,
+    environment: EnvironmentOpt = None,
     preemptible: PreemptibleOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
@@ -63,7 +67,7 @@ def notebook(
     where you are logged in to the dashboard (only you can). Idle notebooks are released by the idle rules."""
     if ctx.invoked_subcommand is not None:
         return
-    body = _session_request("notebook", gpus, time, lab, gpu_model, env, preemptible)
+    body = _session_request("notebook", gpus, time, lab, gpu_model, env, preemptible, environment)
     with connect(server, token) as client:
         job = client.submit(["jupyter", "lab"], **body)  # type: ignore[arg-type]
         note(f"Submitted notebook {job['id']}")
@@ -116,6 +120,7 @@ def shell(
     lab: LabOpt = None,
     gpu_model: ModelOpt = None,
     env: EnvOpt = None,
+    environment: EnvironmentOpt = None,
     preemptible: PreemptibleOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
@@ -125,19 +130,28 @@ def shell(
     from nanum.cli.terminal import attach
     from nanum.client import resolve_settings
 
-    body = _session_request("shell", gpus, time, lab, gpu_model, env, preemptible)
+    body = _session_request("shell", gpus, time, lab, gpu_model, env, preemptible, environment)
     if os.environ.get("TERM"):  # the remote terminal is this one: full-screen programs need its type
         body["env"] = {"TERM": os.environ["TERM"], **body["env"]}  # type: ignore[dict-item]
     with connect(server, token) as client:
         job = client.submit(["shell"], **body)  # type: ignore[arg-type]
         note(f"Submitted shell {job['id']}")
-        job = _wait_until_running(client, job["id"], "shell")
-        note(f"Shell {job['id']} on {_where(job)}")
-        code = attach(client.server, resolve_settings(server, token)[1], job["id"])
+        job = _wait_until_running(client, job["id"], "shell", ended=True)
+        if job["state"] == "running":
+            note(f"Shell {job['id']} on {_where(job)}")
+        try:
+            code = None if job["state"] != "running" else attach(
+                client.server, resolve_settings(server, token)[1], job["id"],
+                lambda: client.job(job["id"])["state"] == "running")
+        except KeyboardInterrupt:  # before the shell answered (afterwards Ctrl-C goes to the remote shell)
+            client.cancel(job["id"])
+            note(f"cancelled shell {job['id']}")
+            raise SystemExit(130) from None
         if code is None:  # the connection ended without the shell's exit code: ask the server for the job's
             from nanum.cli.jobs import wait_exit_code
 
             ended = client.wait(job["id"], timeout=30)
+            note(f"shell {job['id']} ended: {ended.get('reason') or ended['state']}")
             code = wait_exit_code(ended["state"], ended.get("exit_code"), job["id"])
     raise SystemExit(code)
 
@@ -152,7 +166,7 @@ def _wait_until_running(client: Client, job_id: int, what: str, *, ended: bool =
             if job["state"] == "running" or (ended and job["state"] not in ("pending", "held")):
                 return job
             if job["state"] not in ("pending", "held"):
-                fail(f"{what} {job_id} is {job['state']}: {job.get('reason') or f'see `nanum show {job_id}`'}")
+                fail(f"{what} {job_id} {job['state']}: {job.get('reason') or f'see `nanum show {job_id}`'}")
             if job.get("reason") != said:
                 said = job.get("reason")
                 note(f"waiting for an allocation: {said or job['state']}")
@@ -203,6 +217,7 @@ def run(
     lab: LabOpt = None,
     gpu_model: ModelOpt = None,
     env: EnvOpt = None,
+    environment: EnvironmentOpt = None,
     name: Annotated[str | None, _Opt("--name", "-J", metavar="NAME", help="Job name (default: the program's).")]
     = None,
     server: ServerOpt = None,
@@ -212,7 +227,7 @@ def run(
     with its exit code (like `srun`). Ctrl-C cancels the job."""
     from nanum.cli.jobs import wait_exit_code
 
-    body = _session_request("batch", gpus, time, lab, gpu_model, env, True)
+    body = _session_request("batch", gpus, time, lab, gpu_model, env, True, environment)
     body.update(kind="batch", nodes=nodes, name=name or command[0].rsplit("/", 1)[-1])
     body.pop("preemptible")
     with connect(server, token) as client:

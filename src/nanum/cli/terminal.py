@@ -16,13 +16,19 @@ import sys
 import termios
 import threading
 import tty
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["attach"]
 
+#: How often, until the shell is heard from, whether its job still runs is asked.
+WAIT_CHECK_S = 3.0
 
-def attach(server: str, token: str | None, job_id: int) -> int | None:
-    """Run the shell of job `job_id` in this terminal until it ends; its exit code (None: not told)."""
+
+def attach(server: str, token: str | None, job_id: int, running: Callable[[], bool]) -> int | None:
+    """Run the shell of job `job_id` in this terminal until it ends; its exit code (None: not told). Until the
+    shell's first output, `running()` is asked every few seconds: a job that ended without ever connecting
+    (its relay could not start) ends the wait."""
     from websockets.sync.client import connect
 
     url = server.rstrip("/").replace("http://", "ws://", 1).replace("https://", "wss://", 1)
@@ -30,23 +36,29 @@ def attach(server: str, token: str | None, job_id: int) -> int | None:
     with connect(f"{url}/api/v1/jobs/{job_id}/shell", additional_headers=headers, max_size=2**22,
                  open_timeout=30, ping_interval=20) as ws:
         ended: dict[str, int | None] = {"code": None}
-        reader = threading.Thread(target=_print_output, args=(ws, ended), daemon=True)
+        heard = threading.Event()
+        reader = threading.Thread(target=_print_output, args=(ws, ended, heard), daemon=True)
         reader.start()
+        while not heard.wait(WAIT_CHECK_S):
+            if not running():
+                return None
         with _raw_terminal(ws):
             _send_input(ws, reader)
         reader.join(timeout=5)
         return ended["code"]
 
 
-def _print_output(ws: Any, ended: dict[str, int | None]) -> None:
+def _print_output(ws: Any, ended: dict[str, int | None], heard: threading.Event) -> None:
     out = sys.stdout.fileno()
     with contextlib.suppress(Exception):  # the connection closing ends the loop
         for message in ws:
+            heard.set()
             if isinstance(message, bytes):
                 os.write(out, message)
             else:
                 with contextlib.suppress(ValueError, TypeError, KeyError):
                     ended["code"] = int(json.loads(message)["exit"])
+    heard.set()  # closed: nothing more will come
 
 
 def _send_input(ws: Any, reader: threading.Thread) -> None:
@@ -84,7 +96,7 @@ def _raw_terminal(ws: Any) -> Any:
 
     previous = signal.signal(signal.SIGWINCH, send_size)
     try:
-        tty.setraw(fd)
+        tty.setraw(fd, termios.TCSANOW)  # keep what was typed ahead
         send_size()
         yield
     finally:
