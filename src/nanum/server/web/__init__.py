@@ -3,8 +3,8 @@ updates, SVG charts, one stylesheet. No build step and nothing from other sites:
 from `nanum/server/web/static`.
 
 Pages: Cluster `/` (every GPU, live), Queue `/queue`, Job `/jobs/{id}`, Labs `/labs`, Nodes `/nodes`, Reports
-`/reports`, Admin `/admin`; log in at `/login` with an API token, a directory password or single sign-on. Live
-data: `/ui/cluster.json`, `/ui/queue.json`, `/ui/jobs/{id}.json`.
+`/reports`, Submit `/submit` (a batch job or a notebook), Admin `/admin`; log in at `/login` with an API token, a
+directory password or single sign-on. Live data: `/ui/cluster.json`, `/ui/queue.json`, `/ui/jobs/{id}.json`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from nanum.server.web import admin, jobpage, login, pages, reports, sso
+from nanum.server.web import admin, jobpage, login, pages, reports, sso, submit
 from nanum.server.web.render import WEB, page
 from nanum.server.web.session import CsrfFailed, LoginRequired, login_url
 
@@ -21,7 +21,7 @@ __all__ = ["install"]
 
 
 def install(app: FastAPI) -> None:
-    for module in (login, sso, pages, jobpage, reports, admin):
+    for module in (login, sso, pages, jobpage, reports, submit, admin):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=WEB / "static"), name="static")
     app.add_exception_handler(LoginRequired, _login_required)

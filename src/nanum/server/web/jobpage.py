@@ -1,5 +1,5 @@
-"""The job page: state history, allocation, GPU utilisation chart, live log tail, and cancel for its owner or an
-admin; its JSON for live updates."""
+"""The job page: state history, allocation, GPU utilisation chart, live log tail, cancel for its owner or an
+admin, and "Open notebook" for the owner of a running notebook; its JSON for live updates."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def chart(found: data.JobPage) -> charts.Timeline:
     return charts.timeline(points, start, end, found.usage.get("gpu_memory_mb"))
 
 
-def job_json(found: data.JobPage) -> dict[str, Any]:
+def job_json(found: data.JobPage, who: Caller) -> dict[str, Any]:
     job, now, usage = found.job, time.time(), found.usage
     line = chart(found)
     return {
@@ -54,7 +54,16 @@ def job_json(found: data.JobPage) -> dict[str, Any]:
         "may_cancel": found.may_manage and job["state"] not in FINISHED,
         "waiting": _waiting_note(job),
         "prediction": prediction_text(job, duration) or "",
+        "notebook": notebook_url(job, who),
     }
+
+
+def notebook_url(job: dict[str, Any], who: Caller) -> str:
+    """Where the owner opens a running notebook (the proxy, `nanum.server.api.sessions`); empty otherwise: the
+    proxy lets no one else in, and has nothing to show before the job runs."""
+    if job["kind"] != "notebook" or job["state"] != "running" or job["user_id"] != who.id:
+        return ""
+    return f"/notebooks/{job['id']}/lab"
 
 
 def _waiting_note(job: dict[str, Any]) -> dict[str, str] | None:
@@ -79,7 +88,7 @@ async def _render(request: Request, who: Caller, job_id: int, error: str | None 
     except NotFound as exc:
         return page(request, "error.html", who, status_code=404, title="No such job", message=exc.detail)
     return page(
-        request, "job.html", who, status_code=status, title=f"Job {job_id}", p=found, j=job_json(found),
+        request, "job.html", who, status_code=status, title=f"Job {job_id}", p=found, j=job_json(found, who),
         chart=chart(found), error=error,
     )  # fmt: skip
 
@@ -90,7 +99,7 @@ async def job_live(request: Request, job_id: JobIdPath, who: WebCaller, log: Log
         found = await run_in_threadpool(data.job_page, request.app.state.ctx, who, job_id, log)
     except NotFound as exc:
         return JSONResponse({"detail": exc.detail}, status_code=404)
-    return JSONResponse(job_json(found), headers={"Cache-Control": "no-store"})
+    return JSONResponse(job_json(found, who), headers={"Cache-Control": "no-store"})
 
 
 @router.post("/jobs/{job_id}/cancel")

@@ -18,7 +18,8 @@ from nanum.server.callers import Caller
 from nanum.server.web import session
 
 WEB = Path(__file__).parent
-NAV = (("/", "Cluster"), ("/queue", "Queue"), ("/labs", "Labs"), ("/nodes", "Nodes"), ("/reports", "Reports"))
+NAV = (("/", "Cluster"), ("/queue", "Queue"), ("/labs", "Labs"), ("/nodes", "Nodes"), ("/reports", "Reports"),
+       ("/submit", "Submit"))
 
 
 def _num(value: object) -> float | None:

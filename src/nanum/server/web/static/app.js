@@ -1,4 +1,5 @@
-// nanum dashboard: live updates by polling the page's JSON endpoint, and a confirm step before cancelling.
+// nanum dashboard: live updates by polling the page's JSON endpoint, a confirm step before cancelling, and the
+// Submit page's kind switch.
 // No framework and no build step; text goes in through textContent only.
 "use strict";
 (function () {
@@ -7,6 +8,17 @@
       if (!window.confirm(button.dataset.confirm)) event.preventDefault();
     });
   });
+
+  // The Submit page: the command is a batch job's alone (a notebook runs JupyterLab).
+  var submitForm = document.querySelector("[data-submit-form]");
+  if (submitForm) {
+    var showKind = function () {
+      var batch = submitForm.querySelector('input[name="kind"][value="batch"]').checked;
+      submitForm.querySelectorAll("[data-batch-only]").forEach(function (el) { el.hidden = !batch; });
+    };
+    submitForm.querySelectorAll('input[name="kind"]').forEach(function (r) { r.addEventListener("change", showKind); });
+    showKind();
+  }
 
   var live = document.querySelector("[data-live]");
   if (!live) return;
@@ -101,6 +113,8 @@
     text($('[data-field="util_avg"]'), data.util_avg);
     var idle = $('[data-field="idle"]');
     if (idle) { idle.hidden = !data.idle; if (data.idle) text(idle, "idle " + since(data.idle.for_s)); }
+    var notebook = $("[data-notebook]");
+    if (notebook) { notebook.hidden = !data.notebook; if (data.notebook) notebook.setAttribute("href", data.notebook); }
     var cancel = $("[data-cancel]");
     if (cancel && data.finished) cancel.hidden = true;
     var events = $("[data-events]");
