@@ -56,7 +56,7 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         poke = poke or bool(acks) or bool(woken) or freed
         desired = desired_jobs(ctx, s, node)
         version = s.scalar(select(NodeRow.desired_version).where(NodeRow.id == node.id)) or 0
-        paths = environments.check_paths(s)
+        paths = environments.check_paths(ctx, s)
     offsets = write_logs(ctx, node.name, hb.logs, {j.job_id for j in hb.jobs})
     reply = _reply(ctx, desired, acks, offsets)
     reply.check_paths = paths
@@ -71,7 +71,7 @@ def desired_reply(ctx: ServerContext, who: NodeCaller) -> HeartbeatReply:
         node = s.get(NodeRow, who.id)
         assert node is not None
         reply = _reply(ctx, desired_jobs(ctx, s, node), [], {})
-        reply.check_paths = environments.check_paths(s)
+        reply.check_paths = environments.check_paths(ctx, s)
         return reply
 
 

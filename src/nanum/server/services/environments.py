@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import time
+import weakref
 from typing import Any
 
 from sqlalchemy import select, update
@@ -22,7 +23,7 @@ from nanum.server.context import ServerContext
 from nanum.server.environment_schemas import DatasetIn, DatasetOut, EnvironmentIn, EnvironmentOut
 from nanum.server.errors import BadRequest, Conflict, Forbidden, NotFound
 from nanum.server.schemas import iso
-from nanum.store import DatasetRow, EnvironmentRow, JobRow, LabRow, NodeRow, UserRow
+from nanum.store import Database, DatasetRow, EnvironmentRow, JobRow, LabRow, NodeRow, UserRow
 
 __all__ = [
     "add_dataset", "add_environment", "check_paths", "count_uses", "dataset_variable", "for_job", "get_environment",
@@ -168,9 +169,25 @@ def count_uses(s: Session, values: dict[str, Any], jobs: int = 1) -> None:
                   .values(uses=DatasetRow.uses + jobs))
 
 
-def check_paths(s: Session) -> list[str]:
+def check_paths(ctx: ServerContext, s: Session) -> list[str]:
     """Every path the agents should look for: Python environments and datasets of pending or running jobs, and of
-    every registered environment and dataset."""
+    every registered environment and dataset. Every heartbeat asks, so the answer is kept `PATHS_TTL_S` (and
+    dropped at once when this server adds an environment or dataset)."""
+    now = time.monotonic()
+    hit = _paths_cache.get(ctx.db)
+    if hit is not None and now - hit[0] < PATHS_TTL_S:
+        return hit[1]
+    paths = _check_paths(s)
+    _paths_cache[ctx.db] = (now, paths)
+    return paths
+
+
+#: How long `check_paths` answers from memory; the last answer per database.
+PATHS_TTL_S = 5.0
+_paths_cache: weakref.WeakKeyDictionary[Database, tuple[float, list[str]]] = weakref.WeakKeyDictionary()
+
+
+def _check_paths(s: Session) -> list[str]:
     paths = {p for p in s.scalars(select(EnvironmentRow.python).where(EnvironmentRow.python.is_not(None))) if p}
     paths.update(s.scalars(select(DatasetRow.path)))
     query = select(JobRow.environment_spec, JobRow.datasets).where(
@@ -219,6 +236,7 @@ def _insert(s: Session, row: Any, taken: str) -> None:
 
 def _ask_nodes(ctx: ServerContext) -> None:
     """Answer every node's held heartbeat now, so its agent looks for a new path at once."""
+    _paths_cache.pop(ctx.db, None)
     with ctx.db.read() as s:
         names = list(s.scalars(select(NodeRow.name)))
     ctx.signals.wake(names)
