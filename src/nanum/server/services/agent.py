@@ -284,7 +284,7 @@ def write_logs(ctx: ServerContext, node: str, chunks: list[LogChunk], mentioned:
                 had = offsets[chunk.job_id]
                 offsets[chunk.job_id] = _append(logs, chunk, had, stems[chunk.job_id])
                 if runs[chunk.job_id][1] and offsets[chunk.job_id] != had:  # a multi-node job: interleave too
-                    nodelogs.interleave(logs, chunk.job_id, node, chunk.data)
+                    nodelogs.interleave(logs, chunk.job_id, node, chunk.data, runs[chunk.job_id][0])
     return offsets
 
 

@@ -3,7 +3,8 @@
 Each node's agent counts the bytes of its own part's output, so a multi-node job keeps one offset-checked file
 per node (`logs/<job>.<node>.log`, its run headers and skew beside it, as a single-node job's `<job>.log`).
 What each node sends is also appended, as it arrives, to the job's log `<job>.log`, every line led by `[node] `;
-a line a node has not finished yet is ended when another node's output comes between. `nanum logs ID` reads the
+a line a node has not finished yet is ended when another node's output comes between, and a requeued job's next
+run starts after a `--- run N ---` line. `nanum logs ID` reads the
 interleaved log, `nanum logs ID --node N` one node's file.
 """
 
@@ -22,26 +23,29 @@ def stem(job_id: int, node: str, gang: bool) -> str:
     return f"{job_id}.{node}" if gang else str(job_id)
 
 
-def interleave(logs: Path, job_id: int, node: str, text: str) -> None:
-    """Append `text` from `node` to the job's interleaved log, each line led by `[node] `."""
+def interleave(logs: Path, job_id: int, node: str, text: str, run: int) -> None:
+    """Append `text` from `node` to the job's interleaved log, each line led by `[node] `; the first output of a
+    later run (the job was requeued) comes after a `--- run N ---` line."""
     if not text:
         return
     path, last_file = logs / f"{job_id}.log", logs / f"{job_id}.log.last"
     try:
-        last, open_line = last_file.read_text().split("\t")
+        last, open_line, last_run = last_file.read_text().split("\t")
     except (FileNotFoundError, ValueError):
-        last, open_line = "", "0"
+        last, open_line, last_run = "", "0", str(run)
     out = []
-    continuing = open_line == "1" and last == node
+    continuing = open_line == "1" and last == node and last_run == str(run)
     if open_line == "1" and not continuing:
         out.append("\n")
+    if last_run != str(run):
+        out.append(f"--- run {run} ---\n")
     for i, line in enumerate(text.splitlines(keepends=True)):
         if i or not continuing:
             out.append(f"[{node}] ")
         out.append(line)
     with open(path, "ab") as f:
         f.write("".join(out).encode())
-    last_file.write_text(f"{node}\t{0 if text.endswith(chr(10)) else 1}")
+    last_file.write_text(f"{node}\t{0 if text.endswith(chr(10)) else 1}\t{run}")
 
 
 def node_of(allocation: list[dict[str, Any]] | None, wanted: str) -> str:
