@@ -1,7 +1,8 @@
 """The dashboard in a real headless Chromium against a real `nanum up` (4 simulated GPUs, readings every half
 second): log in, watch the grid change as a job starts, open the job page, cancel a job, be refused on someone
-else's, see an idle job flagged and a GPU used outside nanum kept out of scheduling. Every page is photographed
-(into $NANUM_SCREENSHOTS, default tests/e2e/screenshots/)."""
+else's, see an idle job flagged and a GPU used outside nanum kept out of scheduling, submit a job from the Submit
+page. Every page is photographed (into $NANUM_SCREENSHOTS, default tests/e2e/screenshots/; docs/img/submit.png is
+a copy of submit.png)."""
 
 from __future__ import annotations
 
@@ -238,4 +239,45 @@ def test_every_other_page(browser: Browser, cluster: Cluster, workdir: Path) -> 
     shot(page, "login")
     page.goto(cluster.url + "/")
     expect(page).to_have_url(cluster.url + "/login")
+    page.close()
+
+
+def test_a_job_submitted_from_the_web_runs_and_shows_its_page(
+    browser: Browser, cluster: Cluster, workdir: Path
+) -> None:
+    page = login(browser, cluster, cluster.tokens["alice"])
+    page.click("header nav >> text=Submit")
+    expect(page).to_have_url(cluster.url + "/submit")
+    page.check("input[name=kind][value=notebook]")
+    expect(page.locator("#command")).to_be_hidden()  # a notebook runs JupyterLab, not a command
+    page.check("input[name=kind][value=batch]")
+    script = "for i in $(seq 1 600); do echo web step $i; sleep 0.2; done"
+    page.fill("#command", f"sh -c '{script}'")
+    page.fill("#name", "web-train")
+    page.fill("#gpus", "2")
+    page.fill("#memory", "2G")
+    page.fill("#time", "30m")
+    page.fill("#workdir", str(workdir))
+    page.fill("#env", "NANUM_SIM_UTIL=70\nSEED=1")
+    page.check("input[name=no_preempt]")
+    shot(page, "submit")
+    page.fill("#time", "4x")
+    page.click("form.submit button[type=submit]")
+    expect(page.locator(".error")).to_contain_text("Refused: time limit: cannot read '4x'; give e.g. 90s, 30m, 4h")
+    expect(page.locator("#command")).to_have_value(f"sh -c '{script}'")  # the form comes back as typed
+    expect(page.locator("input[name=no_preempt]")).to_be_checked()
+    shot(page, "submit-refused")
+    page.fill("#time", "30m")
+    page.click("form.submit button[type=submit]")
+    expect(page).to_have_url(re.compile(rf"{re.escape(cluster.url)}/jobs/\d+$"))
+    job_id = int(page.url.rsplit("/", 1)[1])
+    expect(page.locator('[data-field="state"]')).to_have_text("running")
+    expect(page.locator('[data-field="allocation"]')).to_have_text(re.compile(r"^\S+ GPU \d, \d$"))  # live
+    expect(page.locator('[data-field="started"]')).to_have_text(re.compile(r"UTC$"))
+    expect(page.locator("[data-log]")).to_contain_text("web step 3")
+    shot(page, "submit-job")
+    job = cluster.job(job_id)
+    assert job["command"] == ["sh", "-c", script] and job["name"] == "web-train" and job["user"] == "alice"
+    assert (job["gpus"], job["memory_mb"], job["time_limit_s"], job["preemptible"]) == (2, 2048, 1800, False)
+    assert job["env"] == {"NANUM_SIM_UTIL": "70", "SEED": "1"} and job["workdir"] == str(workdir)
     page.close()

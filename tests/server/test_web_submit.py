@@ -1,6 +1,7 @@
 """The dashboard's Submit page over real HTTP (in process): a batch job and a notebook submitted from the form land
 as the API would make them; a bad value, a lab of someone else's, a shell, a missing CSRF token are refused with
-one sentence and the form comes back as typed; the owner of a running notebook gets "Open notebook"."""
+one sentence and the form comes back as typed; the owner of a running notebook gets "Open notebook", and the page
+that was open when it started shows where it runs."""
 
 from __future__ import annotations
 
@@ -118,7 +119,9 @@ def test_a_notebook_opens_from_its_page_once_it_runs(
     assert "data-notebook hidden" in get(client, f"/jobs/{job_id}", alice).text
     tick(client)
     assert job(client, job_id)["state"] == "running"
-    assert get(client, f"/ui/jobs/{job_id}.json", alice).json()["notebook"] == f"/notebooks/{job_id}/lab"
+    live = get(client, f"/ui/jobs/{job_id}.json", alice).json()
+    assert live["notebook"] == f"/notebooks/{job_id}/lab"
+    assert live["allocation"] == [{"node": "gpu-01", "gpus": "0"}] and live["started"].endswith(" UTC")
     page = get(client, f"/jobs/{job_id}", alice).text
     assert f'href="/notebooks/{job_id}/lab" target="_blank" rel="noopener" data-notebook>Open notebook' in page
     bob = login(client, BOB)  # bob shares the lab but not the notebook: the proxy would refuse him

@@ -53,6 +53,8 @@ def job_json(found: data.JobPage, who: Caller) -> dict[str, Any]:
         "log_offset": found.log_offset,
         "may_cancel": found.may_manage and job["state"] not in FINISHED,
         "waiting": _waiting_note(job),
+        "allocation": [{"node": a["node"], "gpus": ", ".join(map(str, a["gpus"]))} for a in job["allocation"] or ()],
+        "started": clock(job["start_time"]) or "–",
         "prediction": prediction_text(job, duration) or "",
         "notebook": notebook_url(job, who),
     }

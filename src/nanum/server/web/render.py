@@ -3,6 +3,7 @@ filters pages use to print times, sizes and shares, and the response helper ever
 
 from __future__ import annotations
 
+import shlex
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,13 +71,18 @@ def hours(value: float | None) -> str:
     return f"{found:,.0f}" if found >= 100 else f"{found:,.1f}"
 
 
+def shell(words: list[str] | None) -> str:
+    """A command as a shell line that gives back the same words: `sh -c 'echo hi; sleep 1'`."""
+    return shlex.join(words or [])
+
+
 ENV = Environment(
     loader=FileSystemLoader(WEB / "templates"),
     autoescape=select_autoescape(("html", "svg")),
     trim_blocks=True,
     lstrip_blocks=True,
 )
-ENV.filters.update(duration=duration, ago=ago, clock=clock, gib=gib, pct=pct, hours=hours)
+ENV.filters.update(duration=duration, ago=ago, clock=clock, gib=gib, pct=pct, hours=hours, shell=shell)
 ENV.globals.update(version=__version__, nav=NAV)
 
 

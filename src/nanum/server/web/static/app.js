@@ -137,6 +137,9 @@
     if (data.waiting) {
       text($('[data-field="allocation"]'), data.waiting.allocation);
       text($('[data-field="started"]'), data.waiting.started);
+    } else {
+      allocation(data.allocation);
+      text($('[data-field="started"]'), data.started);
     }
     var log = $("[data-log]");
     if (log && data.log) {
@@ -148,6 +151,19 @@
     if (data.finished) finishedTicks += 1;
   }
   var finishedTicks = 0;
+
+  // Where a job that started while the page was open runs: "gpu-01 GPU 0, 1; gpu-02 GPU 0", nodes linked.
+  function allocation(parts) {
+    var dd = $('[data-field="allocation"]'), key = JSON.stringify(parts);
+    if (!dd || dd.dataset.shown === key) return;
+    dd.dataset.shown = key;
+    dd.replaceChildren();
+    parts.forEach(function (a, i) {
+      if (i) dd.append("; ");
+      dd.append(link("/nodes#" + a.node, a.node), " GPU " + a.gpus);
+    });
+    if (!parts.length) dd.textContent = "–";
+  }
 
   var update = { cluster: updateCluster, queue: updateQueue, job: updateJob }[kind];
   function tick() {
