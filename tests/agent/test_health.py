@@ -3,10 +3,13 @@ become evidence in words; Xids a job's own code causes do not."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from nanum.agent.health import NvmlHealth, make_health
+from tests.agent.conftest import make_launch
+from tests.agent.fakeserver import FakeServer
 
 
 class FakeNvml:
@@ -107,3 +110,23 @@ def test_without_event_support_the_counters_are_still_read() -> None:
 
 def test_simulated_gpus_have_no_health_checks() -> None:
     assert make_health(simulated=True) is None
+
+
+def test_the_agents_heartbeats_carry_the_problems_it_sees(tmp_path: Path) -> None:
+    from tests.agent.test_agent_loop import make_agent, running
+
+    server = FakeServer()
+    try:
+        agent = make_agent(server.url, tmp_path / "state")
+        nvml = FakeNvml()
+        agent.health = NvmlHealth(nvml)  # the node's NVML, with a GPU about to fail
+        with running(agent):
+            server.wait_until(lambda: len(server.beats) >= 1)
+            assert server.beats[-1].gpu_problems == []
+            nvml.xid(2, 48)
+            server.submit(make_launch(1, "true"))  # news: the agent beats again at once
+            server.wait_until(lambda: any(b.gpu_problems for b in server.beats))
+        seen = next(b.gpu_problems for b in server.beats if b.gpu_problems)
+        assert [(p.index, p.problem) for p in seen] == [(2, "Xid 48 (double-bit ECC error)")]
+    finally:
+        server.close()
