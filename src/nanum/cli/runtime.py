@@ -101,7 +101,7 @@ OidcDaysOpt = Annotated[float, typer.Option(
 CheckpointRootOpt = Annotated[
     Path | None,
     typer.Option("--checkpoint-root", metavar="DIR", help="Jobs' checkpoint directories, DIR/ID: shared storage "
-                 "(NFS) that agents also use (`nanum agent --checkpoint-root`) (default: DIR/checkpoints of --home)."),
+                 "(NFS) that agents also use (`nanum agent --checkpoint-root`) (default: checkpoints/ in --home)."),
 ]
 RetentionOpt = Annotated[
     str | None,
