@@ -191,3 +191,12 @@ def test_a_container_jobs_processes_count_as_the_jobs_own(boxed: Executor, publi
     assert sample.cpu_percent > 10, sample  # the busy loop in the container
     assert alone.cpu_percent < 5, alone  # the job's own session alone: the runtime's client, idle
     assert all(owners[s] == 14 for s in inside)
+
+
+def test_real_gpus_reach_a_container_through_cdi_or_dockers_gpus_option() -> None:
+    from nanum.agent.environments import _gpu_options
+
+    assert _gpu_options("podman", [0, 3], simulated=False) == ["--device", "nvidia.com/gpu=0",
+                                                                "--device", "nvidia.com/gpu=3"]
+    assert _gpu_options("docker", [0, 3], simulated=False) == ["--gpus", '"device=0,3"']
+    assert _gpu_options("podman", [1], simulated=True) == []  # simulated GPUs: nothing to pass

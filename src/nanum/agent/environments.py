@@ -247,8 +247,8 @@ def container_sessions(names: Mapping[str, int], proc: Path = Path("/proc")) -> 
 def _gpu_options(runtime: str, gpus: Sequence[int], simulated: bool) -> list[str]:
     if simulated or not gpus:
         return []
-    if runtime == "docker":
-        return ["--gpus", "device=" + ",".join(str(i) for i in gpus)]
+    if runtime == "docker":  # its --gpus value is CSV: several devices go in double quotes
+        return ["--gpus", '"device=' + ",".join(str(i) for i in gpus) + '"']
     return [a for i in gpus for a in ("--device", f"nvidia.com/gpu={i}")]
 
 
