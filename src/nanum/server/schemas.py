@@ -86,7 +86,9 @@ class JobSubmit(ApiIn):
     kind: Literal["batch", "notebook", "shell"] = Field(default="batch", description=(
         "`notebook`: JupyterLab, proxied for its owner at /notebooks/ID/; `shell`: a terminal (`nanum shell`); "
         "either runs what the agent starts for it, not `command`"))
-    preemptible: bool = True
+    preemptible: bool | None = Field(default=None, description=(
+        "may be preempted, and so borrow idle GPUs beyond its lab's share; default: true for batch jobs, false for "
+        "notebooks and shells"))
     client_request_id: str | None = Field(
         default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$",
         description="the same id from the same user again returns the job it made instead of a second one",

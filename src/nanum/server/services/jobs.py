@@ -56,7 +56,7 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> tuple[dict[st
         time_limit_s=spec.time_limit_s,
         priority=spec.priority,
         kind=spec.kind,
-        preemptible=spec.preemptible,
+        preemptible=spec.preemptible if spec.preemptible is not None else spec.kind == "batch",
         state="pending",
         reason="waiting for the scheduler",
         reason_code="queued",
