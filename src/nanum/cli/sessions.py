@@ -73,7 +73,12 @@ def notebook(
         note(f"Submitted notebook {job['id']}")
         job = _wait_until_running(client, job["id"], "notebook")
         url = f"{client.server}/notebooks/{job['id']}/"
-        _wait_for_jupyter(client, job["id"], url, token)
+        try:
+            _wait_for_jupyter(client, job["id"], url, token)
+        except KeyboardInterrupt:
+            client.cancel(job["id"])
+            note(f"cancelled notebook {job['id']}")
+            raise SystemExit(130) from None
     print(f"{url}lab")
     note(f"Notebook {job['id']} runs on {_where(job)}; open the address above in a browser logged in to "
          f"{client.server} (only you can). Stop it with `nanum notebook stop {job['id']}`.")
@@ -91,8 +96,8 @@ def notebook_list(server: ServerOpt = None, token: TokenOpt = None) -> None:
         return
     from nanum.cli.views import print_table
 
-    rows = [[str(j["id"]), j["state"], str(j["gpus"]), _where(j),
-             f"{client.server}/notebooks/{j['id']}/lab" if j["state"] == "running" else (j.get("reason") or "")]
+    rows = [(str(j["id"]), j["state"], str(j["gpus"]), _where(j),
+             f"{client.server}/notebooks/{j['id']}/lab" if j["state"] == "running" else (j.get("reason") or ""))
             for j in found]
     print_table(["ID", "STATE", "GPUS", "NODE", "ADDRESS"], rows, wide="ADDRESS")
 
