@@ -250,7 +250,9 @@ def test_a_job_submitted_from_the_web_runs_and_shows_its_page(
     expect(page).to_have_url(cluster.url + "/submit")
     page.check("input[name=kind][value=notebook]")
     expect(page.locator("#command")).to_be_hidden()  # a notebook runs JupyterLab, not a command
+    expect(page.locator("input[name=no_preempt]")).to_be_checked()  # as `nanum notebook`: never preempted
     page.check("input[name=kind][value=batch]")
+    expect(page.locator("input[name=no_preempt]")).not_to_be_checked()
     script = "for i in $(seq 1 600); do echo web step $i; sleep 0.2; done"
     page.fill("#command", f"sh -c '{script}'")
     page.fill("#name", "web-train")

@@ -302,3 +302,38 @@ def test_nanum_shell_gives_up_when_the_shell_never_starts(cluster: Cluster, work
     result = cluster.nanum("shell", "-E", "broken", "--gpus", "0", user="alice", cwd=workdir, timeout=60)
     assert result.returncode == 5, result.stderr
     assert re.search(r"^shell \d+ ended: exited with code 5$", result.stderr, re.M), result.stderr
+
+
+def test_a_notebook_submitted_from_the_dashboard_opens_in_a_new_tab(cluster: Cluster, workdir: Path) -> None:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium)")
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 760})
+            page.set_default_timeout(30_000)
+            page.goto(cluster.url + "/submit")
+            page.fill("#token", cluster.tokens["alice"])
+            page.click("button[type=submit]")
+            expect(page).to_have_url(cluster.url + "/submit")
+            page.check("input[name=kind][value=notebook]")
+            page.fill("#time", "1h")
+            page.fill("#workdir", str(workdir))
+            page.click("form.submit button[type=submit]")
+            expect(page).to_have_url(re.compile(r"/jobs/\d+$"))
+            job_id = int(page.url.rsplit("/", 1)[1])
+            link = page.locator("[data-notebook]")
+            expect(link).to_be_visible()  # once it runs, without a reload
+            expect(link).to_have_attribute("target", "_blank")
+            with page.expect_popup() as opened:
+                link.click()
+            tab = opened.value
+            expect(tab).to_have_url(re.compile(rf"/notebooks/{job_id}/lab"))
+            # Opened at once, the tab may first say JupyterLab is starting; it loads JupyterLab by itself.
+            expect(tab.locator(".jp-LauncherCard[data-category='Notebook']").first).to_be_visible(timeout=120_000)
+        finally:
+            browser.close()
+    assert cluster.job(job_id)["preemptible"] is False  # picking Notebook ticked Never preempt
+    assert cluster.nanum("notebook", "stop", str(job_id), user="alice").returncode == 0

@@ -124,6 +124,20 @@ def test_a_notebook_opens_from_its_page_once_it_runs(
     assert live["allocation"] == [{"node": "gpu-01", "gpus": "0"}] and live["started"].endswith(" UTC")
     page = get(client, f"/jobs/{job_id}", alice).text
     assert f'href="/notebooks/{job_id}/lab" target="_blank" rel="noopener" data-notebook>Open notebook' in page
+    # Opened before JupyterLab answers: a page that says so and loads the notebook by itself once it does.
+    cookie = {"Cookie": f"nanum_session={alice['nanum_session']}"}
+    client.cookies.clear()
+    opened = client.get(f"/notebooks/{job_id}/lab", headers=cookie | {"Accept": "text/html,*/*"})
+    assert opened.status_code == 503 and opened.headers["refresh"] == "3"
+    assert f"Notebook {job_id} has not started its JupyterLab yet" in opened.text and "tries again" in opened.text
+    assert "refresh" not in client.get(f"/notebooks/{job_id}/api/status", headers=cookie).headers  # JupyterLab's own
     bob = login(client, BOB)  # bob shares the lab but not the notebook: the proxy would refuse him
     assert get(client, f"/ui/jobs/{job_id}.json", bob).json()["notebook"] == ""
     assert "Open notebook" not in get(client, f"/jobs/{job_id}", bob).text
+    assert client.post(f"/api/v1/jobs/{job_id}/cancel", headers=auth(ALICE)).status_code == 200
+    agent.beat()
+    agent.beat()
+    assert job(client, job_id)["state"] == "cancelled"
+    client.cookies.clear()
+    ended = client.get(f"/notebooks/{job_id}/lab", headers=cookie | {"Accept": "text/html"})
+    assert ended.status_code == 503 and "refresh" not in ended.headers  # it will not start: no retrying

@@ -69,7 +69,8 @@ async def forward_http(request: Request, target: Target) -> Response:
     try:
         answer = await _client(request).send(upstream, stream=True)
     except httpx.HTTPError as exc:
-        raise NotReady(f"the notebook does not answer ({type(exc).__name__}); it may be starting or ending") from None
+        raise NotReady(f"the notebook does not answer ({type(exc).__name__}); it may be starting or ending",
+                       starting=True) from None
     headers = [(k, v) for k, v in answer.headers.multi_items() if k.lower() not in HOP]
     response = StreamingResponse(answer.aiter_raw(), status_code=answer.status_code,
                                  background=BackgroundTask(answer.aclose))

@@ -15,6 +15,7 @@ from nanum.server.errors import ApiError, Unauthorized
 from nanum.server.inputs import JobIdPath
 from nanum.server.services import sessions
 from nanum.server.shellbroker import ShellBroker
+from nanum.server.web import jobpage
 from nanum.server.web.session import COOKIE, LoginRequired
 from nanum.server.web.session import caller as session_caller
 
@@ -35,10 +36,16 @@ async def _caller(conn: Request | WebSocket) -> Caller:
 
 @proxy_router.api_route("/notebooks/{job_id}/{path:path}", methods=METHODS)
 async def notebook_http(job_id: JobIdPath, path: str, request: Request) -> Response:
-    """The owner's notebook: JupyterLab of running notebook job `job_id` (owner only: others 403)."""
+    """The owner's notebook: JupyterLab of running notebook job `job_id` (owner only: others 403). A browser
+    that opens it before JupyterLab answers (from the job page's Open notebook) gets a page that tries again."""
     caller = await _caller(request)
-    target = await run_in_threadpool(sessions.notebook, request.app.state.ctx, caller, job_id)
-    return await notebookproxy.forward_http(request, target)
+    try:
+        target = await run_in_threadpool(sessions.notebook, request.app.state.ctx, caller, job_id)
+        return await notebookproxy.forward_http(request, target)
+    except sessions.NotReady as exc:
+        if not (exc.starting and request.method == "GET" and "text/html" in request.headers.get("accept", "")):
+            raise
+        return jobpage.notebook_starting(request, caller, job_id, exc.detail)
 
 
 @proxy_router.websocket("/notebooks/{job_id}/{path:path}")

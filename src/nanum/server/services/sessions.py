@@ -18,9 +18,13 @@ __all__ = ["NotReady", "Target", "notebook", "relay_job", "shell_job"]
 
 
 class NotReady(ApiError):
-    """The notebook is not listening yet (or any more)."""
+    """The notebook is not listening yet (`starting`: it runs, and JupyterLab should answer soon) or any more."""
 
     status = 503
+
+    def __init__(self, detail: str, starting: bool = False) -> None:
+        super().__init__(detail)
+        self.starting = starting
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +41,7 @@ def notebook(ctx: ServerContext, caller: Caller, job_id: int) -> Target:
     if job.state != "running" or not job.session_address or not job.session_secret:
         what = "has not started its JupyterLab yet; try again in a few seconds" if job.state == "running" else (
             f"is {job.state}, not running")
-        raise NotReady(f"notebook {job_id} {what}")
+        raise NotReady(f"notebook {job_id} {what}", starting=job.state == "running")
     return Target(job.session_address, job.session_secret)
 
 

@@ -79,6 +79,20 @@ def _waiting_note(job: dict[str, Any]) -> dict[str, str] | None:
     }
 
 
+#: How often the page shown while a notebook starts asks for it again, in seconds.
+NOTEBOOK_RETRY_S = 3
+
+
+def notebook_starting(request: Request, who: Caller, job_id: int, detail: str) -> Response:
+    """What a browser sees at `/notebooks/ID/` while the notebook runs but JupyterLab does not answer yet: the
+    reason, and a `Refresh` that loads the notebook by itself once it does (503 until then)."""
+    message = f"{detail[:1].upper()}{detail[1:]}. This page tries again every {NOTEBOOK_RETRY_S} seconds."
+    response = page(request, "error.html", who, status_code=503, title="Notebook starting", message=message,
+                    back=(f"/jobs/{job_id}", f"Back to job {job_id}"))  # fmt: skip
+    response.headers["Refresh"] = str(NOTEBOOK_RETRY_S)
+    return response
+
+
 @router.get("/jobs/{job_id}")
 async def job_page(request: Request, job_id: JobIdPath, who: WebCaller) -> Response:
     return await _render(request, who, job_id)

@@ -9,14 +9,20 @@
     });
   });
 
-  // The Submit page: the command is a batch job's alone (a notebook runs JupyterLab).
+  // The Submit page: the command is a batch job's alone (a notebook runs JupyterLab); picking a kind sets "Never
+  // preempt" as the command line does (`nanum notebook` is never preempted unless asked, `nanum submit` may be).
   var submitForm = document.querySelector("[data-submit-form]");
   if (submitForm) {
+    var isBatch = function () { return submitForm.querySelector('input[name="kind"][value="batch"]').checked; };
     var showKind = function () {
-      var batch = submitForm.querySelector('input[name="kind"][value="batch"]').checked;
-      submitForm.querySelectorAll("[data-batch-only]").forEach(function (el) { el.hidden = !batch; });
+      submitForm.querySelectorAll("[data-batch-only]").forEach(function (el) { el.hidden = !isBatch(); });
     };
-    submitForm.querySelectorAll('input[name="kind"]').forEach(function (r) { r.addEventListener("change", showKind); });
+    submitForm.querySelectorAll('input[name="kind"]').forEach(function (r) {
+      r.addEventListener("change", function () {
+        submitForm.querySelector('input[name="no_preempt"]').checked = !isBatch();
+        showKind();
+      });
+    });
     showKind();
   }
 
