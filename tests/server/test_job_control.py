@@ -162,9 +162,7 @@ def test_cancel_and_hold_an_array_or_one_task(client: AsgiClient, agent: FakeAge
 
 
 def test_a_thousand_task_array_is_one_request(client: AsgiClient) -> None:
-    began = time.perf_counter()
-    submit(client, gpus=0, array="0-999")
-    assert time.perf_counter() - began < 1.0
+    submit(client, gpus=0, array="0-999")  # its speed is measured in benchmarks/throughput.py, not here
     assert len(client.get("/api/v1/jobs", headers=auth(ALICE)).json()) == 1000
 
 

@@ -72,6 +72,8 @@ class Incremental:
         self.changed = False
         self._explain = explain
         self._nodes(nodes)
+        self._seen_nodes = nodes
+        self._untold: set[int] = set()  # running objects of ours the cache never saw (`applied`)
         self._queues: dict[str | None, dict[JobId, Job]] = {}
         self._sizes: dict[str, Counter[int]] = {}  # per lab, pending jobs by GPUs in all
         self._widths: dict[str, Counter[int]] = {}  # per lab, pending jobs by GPUs per node
@@ -112,10 +114,36 @@ class Incremental:
         self._prune = not self._explain and not policy.lend and (
             policy.estimate_depth == 1 or not self._capacity.pool_free[None])
 
-    def rebase(self, snapshot: Snapshot, decisions: Decisions) -> None:
-        """Start over from `snapshot` once `decisions` are applied: for a driver that reads the whole cluster at
-        every cycle (the server) rather than observing each event. Its next `due` looks at every partition."""
-        started = {s.job_id: s for s in decisions.starts}
+    def sync(self, snapshot: Snapshot) -> None:
+        """Catch up with `snapshot`, for a driver that reads the whole cluster at every tick (the server) rather
+        than observing each event: what differs from what this object holds is observed (a running job or a
+        pending job whose value changed counts as gone and back), so a tick costs what changed, and the cycle's
+        cache is told exactly that. Nodes that changed start the counts over. Then `due`, `cycle`, and `applied`.
+        The snapshot must reuse the objects of jobs, runs and nodes that did not change (the server's
+        `SnapshotCache` does): a new object is a change."""
+        if snapshot.nodes != self._seen_nodes:
+            self._rebuild(snapshot)
+            return
+        self.labs = snapshot.labs
+        running = {run.job.id: run for run in snapshot.running}
+        pending = {job.id: job for job in snapshot.pending}
+        untold = self._untold
+        for job_id in [k for k, run in self.running.items() if running.get(k) is not run]:
+            self._stop(job_id, tell=id(self.running[job_id]) not in untold)
+        untold.clear()
+        for job_id in [k for k, job in self.pending.items() if pending.get(k) is not job]:
+            self._dequeue(job_id)
+        for job_id, run in running.items():
+            if job_id not in self.running:
+                self._enqueue(run.job)
+                self._start(run)
+        for job_id, job in pending.items():
+            if job_id not in self.pending:
+                self._enqueue(job)
+
+    def _rebuild(self, snapshot: Snapshot) -> None:
+        self._seen_nodes = snapshot.nodes
+        self._untold.clear()
         self.pending, self.running, self._saved = {}, {}, {}
         self._nodes(snapshot.nodes)
         self._queues, self._sizes, self._widths = {}, {}, {}
@@ -127,12 +155,17 @@ class Incremental:
             self._start(run, tell=False)
         for job in snapshot.pending:
             self._enqueue(job)
-            start = started.get(job.id)
-            if start is not None:
-                self._start(Running(job=job, placements=start.placements, start_time=snapshot.now,
-                                    expected_end=start.expected_end, borrowing=start.borrowing,
-                                    over_reservation=start.over_reservation), tell=False)
-        self.changed = False
+
+    def applied(self, snapshot: Snapshot, decisions: Decisions) -> None:
+        """The driver applied `decisions` (made on `snapshot`): its starts run from now on."""
+        for start in decisions.starts:
+            job = self.pending.get(start.job_id)
+            if job is not None:
+                run = Running(job=job, placements=start.placements, start_time=snapshot.now,
+                              expected_end=start.expected_end, borrowing=start.borrowing,
+                              over_reservation=start.over_reservation)
+                self._start(run, tell=False)  # the cache undoes its cycle's own starts; the next snapshot has
+                self._untold.add(id(run))  # these as new runs, and this object was never the cache's to forget
 
     def free_gpus(self) -> int:
         """GPUs on up nodes that no job holds and nothing else uses, as observed: a job that arrives now can start
@@ -268,10 +301,22 @@ class Incremental:
             self._classes.queue(job, -1)
             self._classes.start(run)
 
-    def _stop(self, job_id: JobId) -> None:
+    def _dequeue(self, job_id: JobId) -> None:
+        """A pending job leaves the queue without starting (cancelled, held, changed)."""
+        job = self.pending.pop(job_id, None)
+        if job is None:
+            return
+        del self._queues[self._part(job.lab)][job_id]
+        _count(self._sizes[job.lab], job.total_gpus, -1)
+        _count(self._widths[job.lab], job.gpus, -1)
+        if self._classes is not None:
+            self._classes.queue(job, -1)
+
+    def _stop(self, job_id: JobId, tell: bool = True) -> None:
         run = self.running.pop(job_id)
         self._saved.pop(job_id, None)
-        self.cache.expect(gone=(run,))
+        if tell:
+            self.cache.expect(gone=(run,))
         self._capacity.hand(run, +1)
         self._account(run, -1)
         if self._classes is not None:

@@ -6,7 +6,10 @@ It runs on events (submit, cancel, an exit reported, a node change: `Signals.pok
 1. take leadership (PostgreSQL: a session advisory lock, so one server schedules when several share a database);
 2. read a `Snapshot` (`nanum.server.snapshot.build`) in a read-only transaction, and feed the run-time predictor
    the jobs that completed since the last tick;
-3. `Incremental.cycle(snapshot)` (the core's `schedule`, with the state it carries from tick to tick);
+3. `Incremental.sync(snapshot)`: the core takes in what changed since the last tick; then `Incremental.cycle`
+   (the core's `schedule`, with the state it carries from tick to tick). Every tick cycles, though nothing may be
+   `due` to start: the cycle also explains every pending job (its reason, place and estimated start), and those
+   move whenever the queue does;
 4. apply in one short write transaction: requeue the jobs of nodes silent for longer than their agents' lease
    and the jobs' grace (their agents have stopped them by then: `nanum.agent.fence`); start jobs (state, allocation
    rows, event: each start only if the job is still pending, and the UNIQUE allocation rows make a GPU handed
@@ -97,7 +100,7 @@ class Scheduler:
         self.predictor = HistoryPredictor()
         self.leadership = Leadership(ctx.db)
         self._learned_until = 0.0
-        self._jobs: snapshot.JobCache = {}
+        self._cache = snapshot.SnapshotCache()
         #: predictions by (user, name, lab, GPUs, nodes), valid until the predictor learns something new
         self._explained: dict[tuple[str, str, str, int, int], Prediction] = {}
         #: The core's incremental scheduler: it decides each tick, and knows after it whether a GPU is free.
@@ -153,9 +156,10 @@ class Scheduler:
             began = time.perf_counter()
             now = time.time() if now is None else now
             plan = self._read(now)
+            self.core.sync(plan.snapshot)
             decisions = self.core.cycle(plan.snapshot)
             result, woken = self._apply(plan, decisions, now)
-            self.core.rebase(plan.snapshot, decisions)
+            self.core.applied(plan.snapshot, decisions)
             self.ctx.places = {p.job_id: p.ahead + 1 for p in decisions.pending if p.ahead is not None}
             self._explain(plan)
             self._ticked = True
@@ -176,8 +180,7 @@ class Scheduler:
                 self._explained = {}
             self._learned_until = learned
             settings = self.ctx.settings
-            plan = snapshot.build(s, now, settings.node_timeout_s, self.predictor, self._jobs, settings.half_life_s)
-            self._jobs = plan.jobs
+            plan = snapshot.build(s, now, settings.node_timeout_s, self.predictor, self._cache, settings.half_life_s)
             return plan
 
     def _explain(self, plan: snapshot.Plan) -> None:

@@ -7,19 +7,23 @@ which the node's latest reading found a process that no nanum job owns (`node_li
 their limits, this month's GPU-hours and decayed usage, both including the running jobs' uncharged time.
 
 `Plan` keeps, beside the snapshot, what applying decisions needs: node ids, and the reason and estimate each
-pending job shows now, so only the ones that changed are written back. Decayed usage counts half after
+pending job shows now, so only the ones that changed are written back. A `SnapshotCache` the scheduler keeps from
+tick to tick hands back the very same core objects (jobs, runs, nodes, the node tuple) wherever their rows did not
+change, so the core's caches see at once what did (`Incremental.sync`, `CycleCache`): a tick costs the read and
+what changed, not a cluster's worth of new objects. Decayed usage counts half after
 `half_life` seconds (the server's setting); running jobs carry their last checkpoint, so reclaim loses least work.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Text, cast, select
 from sqlalchemy.orm import Session
 
 from nanum.core import (
@@ -78,11 +82,22 @@ JobCache = dict[tuple[Any, ...], Job]
 
 
 @dataclass(slots=True)
+class SnapshotCache:
+    """Core objects of the last tick, reused while their rows are unchanged (see the module docstring)."""
+
+    jobs: JobCache = field(default_factory=dict)
+    #: per node: (inventory as stored, state, busy GPUs, fleet columns) and the node made from them
+    nodes: dict[str, tuple[tuple[Any, ...], Node]] = field(default_factory=dict)
+    node_tuple: tuple[Node, ...] = ()
+    #: per running job: what its `Running` is made of, and the run
+    runs: dict[int, tuple[tuple[Any, ...], Running]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class Plan:
     snapshot: Snapshot
     node_ids: dict[str, int]
     shown: dict[int, tuple[str | None, str | None, float | None]] = field(default_factory=dict)
-    jobs: JobCache = field(default_factory=dict)
     #: Pending jobs held back by dependencies or array limits: not the core's to schedule, but predicted all the same.
     waiting: tuple[Job, ...] = ()
 
@@ -92,7 +107,7 @@ def build(
     now: float,
     timeout: float,
     predictor: HistoryPredictor,
-    cache: JobCache | None = None,
+    cache: SnapshotCache | None = None,
     half_life: float = DEFAULT_HALF_LIFE,
 ) -> Plan:
     users = {u.id: u for u in s.scalars(select(UserRow))}
@@ -105,7 +120,8 @@ def build(
     waiting_rows = [r for r in pending_rows if r.id in blocked]
     pending_rows = [r for r in pending_rows if r.id not in blocked]
     node_rows = s.execute(
-        select(NodeRow.id, NodeRow.name, NodeRow.inventory, NodeRow.state, NodeRow.last_seen, *FLEET_COLUMNS)
+        select(NodeRow.id, NodeRow.name, cast(NodeRow.inventory, Text).label("inventory"), NodeRow.state,
+               NodeRow.last_seen, *FLEET_COLUMNS)
         .where(NodeRow.inventory.is_not(None))
         .order_by(NodeRow.name)
     ).all()
@@ -120,16 +136,17 @@ def build(
         if node_id in names:
             held[job_id].append(Placement(names[node_id], tuple(sorted(gpus))))
 
-    cache = cache or {}
-    jobs: JobCache = {}
+    cache = cache if cache is not None else SnapshotCache()
+    last_jobs, jobs = cache.jobs, {}
 
     def job(row: Any) -> Job:
         key = (row.id, row.runs, row.attained_gpu_seconds, row.submit_time, row.priority, row.gpus,
                row.time_limit_s, row.lab_id, row.name)
-        found = jobs[key] = cache.get(key) or core_job(row, users[row.user_id].name, labs[row.lab_id].name)
+        found = jobs[key] = last_jobs.get(key) or core_job(row, users[row.user_id].name, labs[row.lab_id].name)
         return found
 
-    running = tuple(_running(job(r), r, held.get(r.id, []), predictor) for r in running_rows)
+    running = _runs(cache, [(job(r), r) for r in running_rows], held, predictor)
+    cache.jobs = jobs
     live = {r.job.id for r in running}
     busy: dict[str, set[int]] = defaultdict(set)
     for job_id, places in held.items():
@@ -137,9 +154,7 @@ def build(
             for p in places:
                 busy[p.node].update(p.gpus)
     _busy_outside(s, names, running, busy, now - timeout)
-    nodes = tuple(
-        core_node(r.name, r.inventory, _state(r, now, timeout), frozenset(busy.get(r.name, ())), r) for r in node_rows
-    )
+    nodes = _nodes(cache, node_rows, now, timeout, busy)
     owned = _owned_gpus(nodes)
     usage = _month_usage(s, now)
     snapshot = Snapshot(
@@ -153,7 +168,43 @@ def build(
     )
     shown = {r.id: (r.reason, r.reason_code, r.estimated_start) for r in pending_rows}
     waiting = tuple(job(r) for r in waiting_rows)
-    return Plan(snapshot, {r.name: r.id for r in node_rows}, shown, jobs, waiting)
+    return Plan(snapshot, {r.name: r.id for r in node_rows}, shown, waiting)
+
+
+def _nodes(cache: SnapshotCache, rows: Any, now: float, timeout: float, busy: dict[str, set[int]]) -> tuple[Node, ...]:
+    """The core nodes, each reused from the last tick while its row and busy GPUs are the same; and the very
+    same tuple when every node is."""
+    last, found = cache.nodes, {}
+    for r in rows:
+        key = (r.inventory, _state(r, now, timeout), frozenset(busy.get(r.name, ())),
+               repr(tuple(getattr(r, c.key) for c in FLEET_COLUMNS)))
+        held = last.get(r.name)
+        if held is None or held[0] != key:
+            held = (key, core_node(r.name, json.loads(r.inventory), key[1], key[2], r))
+        found[r.name] = held
+    cache.nodes = found
+    nodes = tuple(node for _, node in found.values())
+    if len(nodes) != len(cache.node_tuple) or any(a is not b for a, b in zip(nodes, cache.node_tuple, strict=True)):
+        cache.node_tuple = nodes
+    return cache.node_tuple
+
+
+def _runs(cache: SnapshotCache, rows: list[tuple[Job, Any]], held: dict[int, list[Placement]],
+          predictor: HistoryPredictor) -> tuple[Running, ...]:
+    """The running jobs, each reused from the last tick while what it is made of is the same."""
+    last, found = cache.runs, {}
+    for job, row in rows:
+        start = row.start_time or 0.0
+        key = (job, tuple(held.get(row.id, ())), start, row.borrowing, expected_end(job, predictor, start),
+               row.last_checkpoint, row.over_reservation)
+        kept = last.get(row.id)
+        if kept is None or kept[0] != key:
+            kept = (key, Running(job=job, placements=key[1], start_time=start, borrowing=row.borrowing,
+                                 expected_end=key[4], last_checkpoint=row.last_checkpoint,
+                                 over_reservation=row.over_reservation))
+        found[row.id] = kept
+    cache.runs = found
+    return tuple(run for _, run in found.values())
 
 
 def _busy_outside(
@@ -175,19 +226,6 @@ def _state(row: Any, now: float, timeout: float) -> NodeState:
         return NodeState.DRAINING
     fresh = row.last_seen is not None and now - row.last_seen <= timeout
     return NodeState.UP if fresh and row.state == "up" else NodeState.DOWN
-
-
-def _running(job: Any, row: Any, places: list[Placement], predictor: HistoryPredictor) -> Running:
-    start = row.start_time or 0.0
-    return Running(
-        job=job,
-        placements=tuple(places),
-        start_time=start,
-        borrowing=row.borrowing,
-        expected_end=expected_end(job, predictor, start),
-        last_checkpoint=row.last_checkpoint,
-        over_reservation=row.over_reservation,
-    )
 
 
 def _month_usage(s: Session, now: float) -> Counter[tuple[str, str]]:
