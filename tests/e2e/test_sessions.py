@@ -332,7 +332,7 @@ def test_a_notebook_submitted_from_the_dashboard_opens_in_a_new_tab(cluster: Clu
             tab = opened.value
             expect(tab).to_have_url(re.compile(rf"/notebooks/{job_id}/lab"))
             # Opened at once, the tab may first say JupyterLab is starting; it loads JupyterLab by itself.
-            expect(tab.locator(".jp-LauncherCard[data-category='Notebook']").first).to_be_visible(timeout=120_000)
+            expect(tab.get_by_role("menuitem", name="Kernel")).to_be_visible(timeout=120_000)  # JupyterLab's menu
         finally:
             browser.close()
     assert cluster.job(job_id)["preemptible"] is False  # picking Notebook ticked Never preempt
