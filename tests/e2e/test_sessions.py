@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -76,6 +78,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     except RuntimeError as exc:
         pytest.fail(str(exc))
     account = job_account()
+    # JupyterLab reopens what a user last had open (its workspace, in their home): start from its launcher.
+    shutil.rmtree(Path(pwd.getpwnam(account).pw_dir) / ".jupyter" / "lab" / "workspaces", ignore_errors=True)
     c.add_user("alice", account, "vision")
     c.add_user("bob", account, "nlp")
     try:
@@ -264,6 +268,8 @@ def test_the_owner_opens_the_notebook_in_a_browser_and_runs_a_cell(cluster: Clus
             expect(page.locator(".jp-OutputArea-output").first).to_have_text(re.compile(r"^42 \d\s*$"))
             SHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SHOTS / "notebook.png"))
+            page.goto(f"{url}?reset")  # the next notebook opens on its launcher, not on this one's notebook
+            expect(page.locator(".jp-LauncherCard").first).to_be_visible()
         finally:
             browser.close()
     cluster.nanum("notebook", "stop", str(job_id), user="alice")

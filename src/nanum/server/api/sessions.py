@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from nanum.server import notebookproxy
 from nanum.server.auth import current_caller
 from nanum.server.callers import Caller
+from nanum.server.context import TtlCache
 from nanum.server.errors import ApiError, Unauthorized
 from nanum.server.inputs import JobIdPath
 from nanum.server.services import sessions
@@ -22,6 +23,8 @@ from nanum.server.web.session import caller as session_caller
 router = APIRouter(tags=["sessions"])
 proxy_router = APIRouter(include_in_schema=False)
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+#: How long where a notebook listens is kept (a stopped one is gone from it within this).
+TARGET_TTL_S = 2.0
 
 
 async def _caller(conn: Request | WebSocket) -> Caller:
@@ -34,14 +37,25 @@ async def _caller(conn: Request | WebSocket) -> Caller:
     raise LoginRequired()
 
 
+async def _target(conn: Request | WebSocket, caller: Caller, job_id: int) -> sessions.Target:
+    """Where the owner's notebook listens; kept a moment, as one page of JupyterLab makes dozens of requests."""
+    cache: TtlCache[tuple[int, int], sessions.Target] | None = getattr(conn.app.state, "notebooks", None)
+    if cache is None:
+        cache = conn.app.state.notebooks = TtlCache(TARGET_TTL_S)
+    found = cache.get((job_id, caller.id))
+    if found is None:
+        found = await run_in_threadpool(sessions.notebook, conn.app.state.ctx, caller, job_id)
+        cache.put((job_id, caller.id), found)
+    return found
+
+
 @proxy_router.api_route("/notebooks/{job_id}/{path:path}", methods=METHODS)
 async def notebook_http(job_id: JobIdPath, path: str, request: Request) -> Response:
     """The owner's notebook: JupyterLab of running notebook job `job_id` (owner only: others 403). A browser
     that opens it before JupyterLab answers (from the job page's Open notebook) gets a page that tries again."""
     caller = await _caller(request)
     try:
-        target = await run_in_threadpool(sessions.notebook, request.app.state.ctx, caller, job_id)
-        return await notebookproxy.forward_http(request, target)
+        return await notebookproxy.forward_http(request, await _target(request, caller, job_id))
     except sessions.NotReady as exc:
         if not (exc.starting and request.method == "GET" and "text/html" in request.headers.get("accept", "")):
             raise
@@ -52,8 +66,7 @@ async def notebook_http(job_id: JobIdPath, path: str, request: Request) -> Respo
 async def notebook_websocket(websocket: WebSocket, job_id: int, path: str) -> None:
     """The notebook's websockets (kernels, terminals), for its owner; refused (403) to anyone else."""
     try:
-        caller = await _caller(websocket)
-        target = await run_in_threadpool(sessions.notebook, websocket.app.state.ctx, caller, job_id)
+        target = await _target(websocket, await _caller(websocket), job_id)
     except (ApiError, LoginRequired):
         await websocket.close(code=1008)
         return
