@@ -230,6 +230,20 @@ def test_nanum_shell_is_a_real_terminal_and_exits_with_the_shells_code(cluster: 
     assert job["exit_code"] == 3 and job["kind"] == "shell"
 
 
+def test_closing_the_terminal_ends_the_shell_and_frees_its_gpus(cluster: Cluster, workdir: Path) -> None:
+    command = nanum_command()
+    child = pexpect.spawn(command[0], [*command[1:], "shell", "--gpus", "1"], env=cluster.env(cluster.tokens["bob"]),
+                          cwd=str(workdir), encoding="utf-8", timeout=60)
+    child.expect(r"Shell (\d+) on ")
+    job_id = int(child.match.group(1))
+    child.expect_exact("$ ")
+    child.sendline("sleep 600")
+    child.close(force=True)  # the terminal goes away: SIGHUP, then SIGKILL to `nanum shell`
+    job = cluster.wait_state(job_id, "failed", "completed", timeout=20)
+    assert job["exit_code"] == 129  # the shell was hung up (SIGHUP), as a closed local terminal does
+    assert all(gpu["job_id"] != job_id for node in cluster.api("GET", "/nodes") for gpu in node["gpus"])
+
+
 def test_nanum_run_streams_the_output_and_exits_with_the_commands_code(cluster: Cluster, workdir: Path) -> None:
     script = "echo first; sleep 1; echo second on $CUDA_VISIBLE_DEVICES; exit 7"
     result = cluster.nanum("run", "--gpus", "1", "--", "sh", "-c", script, user="alice", cwd=workdir)
