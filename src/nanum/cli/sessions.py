@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from nanum.client import Client, Job
 
 _Opt = typer.Option
-GpusOpt = Annotated[int, _Opt("--gpus", "-g", metavar="N", help="GPUs (default: 1).")]
+GpusOpt = Annotated[int, _Opt("--gpus", "-g", metavar="N", help="GPUs (default: 1).", show_default=False)]
 TimeOpt = Annotated[str | None, _Opt("--time", "-t", metavar="DURATION",
                                      help="Time limit: 30m, 8h, 2d (default: your lab's).")]
 LabOpt = Annotated[str | None, _Opt("--lab", metavar="LAB", help="Lab to charge (default: your default lab).")]
@@ -217,7 +217,8 @@ def run(
     command: Annotated[list[str], typer.Argument(metavar="COMMAND [ARG...]", show_default=False,
                                                  help="What to run (put `--` before it).")],
     gpus: GpusOpt = 1,
-    nodes: Annotated[int, _Opt("--nodes", "-N", metavar="K", help="Nodes, started together (default: 1).")] = 1,
+    nodes: Annotated[int, _Opt("--nodes", "-N", metavar="K", help="Nodes, started together (default: 1).",
+                               show_default=False)] = 1,
     time: TimeOpt = None,
     lab: LabOpt = None,
     gpu_model: ModelOpt = None,
