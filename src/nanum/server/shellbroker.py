@@ -2,6 +2,9 @@
 node (nanum.agent.relay). Whichever connects first waits for the other; then messages flow both ways as they
 are (binary: terminal bytes; text: JSON control) until one side closes, and the other is closed with it.
 
+A relay that waits longer than `relay_wait_s` for its user (whose `nanum shell` went away before connecting) is
+closed, which hangs up its shell and ends the job: its GPUs are not held for nobody until its time limit.
+
 The pairing lives in the server process: with two servers behind one address, both sides of a shell must reach
 the same one.
 """
@@ -24,9 +27,14 @@ class _Waiting:
     done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
+#: How long a shell's relay waits for its user.
+RELAY_WAIT_S = 600.0
+
+
 class ShellBroker:
-    def __init__(self) -> None:
+    def __init__(self, relay_wait_s: float = RELAY_WAIT_S) -> None:
         self._waiting: dict[int, _Waiting] = {}
+        self.relay_wait_s = relay_wait_s
 
     async def join(self, job_id: int, side: str, socket: WebSocket) -> None:
         """Relay between `socket` (an accepted websocket, `side` "user" or "relay") and the job's other side,
@@ -47,7 +55,9 @@ class ShellBroker:
         mine = _Waiting(side, socket)
         self._waiting[job_id] = mine
         try:
-            await mine.done
+            await asyncio.wait_for(asyncio.shield(mine.done), self.relay_wait_s if side == "relay" else None)
+        except TimeoutError:
+            await _close(socket, 4408, "nobody opened this shell")
         finally:
             if self._waiting.get(job_id) is mine:
                 del self._waiting[job_id]
