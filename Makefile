@@ -18,12 +18,12 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/mypy src/nanum/core
+	$(BIN)/mypy src/nanum
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/mypy src/nanum/core
+	$(BIN)/mypy src/nanum
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/core_cycle.py

@@ -172,6 +172,8 @@ class Lab(TypedDict, total=False):
     monthly_gpu_hours: float | None
     weight: float
     grace_s: float | None
+    #: when the lab's guarantee is more than the cluster's GPUs (on create and update)
+    warning: str
 
 
 class NewToken(TypedDict):

@@ -412,7 +412,7 @@ class Agent:
         for job_id, launch in desired.items():
             if job_id not in held:
                 self._offsets[job_id] = 0
-                launch = sessions.prepared(launch, address=self._address(), server=self.config.server)
+                launch = sessions.prepared(launch, address=self._address(), server=self.server)
                 status = self.executor.start(launch, allow_root=reply.allow_root)
                 log.info("job %d: %s", job_id, _describe_start(status, launch.gpus))
 
@@ -479,7 +479,7 @@ class Agent:
     def _address(self) -> str:
         """The address this node's notebooks listen on: the one it reaches the server from."""
         if self.address is None:
-            self.address = sessions.reach_address(self.config.server)
+            self.address = sessions.reach_address(self.server)
         return self.address
 
     def _headers(self) -> dict[str, str]:

@@ -32,6 +32,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from nanum.agent import procs
 
@@ -165,7 +166,7 @@ def _job_dirs(jobs_dir: Path) -> list[Path]:
         return []
 
 
-def _read(path: Path) -> dict[str, object]:
+def _read(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):

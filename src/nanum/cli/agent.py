@@ -190,6 +190,7 @@ async def _stop_with_parent(runner: object) -> None:
         await asyncio.sleep(0.5)
     runner.stop()  # type: ignore[attr-defined]
 
+
 def _simulate_nodes(server: str, token_file: Path | None, count: int, gpus: str, quiet: bool) -> None:
     """`--simulate-nodes N`: the first N nodes of the token file, heartbeating until Ctrl-C or SIGTERM."""
     import asyncio

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import typer
@@ -13,7 +14,7 @@ from nanum.cli.common import Command, JsonOpt, ServerOpt, TokenOpt, clean_errors
 _Opt = typer.Option
 
 
-def _said(node: dict[str, Any], json: bool) -> None:
+def _said(node: Mapping[str, Any], json: bool) -> None:
     if json:
         print_json(node)
         return

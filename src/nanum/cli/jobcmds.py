@@ -5,7 +5,8 @@ that import neither click nor Typer, called by the Typer commands (`nanum.cli.jo
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from nanum.cli.base import UsageProblem, clean_errors, connect, note, print_json
 
@@ -99,7 +100,8 @@ def ps(
     from nanum.cli.views import BORROW_MARK, PS_COLUMNS, budget_captions, print_table
 
     now = datetime.now(UTC)
-    shown = jobs if expand else psformat.fold(jobs)  # type: ignore[arg-type]
+    listed = cast("list[dict[str, Any]]", jobs)
+    shown = listed if expand else psformat.fold(listed)
     if names is not None:
         print_table(psformat.headers(names), psformat.rows(shown, names, now), wide="REASON", header=not noheader)
         return
@@ -116,7 +118,7 @@ def show(job_id: str, json: bool = False, server: str | None = None, token: str 
     """Everything about one job."""
     with connect(server, token) as client:
         job = client.job(resolve(client, job_id)[0])
-        waits = chain(client, job) if job.get("after") and not json else []  # type: ignore[arg-type]
+        waits = chain(client, job) if job.get("after") and not json else []
     if json:
         print_json(job)
         return
@@ -170,14 +172,14 @@ def each(ids: list[str], server: str | None, token: str | None, action: str, don
 OPTION = {"started": "--after", "ok": "--after-ok", "failed": "--after-failed", "any": "--after-any"}
 
 
-def chain(client: Client, job: dict[str, object], depth: int = 0, seen: set[int] | None = None) -> list[str]:
+def chain(client: Client, job: Mapping[str, Any], depth: int = 0, seen: set[int] | None = None) -> list[str]:
     """The jobs `job` waits for, and theirs in turn, one line each, indented by depth:
     `--after-ok 12: job 12 prep (completed)`."""
     from nanum.client import ApiError
 
     seen = seen if seen is not None else set()
     lines: list[str] = []
-    for kind, target in job.get("after") or ():  # type: ignore[attr-defined]
+    for kind, target in job.get("after") or ():
         head, _, task = str(target).partition("_")
         try:
             found = client.job(int(head))
@@ -187,14 +189,14 @@ def chain(client: Client, job: dict[str, object], depth: int = 0, seen: set[int]
         lines.append(f"{'  ' * depth}{OPTION.get(kind, kind)} {target}: {_described(client, found, task)}")
         if found["id"] not in seen and depth < 8:
             seen.add(found["id"])
-            lines += chain(client, found, depth + 1, seen)  # type: ignore[arg-type]
+            lines += chain(client, found, depth + 1, seen)
     return lines
 
 
-def _described(client: Client, job: dict[str, object], task: str) -> str:
+def _described(client: Client, job: Mapping[str, Any], task: str) -> str:
     if job.get("array_id") is None:
         return f"job {job['id']} {job['name']} ({job['state']})"
-    tasks = client.array_tasks(int(job["array_id"]))  # type: ignore[call-overload]
+    tasks = client.array_tasks(int(job["array_id"]))
     if task:
         tasks = [t for t in tasks if str(t.get("array_task")) == task]
     counts: dict[str, int] = {}

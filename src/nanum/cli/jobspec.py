@@ -96,7 +96,8 @@ class SubmitOptions(NamedTuple):
 
     def over(self, base: SubmitOptions) -> SubmitOptions:
         """These options where given, else `base`'s; environment variables are merged, these winning."""
-        merged = {name: value for name, value in zip(self._fields, self, strict=True) if value is not None}
+        merged: dict[str, Any] = {name: value for name, value in zip(self._fields, self, strict=True)
+                                  if value is not None}
         merged["env"] = {**base.env, **self.env}
         return base._replace(**merged)
 

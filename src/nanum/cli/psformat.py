@@ -43,7 +43,7 @@ def _state(job: dict[str, Any], now: datetime) -> str:
 def _short(job: dict[str, Any], now: datetime) -> str:
     if job.get("_counts"):
         return " ".join(f"{SHORT_STATES.get(s, s)}:{n}" for s, n in job["_counts"])
-    return SHORT_STATES.get(job["state"], job["state"])
+    return str(SHORT_STATES.get(job["state"], job["state"]))
 
 
 def _limit(job: dict[str, Any], now: datetime) -> str:

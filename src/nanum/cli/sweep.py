@@ -196,7 +196,8 @@ def show(
     highest = highest_first or found.get("goal") == "max"
     rows = []
     for task, values in zip(tasks, metrics, strict=True):
-        trial = params[task["array_task"]] if task["array_task"] < len(params) else {}
+        index = task["array_task"] or 0
+        trial = params[index] if index < len(params) else {}
         rows.append((task, trial, values))
     if key is not None:
         rows.sort(key=lambda r: (key not in r[2], -r[2][key] if highest and key in r[2] else r[2].get(key, 0.0)))

@@ -301,7 +301,7 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
         import uvloop
     except ImportError:
         return None
-    return uvloop.new_event_loop  # type: ignore[no-any-return]
+    return uvloop.new_event_loop
 
 
 def _check_port(host: str, port: int) -> None:

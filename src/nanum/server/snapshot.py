@@ -247,9 +247,9 @@ def _uncharged(running: tuple[Running, ...], rows: Any, now: float) -> list[tupl
 
 def _uncharged_by(
     running: tuple[Running, ...], rows: Any, now: float, owner: Callable[[Running], str]
-) -> tuple[Counter[str], Counter[str]]:
+) -> tuple[defaultdict[str, float], defaultdict[str, float]]:
     """Uncharged GPU-seconds of running jobs summed per `owner` (lab or user): in all, and this month."""
-    extra, month = Counter[str](), Counter[str]()
+    extra, month = defaultdict[str, float](float), defaultdict[str, float](float)
     for run, total, this_month in _uncharged(running, rows, now):
         extra[owner(run)] += total
         month[owner(run)] += this_month

@@ -7,7 +7,8 @@ are sound.
 
 from nanum.sim.cluster import ClusterError, ClusterSpec, parse_cluster
 from nanum.sim.engine import SimError, SimOptions, SimResult, Simulation, simulate
-from nanum.sim.importers import FORMATS, Filter, ImportOptions, import_trace
+from nanum.sim.importers import FORMATS, Filter, import_trace
+from nanum.sim.rows import ImportOptions
 from nanum.sim.traces import ImportReport, TraceError, TraceJob, read_trace, write_trace
 
 __all__ = [

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from nanum.protocol import Heartbeat, HeartbeatReply, JobLaunch, JobStatus, LogChunk
+from nanum.protocol import EnvironmentSpec, Heartbeat, HeartbeatReply, JobLaunch, JobStatus, LogChunk
 from nanum.server.callers import NodeCaller
 from nanum.server.context import ServerContext
 from nanum.server.errors import Unauthorized
@@ -227,7 +227,7 @@ def _launch(
         secret=job.session_secret or "",
         checkpoint_dir=str(ctx.settings.checkpoints_dir / str(job.id)),
         environment=job.environment,
-        environment_spec=job.environment_spec,
+        environment_spec=EnvironmentSpec.model_validate(job.environment_spec) if job.environment_spec else None,
         datasets=job.datasets or {},
         nproc_per_node=max(job.gpus, 1),
     )

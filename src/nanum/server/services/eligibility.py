@@ -179,7 +179,7 @@ def _throttled(s: Session, waiting: set[int]) -> set[int]:
     ).all())
     out: set[int] = set()
     for array, limit, _ in limited:
-        room = max(limit - running.get(array, 0), 0)
+        room = max((limit or 0) - running.get(array, 0), 0)
         tasks = s.scalars(
             select(JobRow.id).where(JobRow.array_id == array, JobRow.state == "pending").order_by(JobRow.array_task)
         ).all()

@@ -38,7 +38,7 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> tuple[dict[st
         return first, False
     lab = lab_for(ctx, caller, spec.lab)
     now = time.time()
-    values = dict(
+    values: dict[str, Any] = dict(
         name=spec.name or PurePath(spec.command[0]).name,
         user_id=caller.id,
         lab_id=lab.id,
@@ -74,8 +74,8 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> tuple[dict[st
     row = JobRow(**values)
     refuse_impossible(ctx, row, caller, lab.lab.name)
     values.update(environments.for_job(ctx, caller, lab.id, spec.environment, spec.datasets))
-    row.environment, row.environment_spec, row.datasets = (values[k] for k in ("environment", "environment_spec",
-                                                                                "datasets"))
+    row.environment, row.environment_spec, row.datasets = (
+        values["environment"], values["environment_spec"], values["datasets"])
     try:
         with ctx.db.write() as s:
             if row.after:

@@ -4,7 +4,7 @@ process on it that no nanum job owns."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import select
 
@@ -46,7 +46,8 @@ def _readings(node: NodeOut, readings: list[dict[str, Any]]) -> None:
             ]
 
 
-def _node_out(node: NodeRow, holders: dict[tuple[int, int], tuple[int, str]], now: float, timeout: float) -> NodeOut:
+def _node_out(node: NodeRow, holders: dict[tuple[int, int | None], tuple[int, str]], now: float,
+              timeout: float) -> NodeOut:
     inv = node.inventory or {}
     gpus = []
     for g in inv.get("gpus", ()):
@@ -62,7 +63,8 @@ def _node_out(node: NodeRow, holders: dict[tuple[int, int], tuple[int, str]], no
             )
         )
     fresh = node.last_seen is not None and now - node.last_seen <= timeout
-    state = "draining" if node.state == "draining" else "up" if fresh and node.state == "up" else "down"
+    state: Literal["up", "draining", "drained", "down"] = (
+        "draining" if node.state == "draining" else "up" if fresh and node.state == "up" else "down")
     if state == "draining" and not any(g.job_id is not None for g in gpus):
         state = "drained"
     for g in gpus:

@@ -62,7 +62,7 @@ def record(ctx: ServerContext, node_id: int, samples: list[Sample], now: float) 
         query = select(AllocationRow.gpu_index, AllocationRow.job_id).where(
             AllocationRow.node_id == node_id, AllocationRow.gpu_index.is_not(None)  # jobs that hold no GPU here
         )
-        holders = {gpu: job_id for gpu, job_id in s.execute(query)}
+        holders = {gpu: job_id for gpu, job_id in s.execute(query) if gpu is not None}
         _insert_raw(s, node_id, samples, holders)
         out.rogue_changed = _update_live(s, node_id, samples[-1], holders)
         if holders:

@@ -49,6 +49,7 @@ async def login(
     next: Annotated[str, Form()] = "/",
 ) -> Response:
     session.check_login_nonce(request, nonce)
+    found: tuple[int, str] | None
     if username.strip():
         try:
             found = await run_in_threadpool(logins.session_user, request.app.state.ctx, username, password)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import create_engine
+from sqlalchemy import Connection, create_engine
 
 from nanum.store.models import Base
 
 config = context.config
 
 
-def run(connection: object) -> None:
+def run(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=Base.metadata,

@@ -16,6 +16,8 @@ Create Date: 2026-12-01
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -24,14 +26,14 @@ down_revision = "0012_environments"
 branch_labels = None
 depends_on = None
 
-_NODE_COLUMNS = (
+_NODE_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
     ("owner", sa.String(64)),
     ("labels", sa.JSON(none_as_null=True)),
     ("gpu_model", sa.String(64)),
     ("drain_reason", sa.Text()),
     ("gpu_health", sa.JSON(none_as_null=True)),
 )
-_JOB_COLUMNS = (
+_JOB_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
     ("gpu_memory_mb", sa.Integer()),
     ("constraints", sa.JSON(none_as_null=True)),
 )
