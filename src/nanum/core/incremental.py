@@ -29,7 +29,6 @@ which the tests compare against).
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -37,13 +36,13 @@ from itertools import chain
 from typing import cast
 
 from nanum.core.cache import CycleCache
-from nanum.core.classes import HORIZON, rise_time
 from nanum.core.decision import Decisions
-from nanum.core.model import Job, JobId, Lab, Node, NodeState, Running, Snapshot
+from nanum.core.model import Job, JobId, Lab, Node, Running, Snapshot
 from nanum.core.policy import Policy
 from nanum.core.predict import Predictor
-from nanum.core.preempt import ClassOrder, attained
+from nanum.core.preempt import ClassOrder
 from nanum.core.scheduler import partition_of, schedule
+from nanum.core.tallies import Capacity, Classes, count
 
 #: A source of checkpoints taken by a time: (job, when it last saved its state) for the runs that saved since asked.
 Checkpoints = Callable[[float], Iterable[tuple[JobId, float]]]
@@ -81,7 +80,7 @@ class Incremental:
         self._borrowers = 0
         self._over: Counter[str | None] = Counter()  # per partition, running jobs started over a reservation
         self._show: set[str | None] | None = None
-        self._classes = _Classes(cast(ClassOrder, policy.make_order())) if policy.preempt else None
+        self._classes = Classes(cast(ClassOrder, policy.make_order())) if policy.preempt else None
 
     # -- what the driver tells -----------------------------------------------------------------------------------
 
@@ -100,7 +99,7 @@ class Incremental:
 
     def _nodes(self, nodes: tuple[Node, ...]) -> None:
         policy = self.policy
-        self._capacity = _Capacity(nodes, policy.lend)
+        self._capacity = Capacity(nodes, policy.lend)
         owners = {n.owner for n in nodes if n.owner is not None}
         parts: dict[str, str | None] = {}
 
@@ -149,7 +148,7 @@ class Incremental:
         self._queues, self._sizes, self._widths = {}, {}, {}
         self._lab_used, self._borrowers, self._over = Counter(), 0, Counter()
         self.labs = snapshot.labs
-        self._classes = _Classes(self._classes.classes) if self._classes is not None else None
+        self._classes = Classes(self._classes.classes) if self._classes is not None else None
         for run in snapshot.running:
             self._enqueue(run.job)
             self._start(run, tell=False)
@@ -290,8 +289,8 @@ class Incremental:
     def _start(self, run: Running, tell: bool = True) -> None:
         job = self.pending.pop(run.job.id)
         del self._queues[self._part(job.lab)][job.id]
-        _count(self._sizes[job.lab], job.total_gpus, -1)
-        _count(self._widths[job.lab], job.gpus, -1)
+        count(self._sizes[job.lab], job.total_gpus, -1)
+        count(self._widths[job.lab], job.gpus, -1)
         self.running[job.id] = run
         if tell:  # the cache diffs a rebased driver's snapshots itself
             self.cache.expect(came=(run,))
@@ -307,8 +306,8 @@ class Incremental:
         if job is None:
             return
         del self._queues[self._part(job.lab)][job_id]
-        _count(self._sizes[job.lab], job.total_gpus, -1)
-        _count(self._widths[job.lab], job.gpus, -1)
+        count(self._sizes[job.lab], job.total_gpus, -1)
+        count(self._widths[job.lab], job.gpus, -1)
         if self._classes is not None:
             self._classes.queue(job, -1)
 
@@ -328,113 +327,3 @@ class Incremental:
         self._borrowers += sign if run.borrowing else 0
         if run.over_reservation:
             self._over[self._part(run.job.lab)] += sign
-
-
-class _Capacity:
-    """Free GPUs of up nodes per pool (nodes of one owner, None: shared) and per node, and how many nodes of each
-    pool have each number of free GPUs, so the largest free block is at hand."""
-
-    def __init__(self, nodes: tuple[Node, ...], lend: bool) -> None:
-        self.lend = lend
-        up = [n for n in nodes if n.state is NodeState.UP]
-        self.free = {n.name: len(n.gpus) - len(n.busy_gpus) for n in up}
-        self.owner = {n.name: n.owner for n in up}
-        self.pool_free: Counter[str | None] = Counter()
-        self.blocks: dict[str | None, Counter[int]] = {}
-        for n in up:
-            self.pool_free[n.owner] += self.free[n.name]
-            self.blocks.setdefault(n.owner, Counter())[self.free[n.name]] += 1
-
-    def hand(self, run: Running, sign: int) -> None:
-        """Take (-1) or give back (+1) the GPUs of `run`."""
-        for p in run.placements:
-            if p.node not in self.free:
-                continue
-            pool = self.owner[p.node]
-            _count(self.blocks[pool], self.free[p.node], -1)
-            self.free[p.node] += sign * len(p.gpus)
-            _count(self.blocks[pool], self.free[p.node], +1)
-            self.pool_free[pool] += sign * len(p.gpus)
-
-    def free_for(self, lab: str) -> int:
-        """Free GPUs `lab`'s jobs may use: all of them when owners lend, else its own and the shared ones."""
-        return sum(self.pool_free.values()) if self.lend else self.pool_free[lab] + self.pool_free[None]
-
-    def block_for(self, lab: str) -> int:
-        """The most free GPUs on one node `lab`'s jobs may use."""
-        pools = self.blocks.values() if self.lend else (self.blocks.get(lab), self.blocks.get(None))
-        return max((max(free) for free in pools if free), default=0)
-
-
-class _Classes:
-    """With `+preempt`: how many pending jobs, and preemptible running jobs, each lab has in each class (and the
-    borrowers among the running ones), kept current as running jobs rise a class. A run whose class may have risen
-    is looked at again at its expected end if it is still in its class then, else when `rise_time` says."""
-
-    def __init__(self, classes: ClassOrder) -> None:
-        self.classes = classes
-        self.pending: dict[str, Counter[int]] = {}
-        self.running: dict[str, Counter[int]] = {}
-        self.borrowed: Counter[int] = Counter()
-        self.runs: dict[JobId, tuple[Running, int, int]] = {}  # job -> (run, class, watch token)
-        self.rises: list[tuple[float, JobId, int]] = []  # (when, job, token): look at a run's class again
-        self.tokens = 0
-
-    def queue(self, job: Job, sign: int) -> None:
-        _count(self.pending.setdefault(job.lab, Counter()), self.classes.level(job, job.attained_gpu_seconds), sign)
-
-    def start(self, run: Running) -> None:
-        """`run` starts in the class of the pending job: it has received nothing more yet."""
-        level = self.classes.level(run.job, run.job.attained_gpu_seconds)
-        self._count(run, level, +1)
-        self._watch(run, level, run.start_time)
-
-    def stop(self, run: Running) -> None:
-        _, level, _ = self.runs.pop(run.job.id)
-        self._count(run, level, -1)
-
-    def update(self, now: float) -> None:
-        """Bring the class of every running job that may have risen by `now` up to date."""
-        rises, runs = self.rises, self.runs
-        while rises and rises[0][0] <= now:
-            _, key, token = heapq.heappop(rises)
-            known = runs.get(key)
-            if known is None or known[2] != token:
-                continue
-            run, level, _ = known
-            new = self.classes.level(run.job, attained(run, now))
-            if new != level:
-                self._count(run, level, -1)
-                self._count(run, new, +1)
-            self._watch(run, new, now)
-
-    def outranks(self, lab: str) -> bool:
-        """Whether a pending job of `lab` is of a higher class than a running job it may preempt: its own lab's
-        or a borrower."""
-        levels = self.pending.get(lab)
-        if not levels:
-            return False
-        return max((*self.running.get(lab, ()), *self.borrowed), default=-1) > min(levels)
-
-    def _watch(self, run: Running, level: int, since: float) -> None:
-        end = run.expected_end
-        if end is not None and end > since and self.classes.level(run.job, attained(run, end)) <= level:
-            when = end
-        else:
-            rise = rise_time(self.classes, run, level, since, since + HORIZON)
-            when = since + HORIZON if rise is None else rise
-        self.tokens += 1
-        self.runs[run.job.id] = (run, level, self.tokens)
-        heapq.heappush(self.rises, (when, run.job.id, self.tokens))
-
-    def _count(self, run: Running, level: int, sign: int) -> None:
-        if run.job.preemptible:
-            _count(self.running.setdefault(run.job.lab, Counter()), level, sign)
-            if run.borrowing:
-                _count(self.borrowed, level, sign)
-
-
-def _count(counts: Counter[int], key: int, sign: int) -> None:
-    counts[key] += sign
-    if counts[key] <= 0:
-        del counts[key]
