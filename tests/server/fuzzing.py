@@ -37,9 +37,10 @@ from schemathesis.core.failures import FailureGroup
 from schemathesis.python import asgi
 
 from nanum.server.app import create_app
+from nanum.server.callers import hash_token
 from nanum.server.context import ServerContext
 from nanum.server.schemas import JobSubmit, UserIn
-from nanum.server.services import accounts, jobs
+from nanum.server.services import accounts, jobs, logins
 
 ADMIN, MEMBER = "fuzz-admin-token", "fuzz-member-token"
 HEARTBEAT = "/api/v1/agent/heartbeat"
@@ -105,7 +106,7 @@ def prepare(ctx: ServerContext) -> Identities:
     """An admin, a member of lab `vision` with a few jobs, and node `gpu-01`."""
     accounts.create_user(ctx, UserIn(name="fuzz-admin", labs=["default"], admin=True), ADMIN)
     accounts.create_user(ctx, UserIn(name="fuzz-member", labs=["vision"]), MEMBER)
-    member = accounts.caller_by_token_hash(ctx, accounts.hash_token(MEMBER))
+    member = logins.caller_by_token_hash(ctx, hash_token(MEMBER))
     assert member is not None
     for gpus in (0, 1, 2):
         jobs.submit(ctx, member, JobSubmit(command=["python", "train.py"], gpus=gpus))

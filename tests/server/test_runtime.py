@@ -18,7 +18,7 @@ import pytest
 
 from nanum.server.callers import hash_token
 from nanum.server.runtime import StartError, bootstrap_admin, bootstrap_node, prepare
-from nanum.server.services import accounts
+from nanum.server.services import logins
 from nanum.server.settings import ServerSettings
 
 
@@ -63,7 +63,7 @@ def test_a_second_servers_home_on_the_same_database_does_not_cut_off_the_first(t
     assert not second.created_admin and second.admin_token != first.admin_token
     ctx = prepare(one)
     for token in (first.admin_token, second.admin_token):  # both still log the admin in
-        found = accounts.caller_by_token_hash(ctx, hash_token(token))
+        found = logins.caller_by_token_hash(ctx, hash_token(token))
         assert found is not None and found.admin
 
 

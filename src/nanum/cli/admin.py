@@ -11,7 +11,6 @@ import typer
 from nanum.cli.app import app
 from nanum.cli.common import (
     Command,
-    Group,
     JsonOpt,
     ServerOpt,
     TokenOpt,
@@ -22,19 +21,12 @@ from nanum.cli.common import (
     note,
     print_json,
 )
+from nanum.cli.groups import NameArg, lab_app, limit_value, node_app, user_app
 
 if TYPE_CHECKING:
     from nanum.client import Client
 
 _Opt = typer.Option
-NameArg = Annotated[str, typer.Argument(show_default=False)]
-
-user_app = typer.Typer(cls=Group, help="Users and their API tokens (admin).", no_args_is_help=True)
-lab_app = typer.Typer(cls=Group, help="Labs and their quotas (admin).", no_args_is_help=True)
-node_app = typer.Typer(cls=Group, help="GPU nodes and their agent tokens (admin).", no_args_is_help=True)
-app.add_typer(user_app, name="user")
-app.add_typer(lab_app, name="lab")
-app.add_typer(node_app, name="node")
 
 
 @app.command(cls=Command)
@@ -208,7 +200,8 @@ def lab_set(
              "max_running_jobs": ("--max-running-jobs", max_running_jobs, int),
              "monthly_gpu_hours": ("--monthly-gpu-hours", monthly_gpu_hours, float),
              "grace_s": ("--grace", grace, float)}
-    changes: dict[str, object] = {k: _limit(flag, v, kind) for k, (flag, v, kind) in given.items() if v is not None}
+    changes: dict[str, object] = {k: limit_value(flag, v, kind) for k, (flag, v, kind) in given.items()
+                                  if v is not None}
     if weight is not None:
         changes["weight"] = weight
     if not changes:
@@ -222,20 +215,6 @@ def lab_set(
         print(f"Lab {name}: {quota_text(dict(lab))}")
     if not json and lab.get("warning"):
         note(f"warning: {lab['warning']}")
-
-
-def _limit(flag: str, value: str, kind: type[int] | type[float]) -> int | float | None:
-    """`8` -> 8; `none`/`unlimited` -> None (removes the limit); anything else is a usage error."""
-    if value.strip().lower() in ("none", "unlimited", "-"):
-        return None
-    try:
-        number = kind(value)
-    except ValueError:
-        what = "a whole number" if kind is int else "a number"
-        raise UsageProblem(f"{flag}: {value!r} is not {what} (or `none` to remove the limit)") from None
-    if number < 0:
-        raise UsageProblem(f"{flag} must not be negative")
-    return number
 
 
 @lab_app.command("show", cls=Command)
@@ -276,7 +255,7 @@ def user_set(
     given = {"max_gpus": ("--max-gpus", max_gpus, int),
              "max_running_jobs": ("--max-running-jobs", max_running_jobs, int),
              "monthly_gpu_hours": ("--monthly-gpu-hours", monthly_gpu_hours, float)}
-    changes = {k: _limit(flag, v, kind) for k, (flag, v, kind) in given.items() if v is not None}
+    changes = {k: limit_value(flag, v, kind) for k, (flag, v, kind) in given.items() if v is not None}
     if not changes:
         fail("nothing to change; give --max-gpus, --max-running-jobs or --monthly-gpu-hours", 2)
     with connect(server, token) as client:

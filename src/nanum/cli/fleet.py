@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from nanum.cli.admin import NameArg, node_app
 from nanum.cli.common import Command, JsonOpt, ServerOpt, TokenOpt, clean_errors, connect, fail, print_json
+from nanum.cli.groups import NameArg, node_app
 
 _Opt = typer.Option
 

@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from nanum.cli.admin import NameArg, lab_app
 from nanum.cli.common import Command, Group, JsonOpt, ServerOpt, TokenOpt, clean_errors, connect, fail, print_json
+from nanum.cli.groups import NameArg, lab_app, limit_value
 
 _Opt = typer.Option
 member_app = typer.Typer(cls=Group, help="A lab's members, roles and member limits (its managers, admins).",
@@ -70,11 +70,10 @@ def member_set(
     token: TokenOpt = None,
 ) -> None:
     """Set a member's own limits, each within the lab's."""
-    from nanum.cli.admin import _limit
 
     given = {"max_gpus": ("--max-gpus", max_gpus, int), "max_running_jobs": ("--max-running-jobs",
              max_running_jobs, int), "monthly_gpu_hours": ("--monthly-gpu-hours", monthly_gpu_hours, float)}
-    changes = {k: _limit(flag, v, kind) for k, (flag, v, kind) in given.items() if v is not None}
+    changes = {k: limit_value(flag, v, kind) for k, (flag, v, kind) in given.items() if v is not None}
     if not changes:
         fail("nothing to change; give at least one of --max-gpus, --max-running-jobs, --monthly-gpu-hours", 2)
     with connect(server, token) as client:

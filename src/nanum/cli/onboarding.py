@@ -15,7 +15,6 @@ from typing import Annotated, Any
 
 import typer
 
-from nanum.cli.admin import user_app
 from nanum.cli.common import (
     Command,
     JsonOpt,
@@ -27,6 +26,7 @@ from nanum.cli.common import (
     note,
     print_json,
 )
+from nanum.cli.groups import user_app
 
 _ALIASES = {"name": "name", "user": "name", "unix_user": "unix_user", "unix": "unix_user", "account": "unix_user",
             "unix account": "unix_user", "labs": "labs", "lab": "labs", "role": "role", "email": "email",

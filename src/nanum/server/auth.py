@@ -35,21 +35,18 @@ def _bearer(request: Request) -> str:
 
 
 async def current_caller(request: Request, ctx: Context) -> Caller:
-    from nanum.server.services import accounts
+    from nanum.server.services import logins
 
     key = "u:" + hash_token(_bearer(request))
     found = ctx.caches.callers.get(key)
     if found is None:
-        found = await run_in_threadpool(accounts.caller_by_token_hash, ctx, key[2:])
+        found = await run_in_threadpool(logins.caller_by_token_hash, ctx, key[2:])
         if found is None:
             raise Unauthorized("unknown API token; check NANUM_TOKEN or run `nanum login` again")
         ctx.caches.callers.put(key, found)
     assert isinstance(found, Caller)
-    if found.directory:
-        from nanum.server.services import logins
-
-        if logins.due(ctx, found.name):
-            await run_in_threadpool(logins.recheck, ctx, found.id, found.name, "ldap")
+    if found.directory and logins.due(ctx, found.name):
+        await run_in_threadpool(logins.recheck, ctx, found.id, found.name, "ldap")
     return found
 
 

@@ -24,24 +24,6 @@ USER_FIELDS = ("max_gpus", "max_running_jobs", "monthly_gpu_hours")
 # -- callers ---------------------------------------------------------------------------------------------------
 
 
-def caller_by_token_hash(ctx: ServerContext, digest: str) -> Caller | None:
-    """The user holding this token (their first, or one of `tokens`); None: nobody. Raises Unauthorized for an
-    expired token or a disabled user."""
-    from nanum.server.services import logins, tokens
-
-    with ctx.db.read() as s:
-        user = s.scalars(select(UserRow).where(UserRow.token_hash == digest)).first()
-        if user is None:
-            user = tokens.user_for(ctx, s, digest)
-        if user is None:
-            return None
-        refuse_disabled(user)
-        caller = caller_for(s, user)
-    if caller.directory:
-        logins.recheck(ctx, caller.id, caller.name, "ldap")
-    return caller
-
-
 def refuse_disabled(user: UserRow) -> None:
     if user.disabled:
         raise Unauthorized(f"user {user.name} is disabled; ask an admin if that is a mistake")

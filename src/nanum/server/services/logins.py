@@ -19,11 +19,11 @@ import time
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from nanum.server.callers import hash_token, new_token
+from nanum.server.callers import Caller, hash_token, new_token
 from nanum.server.context import ServerContext
 from nanum.server.errors import ApiError, BadRequest, Unauthorized
 from nanum.server.identity import LoginOut
-from nanum.server.services import eligibility, tokens
+from nanum.server.services import accounts, eligibility, tokens
 from nanum.server.services.accounts import MANAGER, MEMBER, ensure_lab
 from nanum.store import LabRow, MembershipRow, UserRow
 
@@ -201,3 +201,18 @@ def sync_labs(s: Session, user: UserRow, given: tuple[str, ...], managed: tuple[
         user.default_lab_id = s.scalar(select(LabRow.id).where(LabRow.name == first)) if first else None
     return labs
 
+
+def caller_by_token_hash(ctx: ServerContext, digest: str) -> Caller | None:
+    """The user holding this token (their first, or one of `tokens`); None: nobody. Raises Unauthorized for an
+    expired token or a disabled user."""
+    with ctx.db.read() as s:
+        user = s.scalars(select(UserRow).where(UserRow.token_hash == digest)).first()
+        if user is None:
+            user = tokens.user_for(ctx, s, digest)
+        if user is None:
+            return None
+        accounts.refuse_disabled(user)
+        caller = accounts.caller_for(s, user)
+    if caller.directory:
+        recheck(ctx, caller.id, caller.name, "ldap")
+    return caller
