@@ -154,8 +154,13 @@ def shell(
             raise SystemExit(130) from None
         if code is None:  # the connection ended without the shell's exit code: ask the server for the job's
             from nanum.cli.jobs import wait_exit_code
+            from nanum.client import WaitTimeout
 
-            ended = client.wait(job["id"], timeout=30)
+            try:
+                ended = client.wait(job["id"], timeout=30)
+            except WaitTimeout:  # it runs, but its terminal could not be reached
+                client.cancel(job["id"])
+                fail(f"could not open the terminal of shell {job['id']} through {client.server}; cancelled it")
             note(f"shell {job['id']} ended: {ended.get('reason') or ended['state']}")
             code = wait_exit_code(ended["state"], ended.get("exit_code"), job["id"])
     raise SystemExit(code)

@@ -26,15 +26,20 @@ WAIT_CHECK_S = 3.0
 
 
 def attach(server: str, token: str | None, job_id: int, running: Callable[[], bool]) -> int | None:
-    """Run the shell of job `job_id` in this terminal until it ends; its exit code (None: not told). Until the
-    shell's first output, `running()` is asked every few seconds: a job that ended without ever connecting
-    (its relay could not start) ends the wait."""
+    """Run the shell of job `job_id` in this terminal until it ends; its exit code (None: not told, or the
+    server refused the connection: the job ended meanwhile). Until the shell's first output, `running()` is asked
+    every few seconds: a job that ended without ever connecting (its relay could not start) ends the wait."""
+    from websockets.exceptions import WebSocketException
     from websockets.sync.client import connect
 
     url = server.rstrip("/").replace("http://", "ws://", 1).replace("https://", "wss://", 1)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with connect(f"{url}/api/v1/jobs/{job_id}/shell", additional_headers=headers, max_size=2**22,
-                 open_timeout=30, ping_interval=20) as ws:
+    try:
+        ws = connect(f"{url}/api/v1/jobs/{job_id}/shell", additional_headers=headers, max_size=2**22,
+                     open_timeout=30, ping_interval=20)
+    except (OSError, WebSocketException, TimeoutError):
+        return None
+    with ws:
         ended: dict[str, int | None] = {"code": None}
         heard = threading.Event()
         reader = threading.Thread(target=_print_output, args=(ws, ended, heard), daemon=True)
