@@ -55,6 +55,15 @@ def test_an_expired_token_is_refused_with_when_it_expired(client: AsgiClient, ct
     assert r.json()["detail"].endswith("run `nanum login` again or create a new one with `nanum token create`")
 
 
+def test_a_token_expires_when_the_servers_clock_passes_its_expiry(client: AsgiClient, ctx: ServerContext) -> None:
+    short = new_token(client, ALICE, "ci", 3600)
+    assert client.get("/api/v1/me", headers=auth(str(short["token"]))).status_code == 200
+    ctx.clock = lambda: time.time() + 3601  # an hour on, without waiting one
+    ctx.caches.callers.clear()
+    r = client.get("/api/v1/me", headers=auth(str(short["token"])))
+    assert r.status_code == 401 and r.json()["detail"].startswith("this API token (ci) expired at 20")
+
+
 def test_a_disabled_user_is_refused_with_any_token(client: AsgiClient, ctx: ServerContext) -> None:
     extra = new_token(client, ALICE, "laptop")
     with ctx.db.write() as s:

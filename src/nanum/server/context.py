@@ -70,6 +70,8 @@ class ServerContext:
     signals: Signals = field(default_factory=Signals)
     caches: Caches = field(default_factory=Caches)
     started: float = field(default_factory=time.time)
+    #: what services take the time from (tests move it instead of sleeping)
+    clock: Callable[[], float] = time.time
     #: each pending job's place in its partition's queue after the last scheduling tick (1: next in line), as its
     #: reason says it: `nanum priority` shows the same.
     places: dict[int, int] = field(default_factory=dict)

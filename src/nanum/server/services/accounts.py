@@ -90,8 +90,8 @@ def create_user(ctx: ServerContext, spec: UserIn, token: str | None = None) -> s
             unix_user=spec.unix_user,
             default_lab_id=labs[0].id if labs else None,
             decayed_usage=0.0,
-            decayed_at=time.time(),
-            created=time.time(),
+            decayed_at=ctx.clock(),
+            created=ctx.clock(),
         )
         s.add(user)
         s.flush()
@@ -111,7 +111,7 @@ def _user_with_limits(s: Session, user: UserRow) -> UserOut:
 def patch_user(ctx: ServerContext, actor: str, name: str, patch: UserPatch) -> UserOut:
     """Change a user's own limits (recorded in the audit trail); the next scheduling cycle applies them."""
     changes: dict[str, Any] = patch.model_dump(exclude_unset=True)
-    now = time.time()
+    now = ctx.clock()
     with ctx.db.write() as s:
         user = s.scalars(select(UserRow).where(UserRow.name == name).with_for_update()).first()
         if user is None:
@@ -166,7 +166,7 @@ def lab_out(lab: LabRow) -> LabOut:
 
 
 def create_lab(ctx: ServerContext, spec: LabIn, actor: str = audit.SYSTEM) -> LabOut:
-    now = time.time()
+    now = ctx.clock()
     quota = spec.model_dump(include=set(LAB_FIELDS))
     try:
         with ctx.db.write() as s:
@@ -206,7 +206,7 @@ def patch_lab(ctx: ServerContext, name: str, patch: LabPatch, actor: str = audit
     changes: dict[str, Any] = patch.model_dump(exclude_unset=True)
     if changes.get("weight", 1.0) is None:
         changes.pop("weight")
-    now = time.time()
+    now = ctx.clock()
     with ctx.db.write() as s:
         lab = s.scalars(select(LabRow).where(LabRow.name == name).with_for_update()).first()
         if lab is None:
@@ -255,7 +255,7 @@ def add_node(ctx: ServerContext, name: str, token: str | None = None, replace: b
             raise Conflict(f"node {name} already exists")
         if node is None:
             s.add(
-                NodeRow(name=name, token_hash=hash_token(token), state="down", desired_version=0, created=time.time())
+                NodeRow(name=name, token_hash=hash_token(token), state="down", desired_version=0, created=ctx.clock())
             )
         else:
             node.token_hash = hash_token(token)

@@ -9,7 +9,6 @@ exit (`lifecycle.part_exited`) and acknowledge it; then build the node's desired
 from __future__ import annotations
 
 import threading
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +41,7 @@ class Outcome:
 
 
 def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
-    now = time.time()
+    now = ctx.clock()
     with ctx.db.write() as s:
         node = s.get(NodeRow, who.id, with_for_update=True)
         if node is None:  # removed while its token was cached

@@ -82,7 +82,7 @@ def month_name(now: float) -> str:
 
 def status(ctx: ServerContext) -> Mapping[Key, Budget]:
     """Every lab and user that has a budget, with what it used this month (cached for a few seconds)."""
-    return ctx.caches.budgets.get_or_load("all", lambda: _load(ctx, time.time()))  # type: ignore[return-value]
+    return ctx.caches.budgets.get_or_load("all", lambda: _load(ctx, ctx.clock()))  # type: ignore[return-value]
 
 
 def warning_for(found: Mapping[Key, Budget], user: str, lab: str, now: float | None = None) -> str | None:

@@ -11,7 +11,6 @@ cluster's size. A GPU is, in this order of precedence:
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,7 +100,7 @@ _HOLDERS = (
 
 
 def cluster(ctx: ServerContext, now: float | None = None) -> ClusterView:
-    now = time.time() if now is None else now
+    now = ctx.clock() if now is None else now
     timeout = ctx.settings.node_timeout_s
     with ctx.db.read() as s:
         nodes = s.execute(

@@ -9,7 +9,6 @@ set anything.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from sqlalchemy import func, select
@@ -27,7 +26,7 @@ WAITING = ("pending", "held")
 
 def hold(ctx: ServerContext, caller: Caller, job_id: int, *, one: bool = False) -> dict[str, Any]:
     """Keep pending jobs from starting until released; running and ended ones are refused."""
-    now = time.time()
+    now = ctx.clock()
     with ctx.db.write() as s:
         targets = jobs.owned_jobs(s, caller, job_id, one=one, active=True)
         _refuse_unless(targets, ("pending", "held"), job_id, "held", "cancel it, or requeue it once it ends")
@@ -41,7 +40,7 @@ def hold(ctx: ServerContext, caller: Caller, job_id: int, *, one: bool = False) 
 
 def release(ctx: ServerContext, caller: Caller, job_id: int, *, one: bool = False) -> dict[str, Any]:
     """Let held jobs be scheduled again (in their original place in the queue)."""
-    now = time.time()
+    now = ctx.clock()
     with ctx.db.write() as s:
         targets = jobs.owned_jobs(s, caller, job_id, one=one, active=True)
         _refuse_unless(targets, ("held",), job_id, "released", "only a held job can be released")
@@ -63,7 +62,7 @@ def modify(ctx: ServerContext, caller: Caller, job_id: int, patch: JobPatch) -> 
     """Change a waiting (pending or held) job's time limit, GPUs, priority, lab or name."""
     changes = patch.model_dump(exclude_unset=True)
     lab = jobs.lab_for(ctx, caller, patch.lab) if patch.lab is not None else None
-    now = time.time()
+    now = ctx.clock()
     with ctx.db.write() as s:
         targets = jobs.owned_jobs(s, caller, job_id, active=True)
         waiting = [job for job in targets if job.state in WAITING]  # an array's running tasks stay as they are
@@ -95,7 +94,7 @@ def _lab_name(ctx: ServerContext, job: JobRow) -> str:
 
 def top(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
     """Move a waiting job before its owner's other waiting jobs: their earliest queue time and highest priority."""
-    now = time.time()
+    now = ctx.clock()
     with ctx.db.write() as s:
         job = jobs.owned_jobs(s, caller, job_id, one=True)[0]
         if job.state not in WAITING:
@@ -119,7 +118,7 @@ def _owner_queue(s: Session, job: JobRow) -> tuple[float, int]:
 
 def requeue(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
     """A running job is stopped and queued again; an ended one is queued again as it was submitted."""
-    now = time.time()
+    now = ctx.clock()
     woken: set[str] = set()
     with ctx.db.write() as s:
         job = jobs.owned_jobs(s, caller, job_id, one=True)[0]

@@ -45,7 +45,7 @@ def add_environment(ctx: ServerContext, caller: Caller, body: EnvironmentIn) -> 
         row = EnvironmentRow(
             name=body.name, owner_id=caller.id, lab_id=lab.id if lab else None, image=body.image,
             runtime=body.runtime, python=body.python, setup=body.setup, description=body.description, uses=0,
-            created=time.time(),
+            created=ctx.clock(),
         )
         _insert(s, row, f"an environment named {body.name} already exists; pick another name or remove it first")
         out = _env_out(row, caller.name, lab.name if lab else None)
@@ -97,7 +97,7 @@ def add_dataset(ctx: ServerContext, caller: Caller, body: DatasetIn) -> DatasetO
             where = f"lab {lab.name}'s" if lab else "everyone's"
             raise Forbidden(f"only an admin{' or a manager of that lab' if lab else ''} may add {where} datasets")
         row = DatasetRow(name=body.name, owner_id=caller.id, lab_id=lab.id if lab else None, path=body.path,
-                         description=body.description, uses=0, created=time.time())
+                         description=body.description, uses=0, created=ctx.clock())
         _insert(s, row, f"a dataset named {body.name} already exists; pick another name or remove it first")
         out = _dataset_out(row, caller.name, lab.name if lab else None)
     _ask_nodes(ctx)

@@ -11,7 +11,6 @@ safe direction), and comes back on its own if it is reported again.
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
 from typing import Any
 
@@ -78,7 +77,7 @@ def _mismatch(s: Session, node: NodeRow, extra: list[Gpu], now: float) -> None:
 
 def accept(ctx: ServerContext, name: str, actor: str) -> str:
     """Schedule every GPU the node reported last (an admin's decision). Returns what was accepted, in words."""
-    now = time.time()
+    now = ctx.clock()
     with ctx.db.write() as s:
         node = s.scalars(select(NodeRow).where(NodeRow.name == name).with_for_update()).first()
         if node is None:

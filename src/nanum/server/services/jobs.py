@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -37,7 +36,7 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> tuple[dict[st
     if spec.client_request_id is not None and (first := _requested(ctx, caller, spec.client_request_id)):
         return first, False
     lab = lab_for(ctx, caller, spec.lab)
-    now = time.time()
+    now = ctx.clock()
     values: dict[str, Any] = dict(
         name=spec.name or PurePath(spec.command[0]).name,
         user_id=caller.id,
@@ -244,7 +243,7 @@ def get_job(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
     out["segments"] = [segment_out(seg) for seg in segments]
     if found.state == "running" and found.start_time is not None:
         since = found.charged_until or found.start_time
-        out["segments"].append(_running_segment(found, since, time.time()))
+        out["segments"].append(_running_segment(found, since, ctx.clock()))
     return jobusage.attach(ctx, with_predictions(ctx, _with_budget_warnings(ctx, [out])))[0]
 
 
@@ -299,7 +298,7 @@ def with_predictions(ctx: ServerContext, jobs: list[dict[str, Any]]) -> list[dic
 def cancel(ctx: ServerContext, caller: Caller, job_id: int, *, one: bool = False) -> dict[str, Any]:
     """Pending: cancelled at once. Running: stopped on its nodes, cancelled when they report it gone.
     An array's id cancels every task of it that has not ended (`one`: only the task with that job id)."""
-    now = time.time()
+    now = ctx.clock()
     woken: set[str] = set()
     with ctx.db.write() as s:
         for job in owned_jobs(s, caller, job_id, one=one, active=True):
@@ -349,7 +348,7 @@ def _cancel(s: Session, job: JobRow, caller: Caller, now: float) -> set[str]:
 
 def checkpoint(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
     """The job (owner or admin) says it has just saved its state: a later preemption loses only what follows."""
-    now = time.time()
+    now = ctx.clock()
     with ctx.db.write() as s:
         job = _owned(s, caller, job_id, lock=True)
         if job.state != "running":

@@ -3,7 +3,6 @@ idle (since when, and how long), and once it ended its efficiency summary and ti
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -36,7 +35,7 @@ def attach(ctx: ServerContext, bodies: list[dict[str, Any]], now: float | None =
     ids = [b["id"] for b in bodies if b.get("state") not in ("pending", "held")]
     if not ids:
         return bodies
-    now = time.time() if now is None else now
+    now = ctx.clock() if now is None else now
     with ctx.db.read() as s:
         found = {r.job_id: r for r in _stats(s, ids)}
     for body in bodies:
@@ -69,7 +68,7 @@ def fields(row: Any, state: str, now: float) -> dict[str, Any]:
 
 def usage(ctx: ServerContext, job_id: int) -> dict[str, Any]:
     """A job's GPU use: the figures of `attach`, its idle state, and its utilisation timeline."""
-    now = time.time()
+    now = ctx.clock()
     with ctx.db.read() as s:
         job = s.execute(select(JobRow.state, JobRow.start_time, JobRow.end_time).where(JobRow.id == job_id)).first()
         if job is None:

@@ -3,7 +3,6 @@ the work lost to preemption, and the history of its quota (`GET /api/v1/labs/{na
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from sqlalchemy import func, select
@@ -17,7 +16,7 @@ from nanum.store import JobRow, LabRow, MembershipRow, SegmentRow, UserRow
 
 
 def lab_detail(ctx: ServerContext, name: str) -> dict[str, Any]:
-    now = time.time()
+    now = ctx.clock()
     with ctx.db.read() as s:
         lab = s.scalars(select(LabRow).where(LabRow.name == name)).first()
         if lab is None:

@@ -158,7 +158,7 @@ def _bring_in(ctx: ServerContext, person: object) -> tuple[int, str, str, list[s
     from nanum.server.directory import DirectoryUser
 
     assert isinstance(person, DirectoryUser)
-    now = time.time()
+    now = ctx.clock()
     with ctx.db.write() as s:
         user = s.scalars(select(UserRow).where(UserRow.name == person.uid)).first()
         if user is None:

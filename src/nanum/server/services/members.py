@@ -103,7 +103,7 @@ def set_limits(ctx: ServerContext, caller: Caller, lab: str, name: str, limits: 
         for key, (_, value) in changed.items():
             setattr(user, key, value)
         if changed:
-            audit.record(s, time.time(), caller.name, "user", name, "set", changed,
+            audit.record(s, ctx.clock(), caller.name, "user", name, "set", changed,
                          f"{caller.name} set {audit.describe(changed)} (as manager of lab {lab})")
         out = _out(lab, user, role)
     _changed(ctx)

@@ -3,7 +3,6 @@ process on it that no nanum job owns."""
 
 from __future__ import annotations
 
-import time
 from typing import Any, Literal
 
 from sqlalchemy import select
@@ -14,7 +13,7 @@ from nanum.store import AllocationRow, JobRow, NodeLiveRow, NodeRow, UserRow
 
 
 def list_nodes(ctx: ServerContext) -> list[NodeOut]:
-    now, timeout = time.time(), ctx.settings.node_timeout_s
+    now, timeout = ctx.clock(), ctx.settings.node_timeout_s
     with ctx.db.read() as s:
         nodes = s.scalars(select(NodeRow).order_by(NodeRow.name)).all()
         holders = {

@@ -125,7 +125,7 @@ def set_disabled(ctx: ServerContext, actor: str, name: str, disabled: bool) -> d
         if user.disabled != disabled:
             user.disabled = disabled
             eligibility.mark_owner(s, user.id, disabled)
-            audit.record(s, time.time(), actor, "user", name, verb, {"disabled": [not disabled, disabled]},
+            audit.record(s, ctx.clock(), actor, "user", name, verb, {"disabled": [not disabled, disabled]},
                          f"{actor} {verb}d {name}")
     ctx.caches.callers.clear()
     ctx.signals.poke()

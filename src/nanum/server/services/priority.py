@@ -10,7 +10,6 @@ Rows come by rank, then in that order.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from typing import Any
 
@@ -22,7 +21,7 @@ from nanum.server.context import ServerContext
 
 
 def report(ctx: ServerContext, *, user: str | None = None, lab: str | None = None) -> dict[str, Any]:
-    now = time.time()
+    now = ctx.clock()
     settings = ctx.settings
     with ctx.db.read() as s:
         plan = snapshot.build(s, now, settings.node_timeout_s, HistoryPredictor(), None, settings.half_life_s)

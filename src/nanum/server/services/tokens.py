@@ -9,7 +9,6 @@ anyone's.
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 
 from sqlalchemy import delete, select, update
@@ -35,7 +34,7 @@ def user_for(ctx: ServerContext, s: Session, digest: str) -> UserRow | None:
     row = s.scalars(select(TokenRow).where(TokenRow.token_hash == digest)).first()
     if row is None:
         return None
-    now = time.time()
+    now = ctx.clock()
     if row.expires is not None and row.expires <= now:
         raise Unauthorized(f"this API token ({row.name}) expired at {_when(row.expires)}; run `nanum login` again "
                            "or create a new one with `nanum token create`")
@@ -47,7 +46,7 @@ def user_for(ctx: ServerContext, s: Session, digest: str) -> UserRow | None:
 
 def create(ctx: ServerContext, user_id: int, name: str, expires_in_s: float | None) -> TokenNew:
     """A new token for the user; its value is returned only here."""
-    token, now = new_token(), time.time()
+    token, now = new_token(), ctx.clock()
     expires = None if expires_in_s is None else now + expires_in_s
     purge_expired(ctx, now)
     with ctx.db.write() as s:

@@ -125,7 +125,7 @@ def report(
 ) -> dict[str, Any]:
     if by not in GROUPS:
         raise BadRequest(f"invalid by {by!r}: choose day, user or lab")
-    now = time.time()
+    now = ctx.clock()
     with ctx.db.read() as s:
         pieces = [
             *_charged(s.execute(_filter(_segments(win), lab, user))),
