@@ -79,6 +79,7 @@ class Job(TypedDict):
     priority: int
     kind: str
     preemptible: bool
+    requeue: bool
     borrowing: bool
     over_reservation: bool
     burst: int | None
@@ -125,6 +126,7 @@ class SubmitFields(TypedDict, total=False):
     env: dict[str, str]
     kind: str
     preemptible: bool
+    requeue: bool
     client_request_id: str
     array: str
     after: list[str]

@@ -99,14 +99,14 @@ def test_script_headers_set_defaults_until_the_first_command(tmp_path: Path) -> 
         "#NANUM --gpus 2 --time 4h\n"
         "\n"
         "#NANUM --mem=32G --env SEED=1 --env WANDB_MODE=offline   # a trailing comment\n"
-        "#NANUM --no-preempt --name 'big run'\n"
+        "#NANUM --no-preempt --no-requeue --name 'big run'\n"
         "python train.py\n"
         "#NANUM --gpus 8\n"
     ))
     options = read_script_header(script)
     assert options == SubmitOptions(gpus=2, time_limit_s=4 * 3600, memory_mb=32 * 1024,
                                     env={"SEED": "1", "WANDB_MODE": "offline"}, preemptible=False,
-                                    name="big run")
+                                    requeue=False, name="big run")
 
 
 def test_a_bad_header_names_the_script_line_and_option(tmp_path: Path) -> None:

@@ -74,3 +74,31 @@ def test_a_fenced_report_after_the_job_moved_on_leaves_the_new_run_alone(
     again = job(client, j["id"])
     assert again["state"] == "running" and again["runs"] == 2
     assert [d.job_id for d in other.beat().desired] == [j["id"]]
+
+
+def test_a_no_requeue_job_fails_when_its_node_is_lost(client: AsgiClient, ctx: ServerContext,
+                                                      agent: FakeAgent) -> None:
+    once = submit(client, gpus=1, requeue=False)
+    again = submit(client, gpus=1)
+    assert job(client, once["id"])["requeue"] is False and job(client, again["id"])["requeue"] is True
+    tick(client)
+    agent.beat()
+    st = ctx.settings
+    client.app.state.scheduler.tick(now=time.time() + st.requeue_after_s(st.grace_s) + 1)  # the node went silent
+    failed, requeued = job(client, once["id"]), job(client, again["id"])
+    assert failed["state"] == "failed" and "--no-requeue" in failed["reason"]
+    assert requeued["state"] == "pending" and requeued["runs"] == 1
+
+
+def test_a_no_requeue_job_its_agent_fenced_fails(client: AsgiClient, agent: FakeAgent) -> None:
+    j = submit(client, gpus=1, requeue=False)
+    tick(client)
+    agent.beat()
+    agent.running.pop(j["id"])
+    agent.exited[j["id"]] = JobStatus(
+        job_id=j["id"], state="exited", exit_code=143, signal=15, fenced=True, ended_at=time.time(), stopped=True,
+        run=1,
+    )
+    agent.beat()
+    ended = job(client, j["id"])
+    assert ended["state"] == "failed" and "--no-requeue" in ended["reason"]

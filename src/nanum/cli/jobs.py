@@ -48,6 +48,8 @@ WorkdirOpt = Annotated[str | None, _Opt("--workdir", "-D", metavar="DIR",
 EnvOpt = Annotated[list[str] | None, _Opt(
     "--env", "-e", metavar="K=V", help="Environment variable for the job (K alone copies yours); repeat.")]
 NoPreemptOpt = Annotated[bool, _Opt("--no-preempt", help="Never preempt this job (it will not borrow GPUs).")]
+NoRequeueOpt = Annotated[bool, _Opt("--no-requeue", help=(
+    "If a node it runs on is lost, fail the job instead of queueing it again (for jobs that must not run twice)."))]
 ArrayOpt = Annotated[str | None, _Opt("--array", metavar="SPEC", help=(
     "An array of tasks: 0-99%8 (at most 8 at once), 1,3,5-9, 0-20:2; each task gets $NANUM_ARRAY_TASK_ID."))]
 AfterOpt = Annotated[list[str] | None, _Opt("--after", metavar="ID[,ID]", help="Start after these jobs started.")]
@@ -89,6 +91,7 @@ def submit(
     workdir: WorkdirOpt = None,
     env: EnvOpt = None,
     no_preempt: NoPreemptOpt = False,
+    no_requeue: NoRequeueOpt = False,
     array: ArrayOpt = None,
     after: AfterOpt = None,
     after_ok: AfterOkOpt = None,

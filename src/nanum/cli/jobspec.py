@@ -82,6 +82,7 @@ class SubmitOptions(NamedTuple):
     workdir: str | None = None
     env: dict[str, str] = {}  # noqa: RUF012 - never changed in place: `over` makes a new one
     preemptible: bool | None = None
+    requeue: bool | None = None
     array: str | None = None
     after: tuple[str, ...] | None = None
     after_ok: tuple[str, ...] | None = None
@@ -189,7 +190,8 @@ HEADER_OPTIONS: dict[str, tuple[str, Any]] = {
 #: Short forms, as `nanum submit --help` lists them.
 SHORT_OPTIONS = {"-g": "--gpus", "-N": "--nodes", "-c": "--cpus", "-t": "--time", "-J": "--name",
                  "-D": "--workdir", "-e": "--env", "-o": "--output", "-E": "--environment"}
-FLAGS = {"--no-preempt": ("preemptible", False), "--keep-if-unmet": ("keep_if_unmet", True),
+FLAGS = {"--no-preempt": ("preemptible", False), "--no-requeue": ("requeue", False),
+         "--keep-if-unmet": ("keep_if_unmet", True),
          "--torchrun": ("torchrun", True)}
 #: Options that may be given more than once, each adding a value.
 REPEATED = {"--constraint": ("constraints", parse_constraint),
@@ -323,7 +325,7 @@ def build_request(command: list[str], cli: SubmitOptions, cwd: StrPath, notes: l
 
 _PASSED_AS_IS = ("gpus", "nodes", "gpu_model", "gpu_memory_mb", "constraints", "torchrun",
                  "cpus", "memory_mb", "time_limit_s", "priority", "lab",
-                 "preemptible", "array", "after", "after_ok", "after_failed", "after_any", "keep_if_unmet",
+                 "preemptible", "requeue", "array", "after", "after_ok", "after_failed", "after_any", "keep_if_unmet",
                  "retries", "environment", "datasets")
 
 #: Runs "$@" with stdout to $1 and stderr to $2 (to $1 when $2 is empty or the same), after expanding %j (the

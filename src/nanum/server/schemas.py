@@ -89,6 +89,8 @@ class JobSubmit(ApiIn):
     preemptible: bool | None = Field(default=None, description=(
         "may be preempted, and so borrow idle GPUs beyond its lab's share; default: true for batch jobs, false for "
         "notebooks and shells"))
+    requeue: bool = Field(default=True, description=(
+        "queued again when a node it runs on is lost (its other parts are stopped first); false: it fails instead"))
     client_request_id: str | None = Field(
         default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$",
         description="the same id from the same user again returns the job it made instead of a second one",
@@ -178,6 +180,7 @@ class JobOut(BaseModel):
     priority: int
     kind: str
     preemptible: bool
+    requeue: bool = True
     borrowing: bool
     over_reservation: bool = Field(default=False, description=(
         "running on GPUs reserved for a blocked job, which preempts it when it can start"))

@@ -115,6 +115,7 @@ def job_out(row: Any, user: str, lab: str) -> dict[str, Any]:
         "priority": row.priority,
         "kind": row.kind,
         "preemptible": row.preemptible,
+        "requeue": row.requeue is not False,
         "borrowing": row.borrowing,
         "over_reservation": bool(row.over_reservation) and row.state == "running",
         "burst": row.burst,

@@ -13,7 +13,20 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Table, Text, UniqueConstraint, false
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    false,
+    true,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -211,6 +224,8 @@ class JobRow(Base):
     after: Mapped[list[list[str]] | None] = mapped_column(JSON(none_as_null=True))
     #: Kept pending (not cancelled) when a job it waits for can no longer satisfy it.
     keep_if_unmet: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    #: Queued again when a node it runs on is lost (False: it fails instead; `--no-requeue`).
+    requeue: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
     #: How many more times it is requeued when a run fails.
     retries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     #: Each ended run's exit code (None: it had none), in order.

@@ -65,6 +65,7 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> tuple[dict[st
         runs=0,
         attained_gpu_seconds=0.0,
         client_request_id=spec.client_request_id,
+        requeue=spec.requeue,
         session_secret=secrets.token_urlsafe(32) if spec.kind in ("notebook", "shell") else None,
     )
     tasks, limit = parse_array(spec.array) if spec.array is not None else ([], None)

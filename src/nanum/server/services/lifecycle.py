@@ -98,6 +98,8 @@ def part_exited(
         return set()
     woken: set[str] = set()
     why, message, code = _part_outcome(status)
+    if why == "lost" and not job.requeue:
+        why, message = "fail", f"{message} (submitted with --no-requeue: not run again)"
     rest = _holds_any(s, job.id)
     if job.stop in REQUEUED and why is None and status.stopped is False and not rest:
         job.stop = None  # it ran to a successful end before its agent could stop it: it completed, not requeued
@@ -230,9 +232,15 @@ def node_lost(s: Session, node: NodeRow, now: float, half_life: float = DEFAULT_
     for job in s.scalars(select(JobRow).where(JobRow.id.in_(job_ids)).order_by(JobRow.id).with_for_update()):
         if job.state != "running":
             continue
-        if job.stop is None and job.nodes == 1:
-            job.lost_from = job.allocation
-        woken |= request_stop(s, job, "lost", now, f"node {node.name} stopped answering")
+        if not job.requeue:
+            why = f"node {node.name} stopped answering (submitted with --no-requeue: not run again)"
+            if STRENGTH["fail"] > STRENGTH.get(job.stop or "", 0):
+                job.reason = why
+            woken |= request_stop(s, job, "fail", now, why)
+        else:
+            if job.stop is None and job.nodes == 1:
+                job.lost_from = job.allocation
+            woken |= request_stop(s, job, "lost", now, f"node {node.name} stopped answering")
         if not _holds_any(s, job.id):
             finalize(s, job, now, half_life)
     return woken
