@@ -54,12 +54,12 @@ async def current_node(request: Request, ctx: Context) -> NodeCaller:
     from nanum.server.services import accounts
 
     key = "n:" + hash_token(_bearer(request))
-    found = ctx.caches.callers.get(key)
+    found = ctx.caches.node_tokens.get(key)
     if found is None:
         found = await run_in_threadpool(accounts.node_by_token_hash, ctx, key[2:])
         if found is None:
             raise Unauthorized("unknown node token; create one with `nanum node add NAME`")
-        ctx.caches.callers.put(key, found)
+        ctx.caches.node_tokens.put(key, found)
     assert isinstance(found, NodeCaller)
     return found
 

@@ -57,6 +57,9 @@ class TtlCache(Generic[K, V]):
 @dataclass(slots=True)
 class Caches:
     callers: TtlCache[str, object] = field(default_factory=lambda: TtlCache(10.0))
+    #: node tokens: a minute, since a fleet's every heartbeat needs one (this server forgets one at once when the
+    #: node is removed or given a new token; another server sharing the database, within the minute)
+    node_tokens: TtlCache[str, object] = field(default_factory=lambda: TtlCache(60.0))
     nodes: TtlCache[str, object] = field(default_factory=lambda: TtlCache(5.0))
     labs: TtlCache[str, object] = field(default_factory=lambda: TtlCache(5.0))
     budgets: TtlCache[str, object] = field(default_factory=lambda: TtlCache(3.0))

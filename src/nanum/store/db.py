@@ -90,7 +90,7 @@ def _make_engine(url: str, **engine_args: Any) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         engine_args.setdefault("pool_size", 10)
-        engine_args.setdefault("max_overflow", 20)
+        engine_args.setdefault("max_overflow", 30)  # 40 in all: as many as the server's worker threads
         engine_args.setdefault("pool_pre_ping", True)
         return create_engine(url, **engine_args)
     if parsed.database and parsed.database != ":memory:":

@@ -260,4 +260,5 @@ def add_node(ctx: ServerContext, name: str, token: str | None = None, replace: b
         else:
             node.token_hash = hash_token(token)
     ctx.caches.callers.clear()
+    ctx.caches.node_tokens.clear()
     return token

@@ -79,7 +79,7 @@ def remove(ctx: ServerContext, name: str, actor: str) -> None:
                            "once they have ended, or cancel them")
         s.execute(delete(NodeRow).where(NodeRow.id == node.id))
         _audit(s, actor, name, "remove", {}, f"{actor} removed node {name}")
-    ctx.caches.callers.clear()  # its agent's token
+    ctx.caches.node_tokens.clear()  # its agent's token
     _changed(ctx)
 
 
