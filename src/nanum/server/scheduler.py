@@ -47,6 +47,10 @@ log = logging.getLogger("nanum.scheduler")
 
 #: A pending job's shown reason is rewritten when only its wording changed at most this often (seconds).
 REASON_REFRESH_S = 10.0
+#: A shown estimated start is rewritten when it moved by this share of the time still to wait (at least 1 s): an
+#: estimate hours away does not need every second's shift written, and a busy queue's estimates all shift at
+#: every tick (thousands of rows per tick on a large queue).
+ESTIMATE_SLACK = 0.05
 
 
 @dataclass(slots=True)
@@ -265,7 +269,7 @@ class Scheduler:
         for p in sorted(pending, key=lambda p: p.job_id):  # rows locked in id order (see `_apply`)
             new = (p.reason.message, p.reason.code.value, p.estimated_start)
             old = plan.shown.get(p.job_id)
-            if old is None or not _changed(old, new, now - self._shown_at.get(p.job_id, 0.0)):
+            if old is None or not _changed(old, new, now - self._shown_at.get(p.job_id, 0.0), now):
                 continue
             self._shown_at[p.job_id] = now
             rows.append({"jid": p.job_id, "r": new[0], "c": new[1], "e": new[2]})
@@ -296,12 +300,15 @@ def _graces(s: Session, node_ids: list[int], default: float) -> dict[int, float]
 
 
 def _changed(
-    old: tuple[str | None, str | None, float | None], new: tuple[str, str, float | None], since_shown: float
+    old: tuple[str | None, str | None, float | None], new: tuple[str, str, float | None], since_shown: float,
+    now: float,
 ) -> bool:
     if old[1] != new[1] or (old[2] is None) != (new[2] is None):
         return True
-    if old[2] is not None and new[2] is not None and abs(old[2] - new[2]) >= 1.0:
-        return True
+    if old[2] is not None and new[2] is not None:
+        slack = max(1.0, ESTIMATE_SLACK * (min(old[2], new[2]) - now))
+        if abs(old[2] - new[2]) >= slack:
+            return True
     return old[0] != new[0] and since_shown >= REASON_REFRESH_S
 
 
