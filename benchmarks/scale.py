@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -213,6 +214,10 @@ def main() -> None:
             print(f"  {name:<22} {value:<40} {('target ' + target) if target else ''}")
         if not beats:
             print(out[-3000:], file=sys.stderr)
+        elif int(beats.group(4)):
+            said = [line for line in out.splitlines() if "node sim" in line]
+            kinds = Counter(re.sub(r"node sim\d+", "node simN", line.split(": ", 1)[-1])[:100] for line in said)
+            print("  heartbeat errors by kind:", *(f"    {n} x {k}" for k, n in kinds.most_common(5)), sep="\n")
 
 
 if __name__ == "__main__":
