@@ -21,6 +21,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Text, cast, select
@@ -65,11 +66,13 @@ JOB_COLUMNS = (
     JobRow.preemptible,
     JobRow.attained_gpu_seconds,
     JobRow.gpu_memory_mb,
-    JobRow.constraints,
     JobRow.environment,
-    JobRow.environment_spec,
-    JobRow.datasets,
+    # JSON read as text: parsed only for a job not already in the cache (`_core_job`), not for every row each tick
+    cast(JobRow.constraints, Text).label("constraints"),
+    cast(JobRow.environment_spec, Text).label("environment_spec"),
+    cast(JobRow.datasets, Text).label("datasets"),
 )
+_JSON_COLUMNS = ("constraints", "environment_spec", "datasets")
 RUN_COLUMNS = (JobRow.start_time, JobRow.charged_until, JobRow.borrowing, JobRow.last_checkpoint,
                JobRow.over_reservation)
 PENDING_COLUMNS = (JobRow.reason, JobRow.reason_code, JobRow.estimated_start)
@@ -142,7 +145,7 @@ def build(
     def job(row: Any) -> Job:
         key = (row.id, row.runs, row.attained_gpu_seconds, row.submit_time, row.priority, row.gpus,
                row.time_limit_s, row.lab_id, row.name)
-        found = jobs[key] = last_jobs.get(key) or core_job(row, users[row.user_id].name, labs[row.lab_id].name)
+        found = jobs[key] = last_jobs.get(key) or _core_job(row, users[row.user_id].name, labs[row.lab_id].name)
         return found
 
     running = _runs(cache, [(job(r), r) for r in running_rows], held, predictor)
@@ -328,6 +331,15 @@ def learn(s: Session, predictor: HistoryPredictor, after: float, limit: int = 50
     for row in reversed(rows):
         if row.start_time is not None:
             predictor.observe(
-                core_job(row, users.get(row.user_id, ""), labs.get(row.lab_id, "")), row.end_time - row.start_time
+                _core_job(row, users.get(row.user_id, ""), labs.get(row.lab_id, "")), row.end_time - row.start_time
             )
     return max((r.end_time for r in rows), default=after)
+
+
+def _core_job(row: Any, user: str, lab: str) -> Job:
+    """`core_job` for a row of `JOB_COLUMNS`, whose JSON columns come as text."""
+    values = dict(row._mapping)
+    for key in _JSON_COLUMNS:
+        text = values.get(key)
+        values[key] = json.loads(text) if text else None
+    return core_job(SimpleNamespace(**values), user, lab)
