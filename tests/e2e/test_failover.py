@@ -6,7 +6,6 @@ run log the test reads."""
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import time
 from collections import Counter
@@ -14,10 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from tests.e2e.cluster import AgentProc, ServerProc, job_account, kill_job_processes, nanum_command, remove, shared_dir
-from tests.store.databases import PG_URL
+from tests.store.databases import create_pg_schema, drop_pg_schema, pg_schema_url
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.timeout(240)]
 
@@ -27,19 +25,9 @@ JOB = ["sh", "-c", 'echo "$NANUM_JOB_ID $(date +%s.%N)" >> runs.log; sleep 1']
 @pytest.fixture
 def database() -> Iterator[str]:
     """A fresh schema in the test database, as a URL `nanum server --db` takes."""
-    schema = f"nanum_failover_{os.getpid()}_{secrets.token_hex(3)}"
-    engine = create_engine(PG_URL)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    except Exception as exc:  # any connection problem: no PostgreSQL here
-        pytest.skip(f"PostgreSQL is not reachable at {PG_URL}: {exc}")
-    try:
-        yield f"{PG_URL}?options=-csearch_path%3D{schema}"
-    finally:
-        with engine.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        engine.dispose()
+    schema = create_pg_schema()
+    yield pg_schema_url(schema)
+    drop_pg_schema(schema)
 
 
 @pytest.fixture

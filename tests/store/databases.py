@@ -41,6 +41,12 @@ def create_pg_schema() -> str:
     return schema
 
 
+def pg_schema_url(schema: str) -> str:
+    """A database URL (as `nanum server --db` takes) whose connections use `schema`."""
+    sep = "&" if "?" in PG_URL else "?"
+    return f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
+
+
 def drop_pg_schema(schema: str) -> None:
     engine = create_engine(PG_URL)
     with engine.begin() as conn:
