@@ -155,7 +155,7 @@ def finalize(s: Session, job: JobRow, now: float, half_life: float = DEFAULT_HAL
     if outcome == "failed" and (job.retries or 0) > 0:
         _retry(s, job, now)
     elif outcome == "pending":
-        what = "lost its node" if job.stop == "lost" else job.reason or "requeued"
+        what = (job.reason or "lost its node") if job.stop == "lost" else job.reason or "requeued"
         if job.stop == "preempt":
             job.preemptions = (job.preemptions or 0) + 1
             job.lost_gpu_seconds = (job.lost_gpu_seconds or 0.0) + lost
