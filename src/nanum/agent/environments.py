@@ -21,8 +21,10 @@ The working directory and checkpoint directory are mounted at their own paths, t
 preempt and activity files) too, and each dataset read-only at `/datasets/NAME`. GPUs are passed with CDI
 (`--device nvidia.com/gpu=N`, Podman) or `--gpus device=N` (Docker), and CUDA_VISIBLE_DEVICES counts them from 0
 as the container sees them; simulated GPUs pass nothing. Where the node enforces limits, the job's --cpus and
---mem become the container's own (`Containers.limits`). A SIGTERM to the job reaches the container's init
-(`--init`), which passes it on; after the grace the runtime's process is killed and the container removed.
+--mem become the container's own (`Containers.limits`). A stopped job's SIGTERM is sent through the runtime
+(`podman kill --signal TERM NAME`, `terminate_container`) to the container's init (`--init`), which passes it on:
+a SIGTERM to the runtime's own process could arrive before it forwards signals, and it then exits 0, leaving the
+job unwarned. After the grace the runtime's process is killed and the container removed.
 The runtime's configuration comes from the agent's environment (CONTAINERS_CONF, CONTAINERS_STORAGE_CONF,
 DOCKER_HOST, ...), so an operator points every job at one store.
 """
@@ -35,7 +37,8 @@ import re
 import shutil
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,7 +47,7 @@ from nanum.protocol import JobLaunch
 
 __all__ = [
     "Containers", "container_command", "container_ended", "container_name", "container_sessions", "find_runtimes",
-    "host_command", "in_container", "present_paths", "runtime_env",
+    "host_command", "in_container", "present_paths", "runtime_env", "terminate_container",
 ]
 
 RUNTIMES = ("podman", "docker")
@@ -200,6 +203,27 @@ def container_ended(launch: JobLaunch, containers: Containers, node: str, exit_c
     if exit_code == RUNTIME_FAILED and launch.environment_spec is not None:
         return f"the container runtime could not run image {launch.environment_spec.image}; the job's log says why"
     return None
+
+
+def terminate_container(launch: JobLaunch, containers: Containers, node: str, until: float,
+                        running: Callable[[], bool]) -> None:
+    """SIGTERM the job's container through its runtime, in a thread of its own: trying again while the runtime
+    is still creating it, until it takes the signal, `running()` turns false, or `until` (time.time()) passes."""
+    try:
+        _, exe = containers.pick(launch, node)
+    except Refused:
+        return
+
+    def send() -> None:
+        while running() and time.time() < until:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                done = subprocess.run([exe, "kill", "--signal", "TERM", container_name(launch)], env=runtime_env(),
+                                      capture_output=True, timeout=30)
+                if done.returncode == 0:
+                    return
+            time.sleep(0.2)
+
+    threading.Thread(target=send, name="nanum-container-term", daemon=True).start()
 
 
 def _remove(exe: str, launch: JobLaunch) -> None:

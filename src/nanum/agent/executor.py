@@ -36,6 +36,7 @@ from nanum.agent.environments import (
     host_command,
     in_container,
     runtime_env,
+    terminate_container,
 )
 from nanum.agent.jobrecord import JobRecord, read_exit_file, read_log, read_workdir_failure, signal_of
 from nanum.agent.launch import check_fields, find_setpriv, job_env, prepare, spawn
@@ -392,7 +393,11 @@ class Executor:
             log.warning("job %d: cannot create %s: %s", record.job_id, record.preempt_path, exc)
         record.stop_reason, record.term_at, record.kill_at = reason, now, now + max(0.0, grace_s)
         record.save()
-        self._signal_group(record, signal.SIGTERM)
+        if in_container(record.launch):
+            terminate_container(record.launch, self._containers, self.node, record.kill_at,
+                                lambda: record.state == "running")
+        else:
+            self._signal_group(record, signal.SIGTERM)
 
     def _signal_group(self, record: JobRecord, sig: signal.Signals) -> None:
         if record.pid is None or not procs.is_alive(record.pid, record.start_ticks):
