@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
+from nanum.server import shellbroker
 from nanum.server.shellbroker import ShellBroker
 
 
@@ -58,3 +61,32 @@ def test_a_relay_nobody_joins_is_closed() -> None:
         return relay
 
     assert asyncio.run(run()).closed == 4408
+
+
+class Gone(Socket):
+    """A user whose connection has dropped: sending to it fails (with whatever the server's stack raises) and
+    closing it never completes."""
+
+    async def send_bytes(self, data: bytes) -> None:
+        raise ConnectionError("the user's connection is gone")  # not a WebSocketDisconnect
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        await asyncio.sleep(3600)
+
+
+def test_the_relay_is_closed_when_its_user_drops_whatever_sending_to_the_user_raises(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(shellbroker, "CLOSE_WAIT_S", 0.05)
+
+    async def run() -> Socket:
+        broker = ShellBroker()
+        relay = Socket([{"type": "websocket.receive", "bytes": b"sleep 600\r\n"}])  # the shell echoes on
+        user = Gone([])  # it never says it left: only sending to it fails
+        waiting = asyncio.create_task(broker.join(9, "relay", relay))  # type: ignore[arg-type]
+        await asyncio.sleep(0.01)
+        await asyncio.wait_for(broker.join(9, "user", user), 5)  # type: ignore[arg-type]
+        await asyncio.wait_for(waiting, 5)
+        return relay
+
+    assert asyncio.run(run()).closed == 1000  # the relay hangs up its shell, and the job ends

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, field
 
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 __all__ = ["ShellBroker"]
 
@@ -29,6 +29,8 @@ class _Waiting:
 
 #: How long a shell's relay waits for its user.
 RELAY_WAIT_S = 600.0
+#: How long closing one side may take.
+CLOSE_WAIT_S = 5.0
 
 
 class ShellBroker:
@@ -64,20 +66,23 @@ class ShellBroker:
 
 
 async def _pipe(a: WebSocket, b: WebSocket) -> None:
+    """Copy both ways until one direction ends (a side closed or failed), then close both sides at once.
+
+    However a direction ended, both sides are closed: a relay left open would keep its shell, and the job's
+    GPUs, for a user who is gone (its pings keep the connection alive)."""
     tasks = [asyncio.create_task(_copy(a, b)), asyncio.create_task(_copy(b, a))]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for task in tasks:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await _close(a, 1000, "")
-        await _close(b, 1000, "")
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(_close(a, 1000, ""), _close(b, 1000, ""))
 
 
 async def _copy(source: WebSocket, sink: WebSocket) -> None:
-    try:
+    """Copy `source`'s messages to `sink` until `source` closes or either side fails."""
+    with contextlib.suppress(Exception):
         while True:
             message = await source.receive()
             if message["type"] == "websocket.disconnect":
@@ -86,10 +91,9 @@ async def _copy(source: WebSocket, sink: WebSocket) -> None:
                 await sink.send_bytes(message["bytes"])
             elif message.get("text") is not None:
                 await sink.send_text(message["text"])
-    except (WebSocketDisconnect, RuntimeError, OSError):
-        return
 
 
 async def _close(socket: WebSocket, code: int, reason: str) -> None:
-    with contextlib.suppress(RuntimeError, WebSocketDisconnect, OSError):
-        await socket.close(code=code, reason=reason)
+    """Close `socket`, giving up after `CLOSE_WAIT_S` (a peer that is gone does not answer)."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(socket.close(code=code, reason=reason), CLOSE_WAIT_S)
