@@ -1,0 +1,68 @@
+"""The Python SDK: a typed HTTP client for the nanum server, used by the CLI, the tests and your own scripts.
+
+    from nanum.client import Client
+
+    with Client.from_settings() as nanum:            # NANUM_SERVER/NANUM_TOKEN, else `nanum login`'s file
+        job = nanum.submit(["python", "train.py"], gpus=2, time_limit_s=4 * 3600)
+        done = nanum.wait(job["id"], timeout=8 * 3600)
+        print(done["state"], done["exit_code"], nanum.logs(job["id"]).text)
+
+Objects come back exactly as the API returns them (docs/api.md), typed as `TypedDict`s. Failures raise
+`ApiError` (the server refused: `.status`, `.detail`), `ServerUnreachable` or `WaitTimeout`, all of them
+`NanumError`s.
+
+The client speaks HTTP/1.1 over one kept-alive connection with the standard library (`nanum._http`), because
+the `nanum` command must start fast and httpx with httpcore costs 50 ms to import. Pass any httpx transport
+(`transport=httpx.MockTransport(handler)` in tests, `httpx.HTTPTransport(proxy=...)` behind a proxy) to send
+the same requests through httpx instead.
+"""
+
+from nanum.client._cluster import ClusterCalls
+from nanum.client._connection import resolve_settings
+from nanum.client._errors import ApiError, NanumError, ServerUnreachable, WaitTimeout, _NoAnswer
+from nanum.client._jobs import JobCalls
+from nanum.client._objects import (
+    TERMINAL_STATES,
+    Allocation,
+    Gpu,
+    Job,
+    Lab,
+    LogChunk,
+    Me,
+    NewToken,
+    Node,
+    SubmitFields,
+)
+from nanum.client._sharing import SharingCalls
+
+__all__ = [
+    "TERMINAL_STATES",
+    "Allocation",
+    "ApiError",
+    "Client",
+    "Gpu",
+    "Job",
+    "Lab",
+    "LogChunk",
+    "Me",
+    "NanumError",
+    "NewToken",
+    "Node",
+    "ServerUnreachable",
+    "SubmitFields",
+    "WaitTimeout",
+    "resolve_settings",
+]
+
+
+class Client(JobCalls, ClusterCalls, SharingCalls):
+    """A connection to one nanum server as one user (or admin): a context manager, or call `close()`.
+
+    Its calls are in `JobCalls`, `ClusterCalls` and `SharingCalls`, one module each beside this one; all of them
+    go through `Connection`."""
+
+
+# Every name here is defined in a private module beside this one and shows itself (in reprs, tracebacks and
+# pickles) as nanum.client's, where it is imported from.
+for _public in (*(globals()[name] for name in __all__ if name != "TERMINAL_STATES"), _NoAnswer):
+    _public.__module__ = __name__

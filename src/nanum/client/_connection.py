@@ -1,0 +1,140 @@
+"""The connection under `nanum.client.Client`: where the server is, how each request goes and what its failure
+means, and the retrying that rides out a server restart. The calls of the API are built on `Connection._call`
+in the modules beside this one, one per part of the API.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Self, TypeVar
+
+from nanum._http import ConnectFailed, FailoverTransport, HttpTransport, Response, StdlibTransport, Timeout
+from nanum.client._errors import ApiError, NanumError, ServerUnreachable, _NoAnswer
+
+if TYPE_CHECKING:
+    import httpx
+
+_T = TypeVar("_T")
+
+
+def resolve_settings(server: str | None = None, token: str | None = None) -> tuple[str | None, str | None]:
+    """Server URL and token: the arguments, else NANUM_SERVER/NANUM_TOKEN, else the credentials file."""
+    server = server or os.environ.get("NANUM_SERVER") or None
+    token = token or os.environ.get("NANUM_TOKEN") or None
+    if server is None or token is None:
+        from nanum.config import load_credentials
+
+        saved = load_credentials()
+        if server is None:
+            server = saved.get("server")
+            token = token or saved.get("token")
+        elif token is None and saved.get("server", "").rstrip("/") == server.rstrip("/"):
+            token = saved.get("token")
+    return server, token
+
+
+def _transport(url: str, headers: dict[str, str], timeout: float,
+               transport: httpx.BaseTransport | None) -> HttpTransport:
+    base = f"{url}/api/v1"
+    if transport is not None:
+        from nanum._http import HttpxTransport
+
+        return HttpxTransport(base, headers, timeout, transport)
+    try:
+        return StdlibTransport(base, headers, timeout)
+    except ValueError:
+        raise NanumError(f"{url!r} is not a server URL; give one like http://127.0.0.1:8765") from None
+
+
+class Connection:
+    """What every call of the API goes through: the servers given, the token, one kept-alive connection."""
+
+    def __init__(
+        self,
+        server: str,
+        token: str | None = None,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        #: every server URL given (`URL1,URL2`: two servers on one database; the first that answers is used)
+        self.servers = tuple(url.strip().rstrip("/") for url in server.split(",") if url.strip())
+        if not self.servers:
+            raise NanumError(f"{server!r} is not a server URL; give one like http://127.0.0.1:8765")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        each = [_transport(url, headers, timeout, transport) for url in self.servers]
+        self._http: HttpTransport = each[0] if len(each) == 1 else FailoverTransport(each)
+
+    @property
+    def server(self) -> str:
+        """The server URL in use: the one that answered last, when several were given."""
+        return self.servers[self._http.current if isinstance(self._http, FailoverTransport) else 0]
+
+    @classmethod
+    def from_settings(cls, server: str | None = None, token: str | None = None) -> Self:
+        """A client for the configured server (see `resolve_settings`)."""
+        url, tok = resolve_settings(server, token)
+        if url is None:
+            raise NanumError(
+                "no nanum server configured; start one with `nanum up`, or run "
+                "`nanum login --server URL --token TOKEN`, or set NANUM_SERVER and NANUM_TOKEN"
+            )
+        return cls(url, tok)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- plumbing -------------------------------------------------------------------------------------------
+
+    def _call(
+        self, method: str, path: str, *, json: Any = None, params: Any = None
+    ) -> Response:
+        try:
+            response = self._http.request(method, path, json=json, params=params)
+        except ConnectFailed as exc:
+            raise ServerUnreachable(" or ".join(self.servers)) from exc
+        except Timeout as exc:
+            raise _NoAnswer(f"the nanum server at {self.server} did not answer in time") from exc
+        if response.status >= 400:
+            raise ApiError(response.status, _detail(response))
+        return response
+
+    def _retrying(self, call: Callable[[], _T], deadline: float | None = None, outage_s: float = 60.0) -> _T:
+        """Run `call`, retrying while the server is unreachable (a restart) for up to `outage_s` seconds."""
+        give_up = time.monotonic() + outage_s
+        if deadline is not None:
+            give_up = min(give_up, deadline)
+        pause = 0.2
+        while True:
+            try:
+                return call()
+            except ServerUnreachable:
+                if time.monotonic() >= give_up:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 2.0)
+
+
+def _detail(response: Response) -> str:
+    """The server's `detail` as one line (FastAPI validation errors are lists of {loc, msg})."""
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    if isinstance(detail, list):
+        parts = []
+        for item in detail:
+            loc = [str(p) for p in item.get("loc", ()) if p not in ("body", "query", "path")]
+            parts.append(f"{'.'.join(loc)}: {item.get('msg', '')}" if loc else str(item.get("msg", item)))
+        detail = "; ".join(parts)
+    if not detail:
+        detail = response.text.strip() or response.reason
+    return f"{detail}".replace("\n", " ")

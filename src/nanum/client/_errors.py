@@ -1,0 +1,40 @@
+"""What the SDK raises: every failure is a `NanumError`, so a script can catch them all in one place, and each
+kind says what went wrong in words a user can act on."""
+
+from __future__ import annotations
+
+from nanum.client._objects import Job
+
+
+class NanumError(Exception):
+    """Anything the client reports to its caller."""
+
+
+class ApiError(NanumError):
+    """The server refused a request: `status` is the HTTP status, `detail` its one-line explanation."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+class ServerUnreachable(NanumError, ConnectionError):
+    """No nanum server answers at `server`."""
+
+    def __init__(self, server: str) -> None:
+        super().__init__(f"cannot reach the nanum server at {server}; is `nanum up` running?")
+        self.server = server
+
+
+class _NoAnswer(NanumError):
+    """The server took the request but did not answer in time."""
+
+
+class WaitTimeout(NanumError, TimeoutError):
+    """`Client.wait` gave up before the job ended; `job` is its last known state."""
+
+    def __init__(self, job: Job, timeout: float) -> None:
+        super().__init__(f"job {job['id']} is still {job['state']} after {timeout:g} s")
+        self.job = job
+
