@@ -39,7 +39,8 @@ from schemathesis.python import asgi
 from nanum.server.app import create_app
 from nanum.server.callers import hash_token
 from nanum.server.context import ServerContext
-from nanum.server.schemas import JobSubmit, UserIn
+from nanum.server.job_schemas import JobSubmit
+from nanum.server.schemas import UserIn
 from nanum.server.services import accounts, jobs, logins
 
 ADMIN, MEMBER = "fuzz-admin-token", "fuzz-member-token"

@@ -1,8 +1,8 @@
 """What the API accepts: the bounds of every input, listed in docs/api.md ("Limits").
 
 Plain numbers with no imports, so the CLI checks its options against the same bounds without loading the
-server. The input models (`nanum.server.schemas`, on `nanum.server.inputs.ApiIn`) use them field by field, and
-`nanum.server.guard` caps request bodies.
+server. The input models (`nanum.server.schemas` and `nanum.server.job_schemas`, on `nanum.server.inputs.ApiIn`)
+use them field by field, and `nanum.server.guard` caps request bodies.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ from fastapi.responses import Response
 from nanum.server.api import rendering
 from nanum.server.auth import CallerDep, Context
 from nanum.server.inputs import JobIdPath
+from nanum.server.job_schemas import JobOut, JobPatch, JobSubmit
 from nanum.server.limits import MAX_OFFSET, MAX_STORED_ID
-from nanum.server.schemas import JobOut, JobPatch, JobSubmit
 from nanum.server.services import accounts, control, jobs
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])

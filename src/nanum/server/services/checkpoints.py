@@ -20,7 +20,8 @@ from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
 from nanum.server.environment_schemas import CheckpointFile, CheckpointsOut
 from nanum.server.errors import Forbidden, NotFound
-from nanum.server.schemas import FINISHED_STATES, iso
+from nanum.server.job_schemas import FINISHED_STATES
+from nanum.server.schemas import iso
 from nanum.store import JobRow
 
 __all__ = ["list_files", "prune"]

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import Conflict
-from nanum.server.schemas import JobPatch
+from nanum.server.job_schemas import JobPatch
 from nanum.server.services import jobs, lifecycle
 from nanum.store import JobRow
 

@@ -18,7 +18,8 @@ from nanum.server.arrays import parse_array
 from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import BadRequest, Conflict, Forbidden, NotFound
-from nanum.server.schemas import ACTIVE_STATES, JOB_STATES, JobSubmit, iso
+from nanum.server.job_schemas import ACTIVE_STATES, JOB_STATES, JobSubmit
+from nanum.server.schemas import iso
 from nanum.server.services import budgets, catalog, eligibility, environments, jobusage, lifecycle, nodelogs
 from nanum.server.views import core_job, job_out
 from nanum.store import JobRow, LabRow, SegmentRow, UserRow, table

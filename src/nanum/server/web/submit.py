@@ -26,7 +26,7 @@ from nanum import units
 from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import ApiError, validation_message
-from nanum.server.schemas import JobSubmit
+from nanum.server.job_schemas import JobSubmit
 from nanum.server.services import accounts, catalog, environments, jobs
 from nanum.server.web import session
 from nanum.server.web.render import page
