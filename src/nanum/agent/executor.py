@@ -9,7 +9,8 @@ thread) whenever a job starts, fails to start or ends.
 
 Stopping a job sends SIGTERM to its whole process group after creating its preempt file, then SIGKILL to the
 group after the grace period. When a job's main command ends, anything it left running in its process group is
-killed too: a job's GPUs are free when the server hears that it ended.
+killed too: a job's GPUs are free when the server hears that it ended. Beside it: the waiting for exits
+(`nanum.agent.exitwatch`), what an end means (`nanum.agent.endings`) and STATE/jobs/ (`nanum.agent.jobsdir`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import select
-import shutil
 import signal
 import subprocess
 import threading
@@ -29,6 +28,7 @@ from pathlib import Path
 from nanum.agent import fence, procs
 from nanum.agent.accounts import Refused, agent_account, job_account
 from nanum.agent.cgroups import Cgroups, oom_reason
+from nanum.agent.endings import describe_end, failed_to_start, set_result, workdir_failure
 from nanum.agent.environments import (
     Containers,
     container_command,
@@ -38,7 +38,9 @@ from nanum.agent.environments import (
     runtime_env,
     terminate_container,
 )
-from nanum.agent.jobrecord import JobRecord, read_exit_file, read_log, read_workdir_failure, signal_of
+from nanum.agent.exitwatch import POLL_S, ExitWatch
+from nanum.agent.jobrecord import JobRecord, read_exit_file, read_log, read_workdir_failure
+from nanum.agent.jobsdir import discard, empty_trash, make_jobs_dir, new_job_dir
 from nanum.agent.launch import check_fields, find_setpriv, job_env, prepare, spawn
 from nanum.protocol import JobLaunch, JobStatus
 
@@ -46,7 +48,6 @@ __all__ = ["Executor"]
 
 log = logging.getLogger("nanum.agent")
 
-POLL_S = 0.02
 MAX_SLEEP_S = 5.0
 # Processes this Python process started, by pid, shared by every Executor so that one created over the same
 # state directory (an agent restart inside one process, as tests do) can still reap them.
@@ -80,14 +81,10 @@ class Executor:
         self._checkpoint_root = checkpoint_root
         self._cond = threading.Condition(threading.RLock())
         self._jobs: dict[int, JobRecord] = {}
-        self._fd_job: dict[int, int] = {}
-        self._polled: set[int] = set()
-        self._epoll = select.epoll()
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._epoll.register(self._wake_r, select.EPOLLIN)
+        self._exits = ExitWatch()
         self._closed = False
         self._trash = False
-        self._make_dirs()
+        make_jobs_dir(self.jobs_dir, self._agent.uid)
         with self._cond:
             self._adopt()
             if cgroups is not None:
@@ -108,13 +105,13 @@ class Executor:
                 return held.status()
             record = JobRecord(launch=launch, dir=self.jobs_dir / str(launch.job_id), boot_id=self._boot)
             try:
-                self._new_dir(record)
+                new_job_dir(record.dir)
                 self._launch(record, allow_root)
             except Refused as exc:
-                self._failed_to_start(record, str(exc))
+                failed_to_start(record, str(exc))
             except Exception as exc:  # one job's bad launch must not stop the agent
                 log.exception("job %d could not be started", launch.job_id)
-                self._failed_to_start(record, f"the agent could not start the job: {exc}")
+                failed_to_start(record, f"the agent could not start the job: {exc}")
             self._jobs[launch.job_id] = record
             self._changed()
             return record.status()
@@ -133,7 +130,7 @@ class Executor:
             elif record.kill_at is not None and time.time() + grace_s < record.kill_at:
                 record.kill_at = time.time() + grace_s
                 record.save()
-        self._wake()
+        self._exits.wake()
 
     def fence(self, expires: float) -> list[int]:
         """The lease ran out at `expires` (boottime): stop every running job, SIGKILL once its grace after
@@ -156,10 +153,9 @@ class Executor:
                 return False
             del self._jobs[job_id]
         # Renaming is one quick call; the watcher thread deletes the files off the agent's critical path.
-        with contextlib.suppress(OSError):
-            record.dir.rename(self.jobs_dir / f".trash-{job_id}-{time.monotonic_ns()}")
+        discard(self.jobs_dir, record.dir, job_id)
         self._trash = True
-        self._wake()
+        self._exits.wake()
         return True
 
     def statuses(self) -> list[JobStatus]:
@@ -208,44 +204,13 @@ class Executor:
         """Stop watching. Running jobs keep running; a new Executor over the same directory re-adopts them."""
         with self._cond:
             self._closed = True
-        self._wake()
+        self._exits.wake()
         self._thread.join()
-        for fd in self._fd_job:
-            os.close(fd)
-        self._fd_job.clear()
-        self._epoll.close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        self._exits.close()
         if self._cgroups is not None:
             self._cgroups.close()
 
     # --- starting -------------------------------------------------------------------------------------------
-
-    def _make_dirs(self) -> None:
-        self.jobs_dir.mkdir(parents=True, exist_ok=True)
-        if self._agent.uid == 0:
-            # Jobs of other users must reach their preempt file (STATE/jobs/<id>/preempt) by path.
-            for directory in (self.jobs_dir.parent, self.jobs_dir):
-                os.chmod(directory, os.stat(directory).st_mode | 0o111)
-            closed = [d for d in self.jobs_dir.resolve().parents if not os.stat(d).st_mode & 0o001]
-            if closed:
-                log.warning(
-                    "jobs of other users cannot reach their NANUM_PREEMPT_FILE: %s is closed to them; "
-                    "use a --state-dir such as /var/lib/nanum/agent",
-                    closed[0],
-                )
-
-    def _new_dir(self, record: JobRecord) -> None:
-        shutil.rmtree(record.dir, ignore_errors=True)
-        record.dir.mkdir(mode=0o711)
-
-    def _failed_to_start(self, record: JobRecord, reason: str) -> None:
-        record.state, record.reason, record.ended_at = "failed_to_start", reason, time.time()
-        try:
-            record.save()
-        except OSError as exc:  # still reported from memory; a restarted agent will not know the job
-            log.warning("job %d: cannot record its failure to start in %s: %s", record.job_id, record.dir, exc)
-        log.info("job %d failed to start: %s", record.job_id, reason)
 
     def _launch(self, record: JobRecord, allow_root: bool) -> None:
         launch = record.launch
@@ -295,13 +260,7 @@ class Executor:
 
     def _watch_pid(self, record: JobRecord) -> None:
         assert record.pid is not None
-        fd = procs.open_pidfd(record.pid)
-        if fd is None:
-            self._polled.add(record.job_id)
-        else:
-            self._fd_job[fd] = record.job_id
-            self._epoll.register(fd, select.EPOLLIN)
-        self._wake()
+        self._exits.watch(record.job_id, record.pid)
 
     # --- adopting after a restart ---------------------------------------------------------------------------
 
@@ -337,13 +296,10 @@ class Executor:
                 if self._closed:
                     return
                 timeout = self._sleep_time(time.time())
-            events = self._epoll.poll(timeout)
+            ready = self._exits.wait(timeout)
             with self._cond:
-                for fd, _ in events:
-                    if fd == self._wake_r:
-                        self._drain_wake()
-                    elif fd in self._fd_job:
-                        self._finish(self._jobs[self._fd_job[fd]])
+                for job_id in self._exits.ended(ready):
+                    self._finish(self._jobs[job_id])
                 self._poll_fallback()
                 self._enforce(time.time())
             if self._trash:
@@ -351,11 +307,10 @@ class Executor:
 
     def _empty_trash(self) -> None:
         self._trash = False
-        for trash in self.jobs_dir.glob(".trash-*"):
-            shutil.rmtree(trash, ignore_errors=True)
+        empty_trash(self.jobs_dir)
 
     def _sleep_time(self, now: float) -> float:
-        if self._polled:
+        if self._exits.polled:
             return POLL_S
         due = [t for r in self._jobs.values() if r.state == "running" and (t := self._next_due(r)) is not None]
         return max(0.0, min([MAX_SLEEP_S, *(t - now for t in due)]))
@@ -367,7 +322,7 @@ class Executor:
         return None if record.killed else record.kill_at
 
     def _poll_fallback(self) -> None:
-        for job_id in list(self._polled):
+        for job_id in list(self._exits.polled):
             record = self._jobs[job_id]
             if not procs.is_alive(record.pid or 0, record.start_ticks):
                 self._finish(record)
@@ -408,14 +363,14 @@ class Executor:
     def _finish(self, record: JobRecord, lost: str | None = None) -> None:
         """Record how the job ended; kill what it left in its process group; reap it if it is our child."""
         pid = record.pid or 0
-        self._unwatch(record)
+        self._exits.unwatch(record.job_id)
         if pid:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
         proc = _CHILDREN.pop(pid, None)
         returncode = proc.wait() if proc is not None else None
         record.fenced = (record.dir / fence.FENCED_MARK).exists()
-        self._set_result(record, read_exit_file(record.exit_path), returncode, lost)
+        set_result(record, read_exit_file(record.exit_path), returncode, lost)
         if in_container(record.launch):
             why = container_ended(record.launch, self._containers, self.node, record.exit_code)
             record.reason = why or record.reason
@@ -423,10 +378,10 @@ class Executor:
         record.state, record.ended_at = "exited", time.time()
         why = read_workdir_failure(record.exit_path)
         if why is not None:  # the wrapper, as the job's user, could not enter the working directory
-            record.state, record.reason = "failed_to_start", _workdir_failure(record, why)
+            record.state, record.reason = "failed_to_start", workdir_failure(record, why)
             record.exit_code = record.signal = None
         record.save()
-        log.info("job %d ended: %s", record.job_id, _describe_end(record))
+        log.info("job %d ended: %s", record.job_id, describe_end(record))
         self._changed()
 
     def _end_cgroup(self, record: JobRecord) -> None:
@@ -434,71 +389,9 @@ class Executor:
         if self._cgroups is not None and self._cgroups.finish(record.job_id, sigkilled=record.signal == signal.SIGKILL):
             record.reason = oom_reason(record.launch.memory_mb)
 
-    def _unwatch(self, record: JobRecord) -> None:
-        self._polled.discard(record.job_id)
-        for fd, job_id in list(self._fd_job.items()):
-            if job_id == record.job_id:
-                del self._fd_job[fd]
-                self._epoll.unregister(fd)
-                os.close(fd)
-
-    @staticmethod
-    def _set_result(record: JobRecord, code: int | None, returncode: int | None, lost: str | None) -> None:
-        launcher_failed = False
-        if code is None and returncode is not None and returncode < 0:
-            code = 128 - returncode
-        elif code is None and record.killed:
-            code = 128 + signal.SIGKILL
-        elif code is None and returncode:
-            code, launcher_failed = returncode, True
-        record.exit_code = code
-        record.signal = signal_of(code) if code is not None else None
-        record.timed_out = record.stop_reason == "timeout"
-        if record.timed_out:
-            record.reason = f"time limit of {_duration(record.launch.time_limit_s or 0)} reached"
-        elif record.fenced:
-            record.reason = "stopped on its node: the agent heard nothing from the server for longer than the lease"
-        elif launcher_failed:
-            record.reason = "the job ended before its command could run; its log says why"
-        elif code is None:
-            record.reason = lost or "the job ended while the agent was not running; its exit status is unknown"
-
     def _changed(self) -> None:
         self.version += 1
         self._cond.notify_all()
         if self._on_change is not None:
             self._on_change()
 
-    def _wake(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):
-            os.write(self._wake_w, b"x")
-
-    def _drain_wake(self) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
-
-
-def _describe_end(record: JobRecord) -> str:
-    if record.signal is not None:
-        text = f"exit code {record.exit_code} (signal {record.signal})"
-    else:
-        text = f"exit code {record.exit_code}" if record.exit_code is not None else "exit status unknown"
-    return f"{text}; {record.reason}" if record.reason else text
-
-
-def _workdir_failure(record: JobRecord, why: str) -> str:
-    launch = record.launch
-    text = f"cannot enter working directory {launch.workdir} as {launch.unix_user}"
-    return f"{text}: {why}" if why else f"{text}; check that it exists and that {launch.unix_user} may enter it"
-
-
-def _duration(seconds: float) -> str:
-    """`90` → `1m 30s`, `7200` → `2h`, `0.5` → `0.5s`."""
-    if seconds < 60:
-        return f"{seconds:g}s"
-    s = round(seconds)
-    parts = [(s // 86400, "d"), (s % 86400 // 3600, "h"), (s % 3600 // 60, "m"), (s % 60, "s")]
-    return " ".join(f"{n}{u}" for n, u in parts if n) or "0s"

@@ -1,0 +1,50 @@
+"""STATE/jobs/, where the executor keeps a directory per job it holds: open to the jobs' users where the agent
+runs as root, a fresh directory for each new job, and a forgotten job's directory removed off the agent's path.
+
+Forgetting a job renames its directory to `.trash-*` (one quick call, while the agent waits); the executor's
+watcher thread deletes those later, and any left by an agent that stopped first when the next one starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+__all__ = ["discard", "empty_trash", "make_jobs_dir", "new_job_dir"]
+
+log = logging.getLogger("nanum.agent")
+
+
+def make_jobs_dir(jobs_dir: Path, agent_uid: int) -> None:
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    if agent_uid == 0:
+        # Jobs of other users must reach their preempt file (STATE/jobs/<id>/preempt) by path.
+        for directory in (jobs_dir.parent, jobs_dir):
+            os.chmod(directory, os.stat(directory).st_mode | 0o111)
+        closed = [d for d in jobs_dir.resolve().parents if not os.stat(d).st_mode & 0o001]
+        if closed:
+            log.warning(
+                "jobs of other users cannot reach their NANUM_PREEMPT_FILE: %s is closed to them; "
+                "use a --state-dir such as /var/lib/nanum/agent",
+                closed[0],
+            )
+
+
+def new_job_dir(job_dir: Path) -> None:
+    shutil.rmtree(job_dir, ignore_errors=True)
+    job_dir.mkdir(mode=0o711)
+
+
+def discard(jobs_dir: Path, job_dir: Path, job_id: int) -> None:
+    """Move a forgotten job's directory out of the way, for `empty_trash` to delete."""
+    with contextlib.suppress(OSError):
+        job_dir.rename(jobs_dir / f".trash-{job_id}-{time.monotonic_ns()}")
+
+
+def empty_trash(jobs_dir: Path) -> None:
+    for trash in jobs_dir.glob(".trash-*"):
+        shutil.rmtree(trash, ignore_errors=True)
