@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from nanum.agent.agent import Agent, AgentConfig, AgentError
+from nanum.agent.agent import Agent, AgentConfig
 from nanum.agent.executor import Executor
 from nanum.agent.gpus import simulated_gpus
+from nanum.agent.link import AgentError
 from tests.agent.conftest import NODE, make_launch
 from tests.agent.fakeserver import TOKEN, FakeServer
 

@@ -21,6 +21,9 @@ Every `sample_interval_s` the monitor (`nanum.agent.monitor`) reads the GPUs and
 next heartbeat and are kept until a reply arrives. While jobs run the server holds a heartbeat at most one
 sample interval, so their readings reach it within two; a process outside nanum appearing on a GPU, or leaving
 it, is reported at once.
+
+This module is the loop; beside it are the line to the server (`nanum.agent.link`), the bookkeeping of the log
+bytes the server holds (`nanum.agent.logship`) and the lease kept (`nanum.agent.leasing`).
 """
 
 from __future__ import annotations
@@ -30,16 +33,13 @@ import contextlib
 import fcntl
 import logging
 import os
-import pwd
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-import nanum
-from nanum.agent import fence, procs, sessions
+from nanum.agent import fence, sessions
 from nanum.agent.cgroups import ROOT as CGROUP_ROOT
 from nanum.agent.cgroups import probe as probe_cgroups
 from nanum.agent.environments import (
@@ -53,29 +53,21 @@ from nanum.agent.environments import (
 from nanum.agent.executor import Executor
 from nanum.agent.gpus import discover
 from nanum.agent.health import make_health
+from nanum.agent.leasing import LeaseKeeper
+from nanum.agent.link import AgentError, Retry, ServerLink
+from nanum.agent.logship import LogShipping
 from nanum.agent.monitor import JobView, Monitor, make_sampler
-from nanum.protocol import GpuInfo, Heartbeat, HeartbeatReply, JobStatus, LogChunk, NodeInfo
+from nanum.agent.nodeinfo import describe_node
+from nanum.protocol import GpuInfo, Heartbeat, HeartbeatReply, JobStatus, LogChunk
 
-__all__ = ["Agent", "AgentConfig", "AgentError"]
+__all__ = ["Agent", "AgentConfig"]
 
 log = logging.getLogger("nanum.agent")
 
-HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
 CHATTY_WAIT_S = 1.0
 OUTPUT_CHECK_S = 0.5
-#: How often the agent looks at its lease, and whether its guard process runs.
-LEASE_CHECK_S = 0.2
-GUARD_CHECK_S = 2.0
 #: How often the agent looks again for the environments and datasets the server asks about.
 PATHS_CHECK_S = 30.0
-
-
-class AgentError(Exception):
-    """The agent cannot go on (for example, the server refuses its token); the message says how to fix it."""
-
-
-class _Retry(Exception):
-    """This round failed; try again after a pause. The message is for the log."""
 
 
 @dataclass(slots=True)
@@ -112,10 +104,10 @@ class Agent:
         self.config = config
         #: How heartbeats reach the server (None: the network; tests may pass an in-process transport).
         self.transport = transport
-        self._server_at = 0  # the server in `config.servers` heartbeats go to
+        self._link = ServerLink(config.servers, config.name, config.token)
         if gpus is None:
             gpus, simulated = discover(config.simulate_gpus, config.name)
-        self.node = _node_info(config.name, gpus, simulated)
+        self.node = describe_node(config.name, gpus, simulated)
         if config.hostname:
             self.node.hostname = config.hostname
         self.health = make_health(simulated)
@@ -129,31 +121,20 @@ class Agent:
         self.monitor = Monitor(sampler, config.sample_interval_s)
         self.executor: Executor | None = None
         self.heartbeats = 0
-        self._offsets: dict[int, int] = {}  # log bytes the server holds, per job (None: not known yet)
-        self._acked: set[int] = set()
-        self._in_doubt: set[int] = set()  # jobs whose last log chunk went out in a request without a reply
+        self._logs = LogShipping(config.log_chunk_bytes, config.log_bytes_per_heartbeat)
         self._sent_version = -1
         self._reply = HeartbeatReply()
         self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        self._lease = fence.Lease(expires=0.0)
-        self._fenced_until = -1.0  # the lease expiry the running jobs were last fenced for
+        self._lease = LeaseKeeper(config.state_dir)
         #: Where notebooks listen (None: found on first use, see `_address`).
         self.address: str | None = None
-        #: Jobs stopped because the lease ran out (for tests and logs).
-        self.fenced: list[int] = []
 
     @property
     def server(self) -> str:
         """The server URL heartbeats go to now."""
-        servers = self.config.servers
-        return servers[self._server_at % len(servers)]
-
-    def _next_server(self) -> str:
-        """Move on to the next server given (the same one when there is only one)."""
-        self._server_at = (self._server_at + 1) % len(self.config.servers)
-        return self.server
+        return self._link.server
 
     def stop(self) -> None:
         """Ask the loop to end (from any thread). Jobs keep running; the next agent re-adopts them."""
@@ -175,11 +156,11 @@ class Agent:
             containers=self.containers,
             checkpoint_root=self.config.checkpoint_root,
         )
-        self._take_lease()
+        self._lease.take(self._reply.lease_s)
         sampling = asyncio.create_task(self.monitor.run(self._job_views, wake.set), name="nanum-monitor")
-        leasing = asyncio.create_task(self._watch_lease(), name="nanum-lease")
+        leasing = asyncio.create_task(self._lease.watch(self._check_lease), name="nanum-lease")
         try:
-            async with httpx.AsyncClient(base_url=self.server, headers=self._headers(),
+            async with httpx.AsyncClient(base_url=self.server, headers=self._link.headers(),
                                          transport=self.transport) as client:
                 await self._loop_rounds(client)
         finally:
@@ -187,52 +168,21 @@ class Agent:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            self._lease.stopped = True
-            self._lease.save(self.config.state_dir)
+            self._lease.release()
             self.executor.close()
             os.close(lock)
             log.info("agent stopped; running jobs keep running")
 
     # --- the lease ------------------------------------------------------------------------------------------
 
-    def _take_lease(self) -> None:
-        """Carry on the lease of the agent before this one (a new agent earns none before its first reply)."""
-        state_dir = self.config.state_dir
-        held, boot = fence.Lease.load(state_dir), procs.boot_id()
-        fresh = held is None or held.boot != boot  # after a reboot no job of the old lease runs
-        expires = fence.boottime() + self._reply.lease_s if fresh or held is None else held.expires
-        self._lease = fence.Lease(expires=expires, agent=os.getpid(), boot=boot)
-        self._lease.save(state_dir)
-        fence.ensure_guard(state_dir)
-
-    def _renew(self, sent: float, lease_s: float) -> None:
-        self._lease.expires = sent + lease_s
-        self._lease.save(self.config.state_dir)
+    @property
+    def fenced(self) -> list[int]:
+        """Jobs stopped because the lease ran out (for tests and logs)."""
+        return self._lease.fenced
 
     def _check_lease(self) -> None:
-        """Once the lease has run out, stop every running job (once per lapse)."""
         assert self.executor is not None
-        expires = self._lease.expires
-        if self._fenced_until == expires or not self._lease.expired():
-            return
-        self._fenced_until = expires
-        stopped = self.executor.fence(expires)
-        if stopped:
-            self.fenced.extend(stopped)
-            log.warning(
-                "no reply from the server for longer than the lease (%.0f s): stopping jobs %s, which the server "
-                "requeues", self._reply.lease_s, ", ".join(map(str, stopped)),
-            )
-
-    async def _watch_lease(self) -> None:
-        """Look at the lease often (a frozen agent that resumes stops its jobs at once), and keep a guard."""
-        next_guard = fence.boottime() + GUARD_CHECK_S
-        while True:
-            self._check_lease()
-            if fence.boottime() >= next_guard:
-                next_guard = fence.boottime() + GUARD_CHECK_S
-                await asyncio.to_thread(fence.ensure_guard, self.config.state_dir)
-            await asyncio.sleep(LEASE_CHECK_S)
+        self._lease.check(self.executor.fence, self._reply.lease_s)
 
     # --- rounds ---------------------------------------------------------------------------------------------
 
@@ -241,7 +191,7 @@ class Agent:
         while not self._stopping:
             try:
                 await self._round(client)
-            except _Retry as exc:
+            except Retry as exc:
                 failures += 1
                 # Retry well within the lease, so that a server back from a restart hears from this node (and
                 # of the jobs that ended meanwhile) before it gives the node up.
@@ -267,7 +217,7 @@ class Agent:
         self._wake.clear()
         version = self.executor.version
         statuses = self.executor.statuses()
-        chunks = self._log_chunks(statuses)
+        chunks = self._logs.chunks(self.executor, statuses)
         wait_s = min(self._wait_for(version, statuses, chunks), self._reply.lease_s / 3)
         started, sent = time.monotonic(), fence.boottime()
         samples = self.monitor.pending()
@@ -279,14 +229,14 @@ class Agent:
         finally:
             # Until a reply says what the server holds, do not send these logs again: the dropped request may
             # still be appending them on the server, and a second copy must not race it.
-            self._in_doubt = {c.job_id for c in chunks}
+            self._logs.in_doubt = {c.job_id for c in chunks}
         if reply is None:
             return False
         self._check_lease()  # a frozen agent that resumes stops its jobs before anything else
         if fence.boottime() >= sent + reply.lease_s:
-            raise _Retry(f"the server's reply came after this agent's lease ({reply.lease_s:g} s) had run out")
-        self._renew(sent, reply.lease_s)
-        self._in_doubt = set()
+            raise Retry(f"the server's reply came after this agent's lease ({reply.lease_s:g} s) had run out")
+        self._lease.renew(sent, reply.lease_s)
+        self._logs.in_doubt = set()
         self.monitor.sent(samples)
         self.heartbeats += 1
         self._sent_version = version
@@ -309,8 +259,7 @@ class Agent:
         still to send, briefly while running jobs write output (so `nanum logs -f` keeps up), else long."""
         if version != self._sent_version:
             return 0.0
-        sent = {c.job_id: c.offset + (c.nbytes or 0) for c in chunks}
-        unsent = [s for s in statuses if (s.log_size or 0) > sent.get(s.job_id, self._offsets.get(s.job_id, 0))]
+        unsent = self._logs.unsent(statuses, chunks)
         if any(s.state != "running" for s in unsent):
             return 0.0
         if unsent or chunks:
@@ -323,7 +272,7 @@ class Agent:
         """POST the heartbeat; give up on a held (long-poll) request as soon as there is news to report: a job
         started or ended, or (looked at every half second) a running job wrote output."""
         assert self._wake is not None
-        request = asyncio.ensure_future(self._post(client, beat))
+        request = asyncio.ensure_future(self._link.post(client, beat))
         if beat.wait_s == 0:
             return await request
         waker = asyncio.ensure_future(self._wake.wait())
@@ -338,7 +287,7 @@ class Agent:
                 break
         waker.cancel()
         request.cancel()
-        with contextlib.suppress(asyncio.CancelledError, _Retry, AgentError):
+        with contextlib.suppress(asyncio.CancelledError, Retry, AgentError):
             await request
         return None
 
@@ -346,30 +295,6 @@ class Agent:
         """Whether a running job wrote output since the heartbeat went out (checked while it is held)."""
         assert self.executor is not None
         return any(self.executor.log_size(job_id) > size for job_id, size in baseline.items())
-
-    async def _post(self, client: httpx.AsyncClient, beat: Heartbeat) -> HeartbeatReply:
-        try:
-            response = await client.post(
-                HEARTBEAT_PATH,
-                content=beat.model_dump_json(),
-                timeout=httpx.Timeout(10.0 + beat.wait_s, connect=5.0),
-            )
-        except httpx.TransportError as exc:
-            unreachable = self.server
-            client.base_url = self._next_server()
-            then = f"; trying {self.server} next" if self.server != unreachable else ""
-            raise _Retry(f"cannot reach the server at {unreachable} ({type(exc).__name__}){then}") from None
-        if response.status_code in (401, 403):
-            raise AgentError(
-                f"the server at {self.server} refused this node's token "
-                f"({response.status_code}); get one with `nanum node add {self.config.name}`"
-            )
-        if response.status_code != 200:
-            raise _Retry(f"the server answered the heartbeat with {response.status_code}: {_detail(response)}")
-        try:
-            return HeartbeatReply.model_validate_json(response.content)
-        except ValueError as exc:
-            raise _Retry(f"the server sent a reply this agent does not understand: {exc}") from None
 
     async def _pause(self, started: float, wait_s: float) -> None:
         """After a long poll that came back early with nothing to do, keep to the server's interval (unless
@@ -399,10 +324,9 @@ class Agent:
     def _apply(self, reply: HeartbeatReply, sent: list[LogChunk]) -> None:
         assert self.executor is not None
         self._reply = reply
-        self._update_offsets(reply, sent)
-        self._acked.update(reply.ack)
+        self._logs.update(self.executor, reply, sent)
         self._check_paths(reply.check_paths)
-        self._forget_acked()
+        self._logs.forget_acked(self.executor)
         held = self.executor.held()
         desired = {launch.job_id: launch for launch in reply.desired}
         for job_id, state in held.items():
@@ -411,7 +335,7 @@ class Agent:
                 self.executor.stop(job_id)  # with the grace its launch carries (its lab's)
         for job_id, launch in desired.items():
             if job_id not in held:
-                self._offsets[job_id] = 0
+                self._logs.offsets[job_id] = 0
                 launch = sessions.prepared(launch, address=self._address(), server=self.server)
                 status = self.executor.start(launch, allow_root=reply.allow_root)
                 log.info("job %d: %s", job_id, _describe_start(status, launch.gpus))
@@ -426,43 +350,6 @@ class Agent:
         if found != self.node.paths:
             self.node.paths = found
             self._sent_version = -1  # news: the next heartbeat goes out at once
-
-    def _update_offsets(self, reply: HeartbeatReply, sent: list[LogChunk]) -> None:
-        """The server's offsets win; where it gives none, what it accepted in this round counts as held."""
-        assert self.executor is not None
-        ends = {c.job_id: c.offset + (c.nbytes or 0) for c in sent}
-        for job_id in self.executor.held():
-            if job_id in reply.log_offsets:
-                self._offsets[job_id] = reply.log_offsets[job_id]
-            elif job_id in ends:
-                self._offsets[job_id] = ends[job_id]
-            else:
-                self._offsets.setdefault(job_id, 0)
-
-    def _forget_acked(self) -> None:
-        assert self.executor is not None
-        for job_id in list(self._acked):
-            status = self.executor.status(job_id)
-            if status is None:
-                self._acked.discard(job_id)
-            elif status.state != "running" and self._offsets.get(job_id, 0) >= self.executor.log_size(job_id):
-                self.executor.forget(job_id)
-                self._acked.discard(job_id)
-                self._offsets.pop(job_id, None)
-
-    def _log_chunks(self, statuses: list[JobStatus]) -> list[LogChunk]:
-        """New output since what the server holds: ended jobs first, at most a chunk per job and a budget."""
-        assert self.executor is not None
-        budget, chunks = self.config.log_bytes_per_heartbeat, []
-        for status in sorted(statuses, key=lambda s: (s.state == "running", s.job_id)):
-            offset = self._offsets.get(status.job_id)
-            if offset is None or status.job_id in self._in_doubt or (status.log_size or 0) <= offset or budget <= 0:
-                continue
-            text, nbytes = self.executor.read_log(status.job_id, offset, min(self.config.log_chunk_bytes, budget))
-            if nbytes:
-                chunks.append(LogChunk(job_id=status.job_id, offset=offset, data=text, nbytes=nbytes))
-                budget -= nbytes
-        return chunks
 
     def _job_views(self) -> list[JobView]:
         """The running jobs, as the monitor needs them (from the executor's own records)."""
@@ -482,13 +369,6 @@ class Agent:
             self.address = sessions.reach_address(self.server)
         return self.address
 
-    def _headers(self) -> dict[str, str]:
-        return {
-            "Authorization": f"Bearer {self.config.token}",
-            "Content-Type": "application/json",
-            "User-Agent": f"nanum-agent/{nanum.__version__}",
-        }
-
 
 def _lock_state_dir(state_dir: Path) -> int:
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -501,40 +381,7 @@ def _lock_state_dir(state_dir: Path) -> int:
     return fd
 
 
-def _node_info(name: str, gpus: list[GpuInfo], simulated: bool) -> NodeInfo:
-    uid = os.geteuid()
-    try:
-        user = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        user = str(uid)
-    return NodeInfo(
-        name=name,
-        hostname=socket.gethostname(),
-        gpus=gpus,
-        cpus=os.cpu_count() or 1,
-        memory_mb=_memory_mb(),
-        simulated=simulated,
-        unix_user=user,
-        is_root=uid == 0,
-        version=nanum.__version__,
-    )
-
-
-def _memory_mb() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
-    except (ValueError, OSError):
-        return 0
-
-
 def _describe_start(status: JobStatus, gpus: list[int]) -> str:
     if status.state == "failed_to_start":
         return f"failed to start: {status.reason}"
     return f"started on GPUs {','.join(map(str, gpus)) or 'none'} (pid {status.pid})"
-
-
-def _detail(response: httpx.Response) -> str:
-    try:
-        return str(response.json().get("detail", response.text))[:300]
-    except ValueError:
-        return response.text[:300]

@@ -111,8 +111,9 @@ def agent(
     import socket
 
     from nanum.agent import nodetoken
-    from nanum.agent.agent import Agent, AgentConfig, AgentError
+    from nanum.agent.agent import Agent, AgentConfig
     from nanum.agent.gpus import SpecError, parse_spec
+    from nanum.agent.link import AgentError
     from nanum.cli.common import fail
     from nanum.config import default_home
 

@@ -1,0 +1,79 @@
+"""The agent's hold on its lease (`nanum.agent.fence` explains fencing): carry on the lease of the agent before
+it, renew it with every reply, look at it often, stop the node's jobs once it has run out, and keep a guard
+process running for when the agent itself cannot.
+
+Looking often matters for an agent that was frozen: when it resumes it must stop its jobs before it does anything
+else, since the server may have given them to other nodes meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from nanum.agent import fence, procs
+
+__all__ = ["GUARD_CHECK_S", "LEASE_CHECK_S", "LeaseKeeper"]
+
+log = logging.getLogger("nanum.agent")
+
+#: How often the agent looks at its lease, and whether its guard process runs.
+LEASE_CHECK_S = 0.2
+GUARD_CHECK_S = 2.0
+
+
+class LeaseKeeper:
+    """The lease of the agent using `state_dir`, as STATE/lease holds it."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.lease = fence.Lease(expires=0.0)
+        self._fenced_until = -1.0  # the lease expiry the running jobs were last fenced for
+        #: Jobs stopped because the lease ran out (for tests and logs).
+        self.fenced: list[int] = []
+
+    def take(self, lease_s: float) -> None:
+        """Carry on the lease of the agent before this one (a new agent earns none before its first reply)."""
+        held, boot = fence.Lease.load(self.state_dir), procs.boot_id()
+        fresh = held is None or held.boot != boot  # after a reboot no job of the old lease runs
+        expires = fence.boottime() + lease_s if fresh or held is None else held.expires
+        self.lease = fence.Lease(expires=expires, agent=os.getpid(), boot=boot)
+        self.lease.save(self.state_dir)
+        fence.ensure_guard(self.state_dir)
+
+    def renew(self, sent: float, lease_s: float) -> None:
+        self.lease.expires = sent + lease_s
+        self.lease.save(self.state_dir)
+
+    def release(self) -> None:
+        """The agent stops: the guard may leave once no job runs."""
+        self.lease.stopped = True
+        self.lease.save(self.state_dir)
+
+    def check(self, stop_jobs: Callable[[float], list[int]], lease_s: float) -> None:
+        """Once the lease has run out, stop every running job (once per lapse): `stop_jobs(expires)` stops them
+        and returns their ids; `lease_s` is the lease the server gave, for the log."""
+        expires = self.lease.expires
+        if self._fenced_until == expires or not self.lease.expired():
+            return
+        self._fenced_until = expires
+        stopped = stop_jobs(expires)
+        if stopped:
+            self.fenced.extend(stopped)
+            log.warning(
+                "no reply from the server for longer than the lease (%.0f s): stopping jobs %s, which the server "
+                "requeues", lease_s, ", ".join(map(str, stopped)),
+            )
+
+    async def watch(self, check: Callable[[], None]) -> None:
+        """Call `check` often (a frozen agent that resumes stops its jobs at once), and keep a guard."""
+        next_guard = fence.boottime() + GUARD_CHECK_S
+        while True:
+            check()
+            if fence.boottime() >= next_guard:
+                next_guard = fence.boottime() + GUARD_CHECK_S
+                await asyncio.to_thread(fence.ensure_guard, self.state_dir)
+            await asyncio.sleep(LEASE_CHECK_S)

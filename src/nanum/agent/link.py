@@ -1,0 +1,86 @@
+"""The agent's line to the server: which server its heartbeats go to, with what credentials, and what an answer
+means for the round that sent it.
+
+Several servers may share one database (`URL1,URL2`); a heartbeat that cannot reach one goes to the next in the
+following round. A refused token ends the agent before it ever connected (`AgentError`: the message says how to
+fix it) and is retried after; any other failure (no answer, an error status, a reply this agent does not
+understand) fails only the round (`Retry`), and the jobs keep running.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+import nanum
+from nanum.protocol import Heartbeat, HeartbeatReply
+
+__all__ = ["HEARTBEAT_PATH", "AgentError", "Retry", "ServerLink"]
+
+HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
+
+
+class AgentError(Exception):
+    """The agent cannot go on (for example, the server refuses its token); the message says how to fix it."""
+
+
+class Retry(Exception):
+    """This round failed; try again after a pause. The message is for the log."""
+
+
+class ServerLink:
+    """The servers given (tried in turn) and the node's name and token."""
+
+    def __init__(self, servers: tuple[str, ...], node: str, token: str) -> None:
+        self.servers = servers
+        self.node = node
+        self.token = token
+        self._at = 0  # the server in `servers` heartbeats go to
+
+    @property
+    def server(self) -> str:
+        """The server URL heartbeats go to now."""
+        return self.servers[self._at % len(self.servers)]
+
+    def next_server(self) -> str:
+        """Move on to the next server given (the same one when there is only one)."""
+        self._at = (self._at + 1) % len(self.servers)
+        return self.server
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "Authorization": f"Bearer {self.token}",
+            "Content-Type": "application/json",
+            "User-Agent": f"nanum-agent/{nanum.__version__}",
+        }
+
+    async def post(self, client: httpx.AsyncClient, beat: Heartbeat) -> HeartbeatReply:
+        """Send one heartbeat; its reply, or `Retry` / `AgentError` saying why there is none."""
+        try:
+            response = await client.post(
+                HEARTBEAT_PATH,
+                content=beat.model_dump_json(),
+                timeout=httpx.Timeout(10.0 + beat.wait_s, connect=5.0),
+            )
+        except httpx.TransportError as exc:
+            unreachable = self.server
+            client.base_url = self.next_server()
+            then = f"; trying {self.server} next" if self.server != unreachable else ""
+            raise Retry(f"cannot reach the server at {unreachable} ({type(exc).__name__}){then}") from None
+        if response.status_code in (401, 403):
+            raise AgentError(
+                f"the server at {self.server} refused this node's token "
+                f"({response.status_code}); get one with `nanum node add {self.node}`"
+            )
+        if response.status_code != 200:
+            raise Retry(f"the server answered the heartbeat with {response.status_code}: {_detail(response)}")
+        try:
+            return HeartbeatReply.model_validate_json(response.content)
+        except ValueError as exc:
+            raise Retry(f"the server sent a reply this agent does not understand: {exc}") from None
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("detail", response.text))[:300]
+    except ValueError:
+        return response.text[:300]
