@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pexpect
 import pytest
+from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from tests.e2e.cluster import Cluster, job_account, nanum_command, remove, shared_dir
@@ -360,3 +361,73 @@ def test_a_notebook_submitted_from_the_dashboard_opens_in_a_new_tab(cluster: Clu
             browser.close()
     assert cluster.job(job_id)["preemptible"] is False  # picking Notebook ticked Never preempt
     assert cluster.nanum("notebook", "stop", str(job_id), user="alice").returncode == 0
+
+
+def test_a_shell_submitted_from_the_dashboard_is_a_terminal_in_the_browser(cluster: Cluster, workdir: Path) -> None:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium)")
+    from playwright.sync_api import expect, sync_playwright
+
+    from nanum.server.web import xterm
+
+    if not xterm.available():
+        pytest.skip("needs xterm.js for the web terminal (python -m nanum.server.web.xterm; make does it)")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 640})
+            page.set_default_timeout(30_000)
+            page.goto(cluster.url + "/submit")
+            page.fill("#token", cluster.tokens["alice"])
+            page.click("button[type=submit]")
+            page.check("input[name=kind][value=shell]")
+            page.fill("#workdir", str(workdir))
+            page.click("form.submit button[type=submit]")
+            expect(page).to_have_url(re.compile(r"/jobs/\d+/terminal$"))
+            job_id = int(page.url.rsplit("/", 2)[1])
+            expect(page.locator("[data-terminal-status]")).to_have_text("connected", timeout=60_000)
+            rows = page.locator(".xterm-rows")
+            expect(rows).to_contain_text("$")  # the login shell's prompt
+            page.locator(".xterm").click()
+            page.keyboard.type("echo gpus=$CUDA_VISIBLE_DEVICES term=$TERM; cd /no/such/dir\n")
+            expect(rows).to_contain_text(re.compile(r"gpus=\d term=xterm-256color"))
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SHOTS / "terminal.png"))
+            page.keyboard.type("exit 3\n")
+            expect(page.locator("[data-terminal-status]")).to_have_text("the shell exited with code 3")
+            # Another user neither sees the terminal page nor joins the shell.
+            other = browser.new_page()
+            other.goto(cluster.url + f"/jobs/{job_id}/terminal")
+            other.fill("#token", cluster.tokens["bob"])
+            other.click("button[type=submit]")
+            expect(other.locator("main")).to_contain_text("another user's")
+        finally:
+            browser.close()
+    job = cluster.wait_state(job_id, "failed", timeout=30)
+    assert job["exit_code"] == 3 and job["kind"] == "shell" and job["preemptible"] is False
+
+
+def test_a_shell_websocket_from_another_site_is_refused_even_with_the_owners_cookie(
+    cluster: Cluster, workdir: Path
+) -> None:
+    """A page of another site can make the browser open a websocket to this server with the owner's cookie
+    (where SameSite does not stop it); the server takes the cookie only from its own pages."""
+    import httpx
+
+    with httpx.Client(base_url=cluster.url, timeout=10) as web:
+        nonce = re.search(r'name="nonce" value="([^"]+)"', web.get("/login").text)
+        assert nonce is not None
+        web.post("/login", data={"token": cluster.tokens["alice"], "nonce": nonce.group(1)})
+        cookie = "; ".join(f"{k}={v}" for k, v in web.cookies.items())
+    body = {"kind": "shell", "command": ["shell"], "gpus": 0, "workdir": str(workdir)}
+    job_id = cluster.api("POST", "/jobs", body, token=cluster.tokens["alice"])["id"]
+    cluster.wait_state(job_id, "running", timeout=60)
+    ws_url = cluster.url.replace("http://", "ws://") + f"/api/v1/jobs/{job_id}/shell"
+    with pytest.raises(InvalidStatus) as refused:
+        connect(ws_url, additional_headers={"Cookie": cookie, "Origin": "https://evil.example"}, open_timeout=10)
+    assert refused.value.response.status_code == 403
+    with connect(ws_url, additional_headers={"Cookie": cookie, "Origin": cluster.url}, open_timeout=10) as ws:
+        ws.send(b"exit 4\r")
+        while not isinstance(message := ws.recv(timeout=30), str):
+            pass
+    assert json.loads(message) == {"exit": 4}  # the dashboard's own page is let in

@@ -42,7 +42,7 @@ def test_a_batch_job_from_the_form_is_the_job_the_api_makes(client: AsgiClient, 
         body = {"name": name, "path": f"/data/{name}"}
         assert client.post("/api/v1/datasets", json=body, headers=auth(ADMIN)).status_code == 201
     page = get(client, "/submit", alice).text
-    assert '<a href="/submit" class="active">Submit</a>' in page and "nanum shell" in page
+    assert '<a href="/submit" class="active">Submit</a>' in page and 'value="shell"' in page
     assert '<option value="torch">torch (lab vision)</option>' in page and "coco (everyone)" in page
     assert '<option value="vision" selected>vision</option>' in page and '"nlp"' not in page  # alice's labs only
     fields = form(client, alice, command="python train.py --note 'two words'", name="resnet", gpus="2",
@@ -78,7 +78,7 @@ def test_a_batch_job_from_the_form_is_the_job_the_api_makes(client: AsgiClient, 
         ({"command": ""}, 422, "command: nothing to run"),
         ({"lab": "nlp"}, 403, "user alice is not a member of lab nlp"),
         ({"environment": "nope"}, 400, "no environment named nope for this job's lab"),
-        ({"kind": "shell"}, 422, "kind: a shell needs a terminal"),
+        ({"kind": "daemon"}, 422, "invalid kind: input should be 'batch', 'notebook' or 'shell'"),
     ],
 )
 def test_a_bad_value_comes_back_with_the_form_and_one_sentence(
@@ -105,6 +105,28 @@ def test_no_csrf_token_no_job_and_no_session_no_page(client: AsgiClient, alice: 
     assert r.status_code == 303 and r.headers["location"] == "/login?next=%2Fsubmit"
     assert post(client, "/submit", fields).status_code == 303  # to the login page, nothing queued
     assert client.get("/api/v1/jobs", headers=auth(ALICE)).json() == []
+
+
+def test_a_shell_from_the_form_opens_its_terminal_page_for_its_owner_alone(
+    client: AsgiClient, alice: dict[str, str]
+) -> None:
+    r = post(client, "/submit", form(client, alice, kind="shell", command="ignored", env="SEED=1"), alice)
+    assert r.status_code == 303, refusal(r.text)
+    job_id = int(r.headers["location"].removeprefix("/jobs/").removesuffix("/terminal"))
+    assert r.headers["location"] == f"/jobs/{job_id}/terminal"
+    j = job(client, job_id)
+    assert (j["kind"], j["name"], j["command"]) == ("shell", "shell", ["shell"])
+    assert j["env"] == {"TERM": "xterm-256color", "SEED": "1"}  # the browser's terminal is an xterm
+    terminal = get(client, f"/jobs/{job_id}/terminal", alice)
+    assert terminal.status_code == 200 and f'data-job="{job_id}"' in terminal.text
+    assert "style-src 'self' 'unsafe-inline'" in terminal.headers["content-security-policy"]
+    assert "script-src 'self';" in terminal.headers["content-security-policy"]  # scripts stay the server's own
+    link = f'href="/jobs/{job_id}/terminal" data-terminal-link>Open terminal'
+    assert link in get(client, f"/jobs/{job_id}", alice).text
+    bob = login(client, BOB)
+    refused = get(client, f"/jobs/{job_id}/terminal", bob)
+    assert refused.status_code == 403 and "another user&#39;s" in refused.text
+    assert "Open terminal" not in get(client, f"/jobs/{job_id}", bob).text
 
 
 def test_a_notebook_opens_from_its_page_once_it_runs(

@@ -123,6 +123,8 @@ def _from_user(ws: Any, master: int, pid: int) -> None:
                 os.write(master, message)
             else:
                 _control(master, message)
+    if not _alive(pid):  # the shell ended first (its exit closed the connection)
+        return
     _hang_up(pid, master)
     deadline = time.monotonic() + HANGUP_GRACE_S
     while time.monotonic() < deadline:
@@ -143,8 +145,8 @@ def _hang_up(pid: int, master: int) -> None:
     leader) and to the terminal's foreground process group."""
     groups = {pid}
     with contextlib.suppress(OSError):
-        groups.add(os.tcgetpgrp(master))
-    for group in groups:
+        groups.add(os.tcgetpgrp(master))  # 0 (or an error) once nobody holds the terminal
+    for group in groups - {0, os.getpgrp()}:  # never the relay's own group: that would end the job as hung up
         for sig in (signal.SIGHUP, signal.SIGCONT):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(group, sig)

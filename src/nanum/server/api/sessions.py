@@ -4,6 +4,8 @@ the owner logged in to the dashboard or holding an API token), the owner's shell
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
@@ -29,12 +31,23 @@ TARGET_TTL_S = 2.0
 
 async def _caller(conn: Request | WebSocket) -> Caller:
     """The owner's API token (`Authorization: Bearer`) or, in a browser, their dashboard session. Another
-    scheme is JupyterLab's own (its page sends `Authorization: token ...`) and is not nanum's to check."""
+    scheme is JupyterLab's own (its page sends `Authorization: token ...`) and is not nanum's to check.
+
+    A websocket that logs in by the session cookie must come from a page of this server (its `Origin` names
+    this host): browsers send cookies with websockets that other sites open, and the cookie's SameSite rule is
+    the only other guard."""
     if conn.headers.get("authorization", "").lower().startswith("bearer "):
         return await current_caller(conn, conn.app.state.ctx)  # type: ignore[arg-type]
     if conn.cookies.get(COOKIE):
+        if isinstance(conn, WebSocket) and not _same_origin(conn):
+            raise LoginRequired()
         return await session_caller(conn)  # type: ignore[arg-type]
     raise LoginRequired()
+
+
+def _same_origin(websocket: WebSocket) -> bool:
+    origin = websocket.headers.get("origin")
+    return origin is None or urlsplit(origin).netloc.lower() == websocket.headers.get("host", "").lower()
 
 
 async def _target(conn: Request | WebSocket, caller: Caller, job_id: int) -> sessions.Target:
@@ -82,12 +95,13 @@ def _broker(websocket: WebSocket) -> ShellBroker:
 
 @router.websocket("/jobs/{job_id}/shell")
 async def shell_websocket(websocket: WebSocket, job_id: int) -> None:
-    """The owner's terminal on running shell job `job_id` (`nanum shell`): binary frames are terminal bytes,
-    text frames JSON (`{"resize": [ROWS, COLS]}` in, `{"exit": CODE}` out, last)."""
+    """The owner's terminal on running shell job `job_id` (`nanum shell`, or the dashboard's terminal page,
+    logged in by its session): binary frames are terminal bytes, text frames JSON (`{"resize": [ROWS, COLS]}`
+    in, `{"exit": CODE}` out, last)."""
     try:
-        caller = await current_caller(websocket, websocket.app.state.ctx)  # type: ignore[arg-type]
+        caller = await _caller(websocket)
         await run_in_threadpool(sessions.shell_job, websocket.app.state.ctx, caller, job_id)
-    except ApiError:
+    except (ApiError, LoginRequired):
         await websocket.close(code=1008)
         return
     await websocket.accept()

@@ -52,6 +52,11 @@ def shell_job(ctx: ServerContext, caller: Caller, job_id: int) -> None:
         raise Conflict(f"shell {job_id} is {job.state}; `nanum shell` waits for its allocation before connecting")
 
 
+def owned_shell(ctx: ServerContext, caller: Caller, job_id: int) -> None:
+    """Check that shell job `job_id` (in any state) is `caller`'s, or NotFound/Forbidden."""
+    _owned(ctx, caller, job_id, "shell")
+
+
 def relay_job(ctx: ServerContext, job_id: int, secret: str) -> None:
     """Check that `secret` is the running shell job `job_id`'s own (what its relay shows), or Unauthorized."""
     with ctx.db.read() as s:

@@ -13,7 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from nanum.server.web import admin, jobpage, login, pages, reports, sso, submit
+from nanum.server.web import admin, jobpage, login, pages, reports, sso, submit, terminal
 from nanum.server.web.render import WEB, page
 from nanum.server.web.session import CsrfFailed, LoginRequired, login_url
 
@@ -21,7 +21,7 @@ __all__ = ["install"]
 
 
 def install(app: FastAPI) -> None:
-    for module in (login, sso, pages, jobpage, reports, submit, admin):
+    for module in (login, sso, pages, jobpage, reports, submit, terminal, admin):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=WEB / "static"), name="static")
     app.add_exception_handler(LoginRequired, _login_required)

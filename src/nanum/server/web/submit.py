@@ -1,13 +1,14 @@
-"""The Submit page: a form for a batch job or a notebook that builds the same `JobSubmit` as `POST /api/v1/jobs`
-and goes through the same service, so it is checked the same way and refused with the same sentence. A value the
+"""The Submit page: a form for a batch job, a notebook or a shell that builds the same `JobSubmit` as
+`POST /api/v1/jobs` and goes through the same service, so it is checked the same way and refused with the same
+sentence. A value the
 form reads itself (memory `32G`, time `4h`, `KEY=VALUE` lines, the command line) is refused with one sentence
 naming the field. The page comes back with what was typed and the sentence (422, or the API's status for a
 refusal); a job made sends the browser to its page (303).
 
 The command is split into words as a shell would (quotes and backslashes work) and run as those words, as
 `nanum submit -- WORDS` runs them; no shell runs it, so a line that needs one (`|`, `>`, `&&`, `$VAR`, a glob) is
-refused with a pointer to `sh -c '...'` rather than passed on as literal words. Shells need a terminal: the page
-sends people to `nanum shell`.
+refused with a pointer to `sh -c '...'` rather than passed on as literal words. A shell is submitted as
+`nanum shell` submits one, and the browser goes to its terminal page (`nanum.server.web.terminal`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ FIELDS = ("kind", "command", "name", "gpus", "nodes", "gpu_model", "cpus", "memo
 AS_TYPED = ("gpus", "nodes", "cpus", "priority", "name", "gpu_model", "lab", "environment", "workdir")
 #: What a shell would do with these, unquoted: the form runs no shell, so it refuses them rather than pass them on.
 SHELL_ONLY = frozenset("|&;<>()$`*?\n")
-NOTEBOOK_COMMAND = ["jupyter", "lab"]
+#: What the job of a kind the agent runs itself is submitted with (as `nanum notebook` and `nanum shell` do).
+SESSION_COMMANDS = {"notebook": ["jupyter", "lab"], "shell": ["shell"]}
 
 
 # -- the form as a JobSubmit -----------------------------------------------------------------------------------
@@ -50,20 +52,19 @@ NOTEBOOK_COMMAND = ["jupyter", "lab"]
 def request_body(form: Mapping[str, str], datasets: list[str]) -> dict[str, Any]:
     """The `POST /jobs` body the form describes; ValueError naming the field it cannot read."""
     kind = form.get("kind") or "batch"
-    if kind == "shell":
-        raise ValueError("kind: a shell needs a terminal, which a web page cannot give it; start one with "
-                         "`nanum shell --gpus 1`")
     body: dict[str, Any] = {key: form[key] for key in AS_TYPED if form.get(key)}
     body.update(kind=kind, datasets=datasets, preemptible=form.get("no_preempt") != "on",
-                command=NOTEBOOK_COMMAND if kind == "notebook" else command_words(form.get("command", "")))
-    if kind == "notebook":
-        body.setdefault("name", "notebook")
+                command=SESSION_COMMANDS[kind] if kind in SESSION_COMMANDS else command_words(form.get("command", "")))
+    if kind in SESSION_COMMANDS:
+        body.setdefault("name", kind)
+    if kind == "shell":  # the browser's terminal is an xterm
+        body["env"] = {"TERM": "xterm-256color"}
     if form.get("memory"):
         body["memory_mb"] = units.parse_mem(form["memory"], "memory")
     if form.get("time"):
         body["time_limit_s"] = units.parse_time(form["time"], "time limit")
     if form.get("env"):
-        body["env"] = env_lines(form["env"])
+        body["env"] = {**body.get("env", {}), **env_lines(form["env"])}
     if form.get("request"):
         body["client_request_id"] = form["request"]
     return body
@@ -155,6 +156,11 @@ def _submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> int:
     return int(job["id"])
 
 
+def _landing(kind: str, job_id: int) -> str:
+    """Where the browser goes once the job is queued: a shell's terminal, else the job's page."""
+    return f"/jobs/{job_id}/terminal" if kind == "shell" else f"/jobs/{job_id}"
+
+
 @router.post("/submit")
 async def submit(request: Request, who: WebCaller) -> Response:
     """Queue the job the form describes and show its page; or the form again, as typed, with why not."""
@@ -171,4 +177,4 @@ async def submit(request: Request, who: WebCaller) -> Response:
         return await _page(request, who, form, chosen, str(exc), 422)
     except ApiError as exc:
         return await _page(request, who, form, chosen, exc.detail, exc.status)
-    return RedirectResponse(f"/jobs/{job_id}", status_code=303)
+    return RedirectResponse(_landing(spec.kind, job_id), status_code=303)

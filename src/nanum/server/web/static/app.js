@@ -9,7 +9,7 @@
     });
   });
 
-  // The Submit page: the command is a batch job's alone (a notebook runs JupyterLab); picking a kind sets "Never
+  // The Submit page: the command is a batch job's alone (a notebook runs JupyterLab, a shell a login shell); picking a kind sets "Never
   // preempt" as the command line does (`nanum notebook` is never preempted unless asked, `nanum submit` may be).
   var submitForm = document.querySelector("[data-submit-form]");
   if (submitForm) {
