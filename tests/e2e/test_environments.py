@@ -191,3 +191,61 @@ def wait_until(check: object, server: ServerProc, timeout: float = 30) -> None:
     while not check():  # type: ignore[operator]
         assert time.monotonic() < deadline, f"not within {timeout} s:\n{server.log_tail()}"
         time.sleep(0.1)
+
+
+def test_a_shell_runs_in_an_image_as_its_user_on_a_real_terminal(box: Cluster, workdir: Path) -> None:
+    import pexpect
+
+    from tests.e2e.cluster import nanum_command
+
+    uid = pwd.getpwnam(job_account()).pw_uid
+    added = box.nanum("environment", "add", "box", "--image", IMAGE, "--runtime", "podman")
+    assert added.returncode == 0, added.stderr
+    command = nanum_command()
+    child = pexpect.spawn(command[0], [*command[1:], "shell", "-E", "box", "--gpus", "1"],
+                          env=box.env(box.tokens["alice"]), cwd=str(workdir), encoding="utf-8", timeout=60)
+    try:
+        child.expect(r"Shell (\d+) on ")
+        job_id = int(child.match.group(1))
+        child.expect_exact("$ ")
+        child.sendline('echo "uid=$(id -u) tty=$(tty) secret=[$NANUM_RELAY_SECRET]"; exit 3')
+        child.expect(r"uid=(\d+) tty=(\S+) secret=\[(.*?)\]")
+        assert child.match.group(1) == str(uid)  # inside the image, as alice's account
+        assert child.match.group(2).startswith("/dev/pts/")  # a real terminal
+        assert child.match.group(3) == ""  # the relay's secret stays with the relay
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 3, child.before
+    job = box.wait_state(job_id, "failed", timeout=30)
+    assert job["exit_code"] == 3 and job["kind"] == "shell"
+    left = subprocess.run(["podman", "ps", "-a", "--format", "{{.Names}}"], env={**os.environ, **box.extra_env},
+                          capture_output=True, text=True)
+    assert f"nanum-job-{job_id}-" not in left.stdout  # the container is gone with the job
+
+
+def test_closing_the_terminal_of_a_shell_in_an_image_ends_it_and_its_container(box: Cluster, workdir: Path) -> None:
+    import pexpect
+
+    from tests.e2e.cluster import nanum_command
+
+    assert box.nanum("environment", "add", "box", "--image", IMAGE, "--runtime", "podman").returncode == 0
+    command = nanum_command()
+    child = pexpect.spawn(command[0], [*command[1:], "shell", "-E", "box", "--gpus", "1"],
+                          env=box.env(box.tokens["alice"]), cwd=str(workdir), encoding="utf-8", timeout=60)
+    child.expect(r"Shell (\d+) on ")
+    job_id = int(child.match.group(1))
+    child.expect_exact("$ ")
+    child.sendline("echo 'sleep'ing; sleep 600")
+    child.expect_exact("sleeping")
+    child.close(force=True)  # the terminal goes away
+    job = box.wait_state(job_id, "failed", "completed", timeout=60)
+    assert job["exit_code"] is not None and job["exit_code"] != 0
+    assert all(gpu["job_id"] != job_id for node in box.api("GET", "/nodes") for gpu in node["gpus"])
+    for _ in range(100):  # the runtime removes the container in the background
+        left = subprocess.run(["podman", "ps", "-a", "--format", "{{.Names}}"], env={**os.environ, **box.extra_env},
+                              capture_output=True, text=True)
+        if f"nanum-job-{job_id}-" not in left.stdout:
+            break
+        time.sleep(0.1)
+    assert f"nanum-job-{job_id}-" not in left.stdout

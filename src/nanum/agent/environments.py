@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nanum.agent.accounts import Account, Refused
+from nanum.agent.sessions import RELAY_VARS
 from nanum.protocol import JobLaunch
 
 __all__ = [
@@ -168,7 +169,7 @@ def container_command(
     _check_datasets(launch, node)
     _check_image(exe, spec.image, launch.environment, node)
     workdir = resolve_as(account, launch.workdir, setpriv)
-    inside = {k: v for k, v in env.items() if k not in HOST_ONLY}
+    inside = {k: v for k, v in env.items() if k not in HOST_ONLY and k not in RELAY_VARS}
     inside["HOME"] = workdir
     inside.update({dataset_variable(d): f"/datasets/{d}" for d in launch.datasets})
     if not containers.simulated_gpus:
@@ -183,6 +184,7 @@ def container_command(
     argv += [a for d, path in launch.datasets.items() for a in ("-v", f"{path}:/datasets/{d}:ro")]
     argv += _gpu_options(name, launch.gpus, containers.simulated_gpus)
     argv += _limit_options(launch) if containers.limits else []
+    argv += ["--interactive", "--tty"] if launch.kind == "shell" else []  # on the relay's terminal
     return [*argv, spec.image, *_behind_setup(spec.setup, launch.command)]
 
 

@@ -42,6 +42,7 @@ from nanum.agent.exitwatch import POLL_S, ExitWatch
 from nanum.agent.jobrecord import JobRecord, read_exit_file, read_log, read_workdir_failure
 from nanum.agent.jobsdir import discard, empty_trash, make_jobs_dir, new_job_dir
 from nanum.agent.launch import check_fields, find_setpriv, job_env, prepare, spawn
+from nanum.agent.sessions import relayed
 from nanum.protocol import JobLaunch, JobStatus
 
 __all__ = ["Executor"]
@@ -225,6 +226,8 @@ class Executor:
             command = container_command(launch, env, account, self._containers, node=self.node,
                                         env_file=record.dir / "container.env", setpriv=self._setpriv)
             account, env, switch = self._agent, runtime_env(), False
+            if launch.kind == "shell":
+                command, env = relayed(command, launch, env)
         else:
             command = host_command(launch, env, self.node)
         enter = self._make_cgroup(launch)

@@ -1,11 +1,12 @@
 """A shell job's relay: the user's login shell on a pseudo-terminal, joined to the server over a websocket.
 
-Run by the job wrapper as the job's user (`python -m nanum.agent.relay`), with `NANUM_RELAY_URL` (the server's
-websocket for this job) and `NANUM_RELAY_SECRET` (the job's secret, shown to the server as a bearer token)
-in its environment; neither reaches the shell. It dials out to the server, which pairs it with the owner's
-`nanum shell`. Messages: binary frames are terminal bytes both ways; text frames are JSON, `{"resize": [ROWS,
-COLS]}` from the user and, last, `{"exit": CODE}` to the user once the shell has ended. The relay exits with the
-shell's exit code (128+N when a signal N ended it), which becomes the job's.
+Run by the job wrapper as the job's user (`python -m nanum.agent.relay`), or as the agent with a command after `--`
+(`python -m nanum.agent.relay -- podman run ... IMAGE /bin/sh -l`: a shell in a container image, whose runtime the
+agent runs), with `NANUM_RELAY_URL` (the server's websocket for this job) and `NANUM_RELAY_SECRET` (the job's
+secret, shown to the server as a bearer token) in its environment; neither reaches the shell. It dials out to the
+server, which pairs it with the owner's `nanum shell`. Messages: binary frames are terminal bytes both ways; text
+frames are JSON, `{"resize": [ROWS, COLS]}` from the user and, last, `{"exit": CODE}` to the user once the shell has
+ended. The relay exits with the shell's exit code (128+N when a signal N ended it), which becomes the job's.
 
 If the user's side goes away first, the terminal is hung up as a closed one is: SIGHUP and SIGCONT to the shell
 and to the job in the terminal's foreground (a `sleep 600` the shell waits on is in a process group of its own).
@@ -50,7 +51,12 @@ def main() -> int:
     if not url:
         print("nanum relay: NANUM_RELAY_URL is not set; it is started by the nanum agent", file=sys.stderr)
         return 2
-    pid, master = _spawn_shell()
+    command = sys.argv[2:] if sys.argv[1:2] == ["--"] else []
+    if not command and os.getuid() == 0:
+        print("nanum relay: it runs a login shell only as the job's user; as root it runs only a command given "
+              "after --", file=sys.stderr)
+        return 2
+    pid, master = _spawn_shell(command)
     try:
         with connect(url, additional_headers={"Authorization": f"Bearer {secret}"}, max_size=2**22,
                      open_timeout=30, ping_interval=20) as ws:
@@ -66,12 +72,14 @@ def main() -> int:
     return code
 
 
-def _spawn_shell() -> tuple[int, int]:
-    """Fork the user's login shell on a new pseudo-terminal; (its pid, the terminal's master side)."""
+def _spawn_shell(command: list[str]) -> tuple[int, int]:
+    """Fork the user's login shell (or `command`) on a new pseudo-terminal; (its pid, the terminal's master)."""
     shell = os.environ.get("SHELL") or pwd.getpwuid(os.getuid()).pw_shell or "/bin/sh"
     pid, master = pty.fork()
-    if pid == 0:  # the child: the shell, as a login shell (argv[0] starts with '-')
+    if pid == 0:  # the child: the shell, as a login shell (argv[0] starts with '-'), or the command
         with contextlib.suppress(OSError):
+            if command:
+                os.execvp(command[0], command)
             os.execv(shell, ["-" + os.path.basename(shell)])
         os._exit(127)
     return pid, master

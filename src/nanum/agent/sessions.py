@@ -13,7 +13,9 @@ kernel's last activity for the idle rules.
 A shell is `python -m nanum.agent.relay` (`session_python()`), which opens a pseudo-terminal running
 the user's login shell and dials out to the server over a websocket, showing the job's secret; the server
 pairs it with the owner's `nanum shell`; in a Python environment or behind a setup line, the shell starts in it.
-A shell cannot run in a container image yet (it fails at once, saying so). Nodes need no port open to users.
+In a container image the relay runs as the agent (as the runtime does for any container job) and what it runs on
+its terminal is the runtime's `run --interactive --tty ... IMAGE /bin/sh -l` (`relayed`): the shell runs inside,
+as the job's user, like any container job. Nodes need no port open to users.
 """
 
 from __future__ import annotations
@@ -25,13 +27,17 @@ import sys
 
 from nanum.protocol import JobLaunch
 
-__all__ = ["NOTEBOOK_ADDRESS", "prepared"]
+__all__ = ["NOTEBOOK_ADDRESS", "RELAY_VARS", "prepared", "relayed"]
 
 #: The variable of a notebook's launch that holds `HOST:PORT` (reported in its status).
 NOTEBOOK_ADDRESS = "NANUM_NOTEBOOK_ADDRESS"
 RELAY_URL = "NANUM_RELAY_URL"
 RELAY_SECRET = "NANUM_RELAY_SECRET"
 SESSION_PYTHON = "NANUM_SESSION_PYTHON"
+#: Variables of a shell's launch that are the relay's own (kept out of a container's environment).
+RELAY_VARS = (RELAY_URL, RELAY_SECRET)
+#: The shell a container image runs for `nanum shell`: a login shell every image has.
+CONTAINER_SHELL = ("/bin/sh", "-l")
 
 
 def prepared(launch: JobLaunch, *, address: str, server: str) -> JobLaunch:
@@ -57,13 +63,19 @@ def _notebook(launch: JobLaunch, address: str) -> JobLaunch:
 
 
 def _shell(launch: JobLaunch, server: str) -> JobLaunch:
-    if launch.environment_spec is not None and launch.environment_spec.image:
-        why = (f"nanum: a shell cannot run in environment {launch.environment} (a container image) yet; "
-               "use a Python environment, or none")
-        return launch.model_copy(update={"command": ["/bin/sh", "-c", 'echo "$1" >&2; exit 2', "nanum-shell", why]})
     url = server.rstrip("/").replace("http://", "ws://", 1).replace("https://", "wss://", 1)
     env = {**launch.env, RELAY_URL: f"{url}/api/v1/agent/shells/{launch.job_id}", RELAY_SECRET: launch.secret}
+    if launch.environment_spec is not None and launch.environment_spec.image:  # the relay is put around it later
+        return launch.model_copy(update={"command": list(CONTAINER_SHELL), "env": env})
     return launch.model_copy(update={"command": [session_python(), "-m", "nanum.agent.relay"], "env": env})
+
+
+def relayed(command: list[str], launch: JobLaunch, runtime_env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """A shell in a container image: the relay (as the agent, like the runtime it starts) runs the runtime's
+    command on the terminal it owns, `command` being `podman run --interactive --tty ... IMAGE /bin/sh -l`; the
+    shell runs inside as the job's user. The relay's variables go to the relay alone, never into the image."""
+    env = {**runtime_env, RELAY_URL: launch.env[RELAY_URL], RELAY_SECRET: launch.env[RELAY_SECRET]}
+    return [session_python(), "-m", "nanum.agent.relay", "--", *command], env
 
 
 def session_python() -> str:
