@@ -15,7 +15,6 @@ from starlette.concurrency import run_in_threadpool
 from nanum.server.errors import ApiError
 from nanum.server.inputs import JobIdPath
 from nanum.server.services import sessions
-from nanum.server.web import xterm
 from nanum.server.web.render import SECURITY_HEADERS, page
 from nanum.server.web.submit import WebCaller
 
@@ -30,6 +29,8 @@ async def terminal_page(request: Request, job_id: JobIdPath, who: WebCaller) -> 
         await run_in_threadpool(sessions.owned_shell, request.app.state.ctx, who, job_id)
     except ApiError as exc:
         return page(request, "error.html", who, status_code=exc.status, title=f"Shell {job_id}", message=exc.detail)
+    from nanum.server.web import xterm  # not at import: `python -m nanum.server.web.xterm` runs it as a script
+
     answer = page(request, "terminal.html", who, title=f"Shell {job_id}", job_id=job_id, xterm=xterm.available())
     answer.headers["Content-Security-Policy"] = CSP
     return answer
