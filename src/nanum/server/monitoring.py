@@ -46,7 +46,7 @@ class Monitoring:
     def record(self, node_id: int, samples: list[Sample]) -> Recorded:
         """Store a heartbeat's readings and send the notices they produced. Wakes nodes and the scheduler as
         needed (a job released, GPUs taken or freed by processes outside nanum)."""
-        recorded = record(self.ctx, node_id, samples, time.time())
+        recorded = record(self.ctx, node_id, samples, self.ctx.clock())
         self.notifier.send(recorded.notices)
         if recorded.woken:
             self.ctx.signals.wake(recorded.woken)
@@ -57,7 +57,7 @@ class Monitoring:
     def maintain(self, now: float | None = None) -> dict[str, int]:
         """Roll up and prune readings; remove checkpoint directories kept past their retention; purge API tokens
         a day past their expiry."""
-        now = time.time() if now is None else now
+        now = self.ctx.clock() if now is None else now
         done = history.maintain(self.ctx, now, self.retention)
         done["checkpoints"] = len(checkpoints.prune(self.ctx, now))
         done["tokens"] = tokens.purge_expired(self.ctx, now)

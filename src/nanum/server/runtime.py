@@ -70,7 +70,7 @@ def start(settings: ServerSettings, host: str, port: int, agent: LocalAgent | No
     with _home_lock(settings.home):
         from nanum.server.services.tokens import purge_expired
 
-        purge_expired(ctx, time.time())
+        purge_expired(ctx, ctx.clock())
         url = f"http://{_connect_host(host)}:{port}"
         started = bootstrap_admin(ctx, url)
         node = bootstrap_node(ctx) if agent is not None else None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from sqlalchemy import select
@@ -82,7 +81,7 @@ def create_user(ctx: ServerContext, spec: UserIn, token: str | None = None) -> s
     with ctx.db.write() as s:
         if s.scalar(select(UserRow.id).where(UserRow.name == spec.name)) is not None:
             raise Conflict(f"user {spec.name} already exists")
-        labs = [ensure_lab(s, name) for name in dict.fromkeys(spec.labs)]
+        labs = [ensure_lab(s, name, ctx.clock()) for name in dict.fromkeys(spec.labs)]
         user = UserRow(
             name=spec.name,
             token_hash=hash_token(token),
@@ -141,7 +140,7 @@ def add_membership(ctx: ServerContext, user: str, lab: str) -> None:
         row = s.scalars(select(UserRow).where(UserRow.name == user)).first()
         if row is None:
             raise NotFound(f"no user named {user}")
-        lab_row = ensure_lab(s, lab)
+        lab_row = ensure_lab(s, lab, ctx.clock())
         if s.get(MembershipRow, (row.id, lab_row.id)) is None:
             s.add(MembershipRow(user_id=row.id, lab_id=lab_row.id))
         if row.default_lab_id is None:
@@ -152,10 +151,10 @@ def add_membership(ctx: ServerContext, user: str, lab: str) -> None:
 # -- labs ------------------------------------------------------------------------------------------------------
 
 
-def ensure_lab(s: Session, name: str) -> LabRow:
+def ensure_lab(s: Session, name: str, now: float) -> LabRow:
     lab = s.scalars(select(LabRow).where(LabRow.name == name)).first()
     if lab is None:
-        lab = LabRow(name=name, weight=1.0, decayed_usage=0.0, decayed_at=time.time(), created=time.time())
+        lab = LabRow(name=name, weight=1.0, decayed_usage=0.0, decayed_at=now, created=now)
         s.add(lab)
         s.flush()
     return lab

@@ -85,11 +85,11 @@ def status(ctx: ServerContext) -> Mapping[Key, Budget]:
     return ctx.caches.budgets.get_or_load("all", lambda: _load(ctx, ctx.clock()))  # type: ignore[return-value]
 
 
-def warning_for(found: Mapping[Key, Budget], user: str, lab: str, now: float | None = None) -> str | None:
+def warning_for(found: Mapping[Key, Budget], user: str, lab: str, now: float) -> str | None:
     """The warnings that concern a job of `user` in `lab`, as one line, or None."""
     if not found:
         return None
-    month = month_name(time.time() if now is None else now)
+    month = month_name(now)
     lines = [b.warning(month) for key in (("lab", lab), ("user", user)) if (b := found.get(key)) is not None]
     return "; ".join(line for line in lines if line) or None
 

@@ -279,7 +279,7 @@ def _with_budget_warnings(ctx: ServerContext, jobs: list[dict[str, Any]]) -> lis
     found = budgets.status(ctx)
     if found:
         for job in jobs:
-            job["budget_warning"] = budgets.warning_for(found, job["user"], job["lab"])
+            job["budget_warning"] = budgets.warning_for(found, job["user"], job["lab"], ctx.clock())
     return jobs
 
 

@@ -170,14 +170,15 @@ def _bring_in(ctx: ServerContext, person: object) -> tuple[int, str, str, list[s
             eligibility.mark_owner(s, user.id, False)
         user.source, user.unix_user, user.uid_number, user.disabled = "ldap", person.uid, person.uid_number, False
         user.email = person.email or user.email
-        labs = sync_labs(s, user, person.labs)
+        labs = sync_labs(s, user, person.labs, now)
         out = (user.id, user.name, person.uid, labs)
     ctx.caches.callers.clear()
     ctx.caches.labs.clear()
     return out
 
 
-def sync_labs(s: Session, user: UserRow, given: tuple[str, ...], managed: tuple[str, ...] | None = None) -> list[str]:
+def sync_labs(s: Session, user: UserRow, given: tuple[str, ...], now: float,
+              managed: tuple[str, ...] | None = None) -> list[str]:
     """Bring a user's labs to what an identity provider gives: join `given` (made if missing), leave labs no
     longer given (a lab they manage stays, unless `managed` is given: then exactly those are managed, and the
     rest of their labs are plain memberships). Returns the user's labs, sorted; keeps a default lab among them."""
@@ -191,7 +192,7 @@ def sync_labs(s: Session, user: UserRow, given: tuple[str, ...], managed: tuple[
             row.role = MANAGER if lab in managed else MEMBER
     for lab in sorted(wanted - set(rows)):
         role = MANAGER if managed is not None and lab in managed else MEMBER
-        s.add(MembershipRow(user_id=user.id, lab_id=ensure_lab(s, lab).id, role=role))
+        s.add(MembershipRow(user_id=user.id, lab_id=ensure_lab(s, lab, now).id, role=role))
     s.flush()
     labs = sorted(s.scalars(select(LabRow.name).join(MembershipRow, MembershipRow.lab_id == LabRow.id)
                             .where(MembershipRow.user_id == user.id)))

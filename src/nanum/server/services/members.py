@@ -8,7 +8,6 @@ belongs to is one that manager manages (a user's limits apply in all their labs)
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from sqlalchemy import select
@@ -58,7 +57,7 @@ def put_member(ctx: ServerContext, caller: Caller, lab: str, name: str, role: st
         if user.default_lab_id is None:
             user.default_lab_id = lab_row.id
         if before != role:
-            _record(s, caller, lab, name, "add" if before is None else "role",
+            _record(s, ctx.clock(), caller, lab, name, "add" if before is None else "role",
                     {"member": [before, role]}, f"{caller.name} made {name} a {role} of lab {lab}")
         out = _out(lab, user, role)
     _changed(ctx)
@@ -80,7 +79,7 @@ def remove_member(ctx: ServerContext, caller: Caller, lab: str, name: str) -> No
         if user.default_lab_id == lab_row.id:
             user.default_lab_id = s.scalar(select(MembershipRow.lab_id).where(MembershipRow.user_id == user.id)
                                            .order_by(MembershipRow.lab_id).limit(1))
-        _record(s, caller, lab, name, "remove", {"member": [row.role, None]},
+        _record(s, ctx.clock(), caller, lab, name, "remove", {"member": [row.role, None]},
                 f"{caller.name} removed {name} from lab {lab}")
     _changed(ctx)
 
@@ -145,9 +144,9 @@ def _within_lab(lab: LabRow, changes: dict[str, Any]) -> None:
                              f"{cap:g} or less")
 
 
-def _record(s: Session, caller: Caller, lab: str, name: str, action: str, changes: dict[str, Any],
+def _record(s: Session, now: float, caller: Caller, lab: str, name: str, action: str, changes: dict[str, Any],
             message: str) -> None:
-    audit.record(s, time.time(), caller.name, "lab", lab, f"member-{action}", {name: changes["member"]}, message)
+    audit.record(s, now, caller.name, "lab", lab, f"member-{action}", {name: changes["member"]}, message)
 
 
 def _out(lab: str, user: UserRow, role: str) -> MemberOut:

@@ -9,7 +9,6 @@ change is audited with the admin who made it.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from sqlalchemy import select
@@ -33,7 +32,7 @@ def import_users(ctx: ServerContext, actor: str, spec: ImportIn) -> ImportOut:
     report = ImportOut(created=[], changed=[], unchanged=[], dry_run=spec.dry_run)
     with ctx.db.write() as s:
         for wanted in spec.users:
-            _bring(s, actor, wanted, report)
+            _bring(s, ctx.clock(), actor, wanted, report)
         if spec.dry_run:
             s.rollback()
     if not spec.dry_run and (report.created or report.changed):
@@ -43,17 +42,16 @@ def import_users(ctx: ServerContext, actor: str, spec: ImportIn) -> ImportOut:
     return report
 
 
-def _bring(s: Session, actor: str, wanted: ImportedUser, report: ImportOut) -> None:
+def _bring(s: Session, now: float, actor: str, wanted: ImportedUser, report: ImportOut) -> None:
     user = s.scalars(select(UserRow).where(UserRow.name == wanted.name)).first()
     token = None
     if user is None:
         token = new_token()
-        now = time.time()
         user = UserRow(name=wanted.name, token_hash=hash_token(token), admin=False, decayed_usage=0.0,
                        decayed_at=now, created=now)
         s.add(user)
         s.flush()
-    changes = _apply(s, user, wanted)
+    changes = _apply(s, user, wanted, now)
     if token is not None:
         report.created.append(ImportedChange(name=wanted.name, changes=changes, token=token))
     elif changes:
@@ -61,11 +59,11 @@ def _bring(s: Session, actor: str, wanted: ImportedUser, report: ImportOut) -> N
     else:
         report.unchanged.append(wanted.name)
     if changes:
-        audit.record(s, time.time(), actor, "user", wanted.name, "import", changes,
+        audit.record(s, now, actor, "user", wanted.name, "import", changes,
                      f"{actor} imported {wanted.name}: {audit.describe(changes)}")
 
 
-def _apply(s: Session, user: UserRow, wanted: ImportedUser) -> dict[str, list[Any]]:
+def _apply(s: Session, user: UserRow, wanted: ImportedUser, now: float) -> dict[str, list[Any]]:
     """Make `user` as `wanted`; the changes as field -> [before, after]."""
     changes: dict[str, list[Any]] = {}
     for field, value in (("unix_user", wanted.unix_user), ("email", wanted.email), ("admin", wanted.role == "admin")):
@@ -85,7 +83,7 @@ def _apply(s: Session, user: UserRow, wanted: ImportedUser) -> dict[str, list[An
             row.role = role
     for lab in after:
         if lab not in rows:
-            s.add(MembershipRow(user_id=user.id, lab_id=ensure_lab(s, lab).id, role=role))
+            s.add(MembershipRow(user_id=user.id, lab_id=ensure_lab(s, lab, now).id, role=role))
     if before != after:
         changes["labs"] = [_labs_text(before), _labs_text(after)]
     _default_lab(s, user, list(after))

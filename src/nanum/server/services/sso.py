@@ -12,7 +12,6 @@ A command-line login hands out an API token that lasts `token_lifetime_s`; a web
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -85,11 +84,11 @@ def _bring_in(ctx: ServerContext, person: OidcPerson) -> tuple[int, str, str, li
         user = s.scalars(select(UserRow).where(UserRow.oidc_issuer == person.issuer,
                                                UserRow.oidc_subject == person.subject)).first()
         if user is None:
-            user = _new_user(s, person)
+            user = _new_user(s, person, ctx.clock())
         if user.disabled:
             raise Unauthorized(f"user {user.name} is disabled; ask an admin if that is a mistake")
         user.unix_user, user.email = person.unix_user, person.email or user.email
-        labs = sync_labs(s, user, person.labs, managed)
+        labs = sync_labs(s, user, person.labs, ctx.clock(), managed)
         out = (user.id, user.name, person.unix_user, labs)
     ctx.caches.callers.clear()
     ctx.caches.labs.clear()
@@ -97,11 +96,10 @@ def _bring_in(ctx: ServerContext, person: OidcPerson) -> tuple[int, str, str, li
     return out
 
 
-def _new_user(s: Session, person: OidcPerson) -> UserRow:
+def _new_user(s: Session, person: OidcPerson, now: float) -> UserRow:
     if s.scalars(select(UserRow.id).where(UserRow.name == person.name)).first() is not None:
         raise Conflict(f"the user name {person.name} is taken by someone who does not log in with single sign-on; "
                        "an admin must rename or remove that user first")
-    now = time.time()
     user = UserRow(name=person.name, token_hash=hash_token(new_token()), admin=False, decayed_usage=0.0,
                    decayed_at=now, created=now, source="oidc", oidc_issuer=person.issuer,
                    oidc_subject=person.subject)
