@@ -1,4 +1,5 @@
-"""The FastAPI application: routes under /api/v1, error handlers, and the scheduler loop in its lifespan."""
+"""The FastAPI application: routes under /api/v1, error handlers, and in its lifespan the scheduler loop and the
+batched writes of when nodes were last heard from (`nanum.server.lastseen`)."""
 
 from __future__ import annotations
 
@@ -29,14 +30,16 @@ def create_app(ctx: ServerContext, *, run_scheduler: bool = True) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         ctx.signals.bind(asyncio.get_running_loop())
         task = asyncio.create_task(scheduler.run(), name="nanum-scheduler") if run_scheduler else None
+        writer = asyncio.create_task(ctx.last_seen.run(ctx.db), name="nanum-last-seen")
         try:
             yield
         finally:
             ctx.signals.close()
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            for running in (task, writer):
+                if running is not None:
+                    running.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await running
 
     app = FastAPI(
         title="nanum",

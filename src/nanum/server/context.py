@@ -1,4 +1,5 @@
-"""The server's shared objects: settings, database, wake-up signals, the scheduler, and small read caches.
+"""The server's shared objects: settings, database, wake-up signals, the scheduler, small read caches, and the
+nodes' last-heard times waiting to be written.
 
 The caches hold what every request would otherwise read again: callers by token hash, the node inventory used to
 refuse impossible requests, and lab limits. Entries live a few seconds (several servers may share a database) and
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from nanum.core import Policy, Prediction
+from nanum.server.lastseen import LastSeen
 from nanum.server.settings import ServerSettings
 from nanum.server.signals import Signals
 from nanum.store import Database
@@ -72,6 +74,8 @@ class ServerContext:
     policy: Policy
     signals: Signals = field(default_factory=Signals)
     caches: Caches = field(default_factory=Caches)
+    #: when each node was last heard from, for the heartbeats whose `last_seen` is written in batches
+    last_seen: LastSeen = field(default_factory=LastSeen)
     started: float = field(default_factory=time.time)
     #: what services take the time from (tests move it instead of sleeping)
     clock: Callable[[], float] = time.time

@@ -39,6 +39,7 @@ from sqlalchemy.orm import Session
 from nanum.core import Decisions, HistoryPredictor, Incremental, Pending, Prediction, Preempt, Start
 from nanum.server import snapshot
 from nanum.server.context import ServerContext
+from nanum.server.lastseen import PEER_SLACK_S
 from nanum.server.services import budgets, lifecycle
 from nanum.store import AllocationRow, JobRow, LabRow, NodeRow, table
 from nanum.store.db import Database
@@ -159,6 +160,7 @@ class Scheduler:
                 return None
             began = time.perf_counter()
             now = time.time() if now is None else now
+            self.ctx.last_seen.flush(self.ctx.db)  # the sweep then reads exact times for nodes heard here
             plan = self._read(now)
             self.core.sync(plan.snapshot)
             decisions = self.core.cycle(plan.snapshot)
@@ -255,7 +257,8 @@ class Scheduler:
         silent = 0
         for node in candidates:
             wait = st.requeue_after_s(graces.get(node.id, 0.0))
-            if node.last_seen is not None and now - node.last_seen <= wait:
+            last = _last_heard(self.ctx, node)
+            if last is not None and now - last <= wait:
                 continue
             log.warning("node %s has not been heard from for %.0f s; requeueing its jobs", node.name, wait)
             node.state = "down"
@@ -284,6 +287,16 @@ class Scheduler:
                 .values(reason=bindparam("r"), reason_code=bindparam("c"), estimated_start=bindparam("e"))
             )
             s.connection().execute(stmt, rows)
+
+
+def _last_heard(ctx: ServerContext, node: NodeRow) -> float | None:
+    """When the node was last heard from, for the sweep. Its stored time, or this server's own later one (a
+    heartbeat's time not yet written); a node heard by another server is given `lastseen.PEER_SLACK_S` more, the
+    most that server's stored times can lag behind."""
+    stored, heard = node.last_seen, ctx.last_seen.latest(node.id)
+    if stored is None or (heard is not None and heard >= stored):
+        return heard
+    return stored + PEER_SLACK_S
 
 
 def _graces(s: Session, node_ids: list[int], default: float) -> dict[int, float]:

@@ -3,7 +3,9 @@
 One heartbeat, in one transaction: store the node's inventory and mark it up; for each job the agent reports,
 record it running, keep a job that was requeued while its node was silent (`lifecycle.recover`), or process its
 exit (`lifecycle.part_exited`) and acknowledge it; then build the node's desired list. Log chunks are appended to
-`$HOME/logs/<job_id>.log` after the transaction.
+`$HOME/logs/<job_id>.log` after the transaction. A heartbeat that would change nothing but the node's
+`last_seen` is answered from a read transaction instead, and its time written with others' a moment later
+(`nanum.server.lastseen`): most heartbeats of a quiet fleet are such.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ class Outcome:
 
 def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
     now = ctx.clock()
+    quiet = _quiet(ctx, who, hb, now)
+    if quiet is not None:
+        return quiet
     with ctx.db.write() as s:
         node = s.get(NodeRow, who.id, with_for_update=True)
         if node is None:  # removed while its token was cached
@@ -56,12 +61,90 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         desired = desired_jobs(ctx, s, node)
         version = s.scalar(select(NodeRow.desired_version).where(NodeRow.id == node.id)) or 0
         paths = environments.check_paths(ctx, s)
-    offsets = write_logs(ctx, node.name, hb.logs, {j.job_id for j in hb.jobs})
+    ctx.last_seen.heard(who.id, now, written=True)
+    return _outcome(ctx, who, hb, desired, acks, paths, woken, poke, version)
+
+
+def _outcome(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, desired: list[JobLaunch], acks: list[int],
+             paths: list[str] | None, woken: set[str], poke: bool, version: int,
+             runs: dict[int, tuple[int, bool]] | None = None) -> Outcome:
+    """Append the heartbeat's log chunks and build the reply. `runs`: `_runs_on`'s answer, when already read."""
+    offsets = write_logs(ctx, who.name, hb.logs, {j.job_id for j in hb.jobs}, runs)
     reply = _reply(ctx, desired, acks, offsets)
     reply.check_paths = paths
     running = {j.job_id for j in hb.jobs if j.state == "running"}
     idle = not acks and {d.job_id for d in desired} == running
     return Outcome(reply, woken, poke, idle, version)
+
+
+def _quiet(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, now: float) -> Outcome | None:
+    """The outcome of a heartbeat that would change nothing stored but the node's `last_seen`, found in a read
+    transaction; its time is noted for the next batched write (`nanum.server.lastseen`). None when the heartbeat
+    reports something new (an ended job, other hardware, a GPU problem, a node that was down, a job it should not
+    run...): `heartbeat` then writes it, `last_seen` with it."""
+    if any(j.state != "running" for j in hb.jobs) or ctx.last_seen.behind():
+        return None
+    with ctx.db.read() as s:
+        node = s.get(NodeRow, who.id)
+        if node is None or node.state == "down" or node.accepted_gpus is None:
+            return None
+        if hb.gpu_problems and any(str(p.index) not in (node.gpu_health or {}) for p in hb.gpu_problems):
+            return None  # `fleet.record_health` may take a GPU out of service
+        inventory = hb.node.model_dump(exclude={"name"})
+        usable, extra = nodeinventory.split(inventory["gpus"], node.accepted_gpus)
+        inventory["gpus"] = usable
+        if extra != (node.unaccepted_gpus or []) or node.inventory != inventory:
+            return None
+        held, jobs = _held_jobs(s, node.id)
+        if not _jobs_unchanged(hb, held, jobs):
+            return None
+        version = node.desired_version or 0  # read before the desired jobs: a change between is seen as one
+        desired = desired_jobs(ctx, s, node, held)
+        paths = environments.check_paths(ctx, s)
+    ctx.last_seen.heard(who.id, now)
+    runs = {job_id: (row.runs or 0, row.nodes > 1) for job_id, row in jobs.items()}  # as `_runs_on` finds them
+    known = runs if all(c.job_id in runs for c in hb.logs) else None
+    return _outcome(ctx, who, hb, desired, [], paths, set(), False, version, known)
+
+
+def _held_jobs(s: Session, node_id: int) -> tuple[dict[int, list[int]], dict[int, Any]]:
+    """`_held`, and what a heartbeat may change of each job holding GPUs here, in one query."""
+    held: dict[int, list[int]] = defaultdict(list)
+    jobs: dict[int, Any] = {}
+    query = (
+        select(AllocationRow.gpu_index, JobRow.id, JobRow.state, JobRow.stop, JobRow.pid, JobRow.session_address,
+               JobRow.last_checkpoint, JobRow.runs, JobRow.nodes)
+        .join(JobRow, JobRow.id == AllocationRow.job_id)
+        .where(AllocationRow.node_id == node_id)
+    )
+    for row in s.execute(query):
+        gpus = held[row.id]
+        if row.gpu_index is not None:
+            gpus.append(row.gpu_index)
+        jobs[row.id] = row
+    return held, jobs
+
+
+def _jobs_unchanged(hb: Heartbeat, held: dict[int, list[int]], jobs: dict[int, Any]) -> bool:
+    """Whether `_record_jobs` would change nothing for these reports of running jobs: each is a running job held
+    here, with the pid, address and checkpoint already stored, and no job held here that is not reported has
+    ended or been told to stop (its GPUs would be freed)."""
+    reported = {st.job_id for st in hb.jobs}
+    if not reported <= held.keys():
+        return False
+    for job_id in held.keys() - reported:
+        row = jobs[job_id]
+        if row.state != "running" or row.stop is not None:
+            return False
+    for st in hb.jobs:
+        row = jobs[st.job_id]
+        if row.state != "running":
+            return False
+        if (st.pid is not None and st.pid != row.pid) or (st.address is not None and st.address != row.session_address):
+            return False
+        if st.checkpoint_at is not None and (row.last_checkpoint is None or st.checkpoint_at > row.last_checkpoint):
+            return False
+    return True
 
 
 def desired_reply(ctx: ServerContext, who: NodeCaller) -> HeartbeatReply:
@@ -175,9 +258,11 @@ def _release_unheld(
     return bool(jobs)
 
 
-def desired_jobs(ctx: ServerContext, s: Session, node: NodeRow) -> list[JobLaunch]:
-    """Every job that should be running on `node` now, with what its agent needs to launch it."""
-    held = _held(s, node.id)
+def desired_jobs(ctx: ServerContext, s: Session, node: NodeRow,
+                 held: dict[int, list[int]] | None = None) -> list[JobLaunch]:
+    """Every job that should be running on `node` now, with what its agent needs to launch it. `held`: the GPUs
+    held there by job, when the caller has just read them."""
+    held = _held(s, node.id) if held is None else held
     if not held:
         return []
     query = (
@@ -263,15 +348,18 @@ def _array_env(job: JobRow) -> dict[str, str]:
 # -- logs ------------------------------------------------------------------------------------------------------
 
 
-def write_logs(ctx: ServerContext, node: str, chunks: list[LogChunk], mentioned: set[int]) -> dict[int, int]:
+def write_logs(ctx: ServerContext, node: str, chunks: list[LogChunk], mentioned: set[int],
+               runs: dict[int, tuple[int, bool]] | None = None) -> dict[int, int]:
     """Append each chunk that starts where the server's copy of this run ends; return each job's length this run.
 
     Offsets and lengths count the agent's bytes of the current run (a requeued job's log starts again at 0 on
     the agent; the server keeps every run in one file, each after a header line): a chunk covers `nbytes` of
     them even where bytes that were not UTF-8 arrived as U+FFFD. A chunk that overlaps or leaves a gap is
     dropped, and the returned length tells the agent where to resend from. Only jobs that ran on this node may
-    write their logs. Heartbeats of one node may be handled concurrently, so appends are serialised."""
-    runs = _runs_on(ctx, node, {c.job_id for c in chunks} | mentioned)
+    write their logs. Heartbeats of one node may be handled concurrently, so appends are serialised. `runs`:
+    what `_runs_on` would answer (covering every job of `chunks`), when the caller has read it already."""
+    if runs is None:
+        runs = _runs_on(ctx, node, {c.job_id for c in chunks} | mentioned)
     allowed = {c.job_id for c in chunks if c.job_id in runs}
     logs = ctx.settings.logs_dir
     stems = {job_id: nodelogs.stem(job_id, node, gang) for job_id, (_, gang) in runs.items()}

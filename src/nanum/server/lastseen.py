@@ -1,0 +1,146 @@
+"""When each node was last heard from, written to the database in batches instead of once per heartbeat.
+
+A heartbeat that reports nothing new (the same inventory, the same running jobs: most of them, on a quiet fleet)
+changes only the node's `last_seen`. Writing that at once cost every such heartbeat a write transaction with the
+node's row locked; on a fleet of 1,000 nodes those transactions took over half of the server's time. So a quiet
+heartbeat notes the time here (`heard`), and `flush` writes every noted time in one transaction, about once a
+second (`FLUSH_S`, the server's lifespan), and before each scheduling tick's sweep for silent nodes, so the
+server that sweeps reads exact times for the nodes it hears from itself.
+
+What this costs: after a crash, the `last_seen` of nodes that were quiet in the last second is that much older,
+which only brings their sweep closer by as much (the sweep gives a node its lease, its jobs' grace and a margin
+of at least 2 s: `ServerSettings.requeue_after_s`). For nodes heard by another server sharing the database, the
+sweep waits `PEER_SLACK_S` longer, the most their stored times can lag. A heartbeat is written at once again when
+times noted here have gone unwritten for `STALE_S` (the database refuses writes, say), so nothing is promised to
+an agent that the database does not know for longer than that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+from sqlalchemy import bindparam, or_, select
+
+from nanum.store import Database, NodeRow, table
+
+log = logging.getLogger("nanum.server")
+
+#: How often the noted times are written (seconds).
+FLUSH_S = 1.0
+#: A heartbeat is written at once while some noted time has waited longer than this to be written (seconds).
+STALE_S = 3.0
+#: How much later a node heard by another server is given up: the most its stored time can lag (seconds).
+PEER_SLACK_S = STALE_S
+
+_NODES = table(NodeRow)
+_WRITE = (
+    _NODES.update()
+    .where(_NODES.c.id == bindparam("node_id"), or_(_NODES.c.last_seen.is_(None), _NODES.c.last_seen < bindparam("at")))
+    .values(last_seen=bindparam("at"))
+)
+
+
+class LastSeen:
+    """Node id → when this server last heard from it; the times not yet in the database wait for `flush`.
+    Thread-safe."""
+
+    def __init__(self) -> None:
+        self._heard: dict[int, float] = {}
+        self._unwritten: dict[int, float] = {}
+        self._oldest: float | None = None  # time.monotonic() when the oldest unwritten time was noted
+        self._flushing: float | None = None  # the same, of the times a flush is writing now
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()  # one flush at a time (the writer's, a tick's)
+
+    def heard(self, node_id: int, at: float, *, written: bool = False) -> None:
+        """Note that the node was heard from at `at`; `written`: a heartbeat's own transaction stored it."""
+        with self._lock:
+            if at >= self._heard.get(node_id, at):
+                self._heard[node_id] = at
+            if written:
+                return
+            if at > self._unwritten.get(node_id, float("-inf")):
+                self._unwritten[node_id] = at
+            if self._oldest is None:
+                self._oldest = time.monotonic()
+
+    def latest(self, node_id: int) -> float | None:
+        """When this server last heard from the node (None: not since it started)."""
+        return self._heard.get(node_id)
+
+    def behind(self) -> bool:
+        """True while some noted time has waited longer than `STALE_S` to be written."""
+        waiting = [t for t in (self._oldest, self._flushing) if t is not None]
+        return bool(waiting) and time.monotonic() - min(waiting) > STALE_S
+
+    def forget(self, node_id: int) -> None:
+        """The node was removed: write nothing more for its id."""
+        with self._lock:
+            self._heard.pop(node_id, None)
+            self._unwritten.pop(node_id, None)
+
+    def flush(self, db: Database) -> int:
+        """Write every unwritten time, never moving a stored time back, in one transaction; returns how many it
+        wrote. On PostgreSQL, rows locked by another transaction (a heartbeat's, a tick's) are left to the next flush
+        rather than waited for."""
+        with self._flush_lock:
+            return self._flush(db)
+
+    def _flush(self, db: Database) -> int:
+        with self._lock:
+            unwritten, self._unwritten = self._unwritten, {}
+            oldest, self._oldest = self._oldest, None
+            self._flushing = oldest
+        if not unwritten:
+            return 0
+        written: list[int] = []
+        count = 0
+        try:
+            with db.write() as s:
+                ids = sorted(unwritten)
+                locked = select(NodeRow.id).where(NodeRow.id.in_(ids)).order_by(NodeRow.id)
+                written = list(s.scalars(locked.with_for_update(skip_locked=True)))
+                if written:
+                    s.connection().execute(_WRITE, [{"node_id": i, "at": unwritten[i]} for i in written])
+                count = len(written)
+                if len(written) < len(ids):  # locked elsewhere (kept for the next flush), or removed (dropped)
+                    gone = set(ids) - set(s.scalars(select(NodeRow.id).where(NodeRow.id.in_(ids))))
+                    written += gone
+        except Exception:
+            written = []
+            raise
+        finally:
+            done = set(written)
+            left = {i: at for i, at in unwritten.items() if i not in done}
+            with self._lock:
+                self._flushing = None
+                if left:
+                    for node_id, at in left.items():
+                        if node_id in self._heard and at > self._unwritten.get(node_id, float("-inf")):
+                            self._unwritten[node_id] = at
+                    if self._unwritten and oldest is not None:
+                        self._oldest = oldest if self._oldest is None else min(oldest, self._oldest)
+        return count
+
+    async def run(self, db: Database) -> None:
+        """Flush every `FLUSH_S` until cancelled, then once more (a server stopping writes what it heard)."""
+        failing = False
+        try:
+            while True:
+                await asyncio.sleep(FLUSH_S)
+                try:
+                    await asyncio.to_thread(self.flush, db)
+                except Exception:
+                    if not failing:
+                        log.warning("could not write when nodes were last heard from; retrying", exc_info=True)
+                    failing = True
+                else:
+                    failing = False
+        finally:
+            try:
+                await asyncio.to_thread(self.flush, db)
+            except Exception:
+                log.warning("could not write when nodes were last heard from", exc_info=True)

@@ -1,0 +1,84 @@
+"""A heartbeat that reports nothing new is answered without a write of its own: its time is written with others'
+a moment later. What users see stays true: the node's last seen time, a node that keeps reporting stays up, and a
+node that falls silent is given up on time by the scheduling server, also when another server heard it."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+from nanum.server.app import create_app
+from nanum.server.context import ServerContext
+from nanum.server.lastseen import PEER_SLACK_S
+from nanum.server.services import accounts
+from tests.server.asgiclient import AsgiClient, serve
+from tests.server.conftest import ADMIN, auth, job, submit, tick
+from tests.server.fakeagent import FakeAgent
+
+
+def _last_seen(client: AsgiClient, name: str) -> float | None:
+    """The node's last seen time as `nanum nodes` shows it (ISO 8601, milliseconds), in epoch seconds."""
+    nodes = client.get("/api/v1/nodes", headers=auth(ADMIN)).json()
+    shown = next(n["last_seen"] for n in nodes if n["name"] == name)
+    return None if shown is None else datetime.fromisoformat(shown.replace("Z", "+00:00")).timestamp()
+
+
+def _shows(client: AsgiClient, name: str, at: float) -> bool:
+    """Whether the node's shown last seen time is `at` (to the millisecond it is shown with)."""
+    shown = _last_seen(client, name)
+    return shown is not None and abs(shown - at) < 0.002
+
+
+def test_a_node_reporting_the_same_running_job_stays_up_and_shows_when_it_was_heard(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent
+) -> None:
+    j = submit(client, gpus=1)
+    tick(client)
+    agent.beat()  # starts the job
+    assert [d.job_id for d in agent.beat().desired] == [j["id"]]  # nothing new: the job runs on
+    later = time.time() + 600
+    ctx.clock = lambda: later  # ten minutes on, the node still reports just that
+    assert [d.job_id for d in agent.beat().desired] == [j["id"]]
+    wait = ctx.settings.requeue_after_s(ctx.settings.grace_s)
+    client.app.state.scheduler.tick(now=later + wait - 1)
+    assert job(client, j["id"])["state"] == "running"
+    assert _shows(client, "gpu-01", later)
+    client.app.state.scheduler.tick(now=later + wait + 1)  # then it falls silent
+    assert job(client, j["id"])["state"] == "pending"
+
+
+def test_a_node_heard_by_another_server_shows_there_and_is_given_up_by_the_scheduling_one(
+    client: AsgiClient, ctx: ServerContext
+) -> None:
+    other = ServerContext.create(ctx.settings, ctx.db)  # a second server on the same database, not scheduling
+    with serve(create_app(other, run_scheduler=False)) as second:
+        agent = FakeAgent(second, "gpu-01", accounts.add_node(ctx, "gpu-01"), gpus=4)
+        agent.beat()
+        j = submit(client, gpus=1)
+        tick(client)
+        agent.beat()  # starts the job
+        agent.beat()  # reports it running
+        later = time.time() + 600
+        other.clock = lambda: later
+        assert [d.job_id for d in agent.beat().desired] == [j["id"]]  # nothing new, heard by the second server
+        deadline = time.monotonic() + 30
+        while not _shows(client, "gpu-01", later):  # written within about a second
+            assert time.monotonic() < deadline, "the scheduling server never saw the node's last heartbeat"
+            time.sleep(0.1)
+        wait = ctx.settings.requeue_after_s(ctx.settings.grace_s)
+        client.app.state.scheduler.tick(now=later + wait - 1)
+        assert job(client, j["id"])["state"] == "running"
+        client.app.state.scheduler.tick(now=later + wait + PEER_SLACK_S + 1)
+        assert job(client, j["id"])["state"] == "pending"
+
+
+def test_a_server_that_stops_writes_when_it_last_heard_from_its_nodes(ctx: ServerContext) -> None:
+    with serve(create_app(ctx, run_scheduler=False)) as first:
+        agent = FakeAgent(first, "gpu-01", accounts.add_node(ctx, "gpu-01"), gpus=4)
+        agent.beat()
+        later = time.time() + 600
+        ctx.clock = lambda: later
+        agent.beat()  # nothing new
+    again = ServerContext.create(ctx.settings, ctx.db)  # the server started again
+    with serve(create_app(again, run_scheduler=False)) as second:
+        assert _shows(second, "gpu-01", later)
