@@ -3,8 +3,11 @@ the users and labs a bulk import creates, carry the time the clock gives."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlalchemy import select
 
+import nanum.server.services
 from nanum.server.context import ServerContext
 from nanum.store import LabRow, UserRow
 from tests.server.asgiclient import AsgiClient
@@ -28,3 +31,11 @@ def test_a_labs_history_and_an_imports_users_and_labs_carry_the_servers_time(
     assert r.status_code == 200, r.text
     history = client.get("/api/v1/labs/vision", headers=auth(ADMIN)).json()["history"]
     assert history and history[0]["time"].startswith("2026-03-15T12:00:00"), history
+
+
+def test_no_service_reads_the_machines_clock() -> None:
+    """Services take the time from `ctx.clock` (or a `now` their caller got from it), so tests and replays set it."""
+    services = Path(nanum.server.services.__file__).parent
+    found = [f"{path.name}:{n}" for path in sorted(services.glob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1) if "time.time()" in line]
+    assert found == [], f"time.time() in services: {found}"

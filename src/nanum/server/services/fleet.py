@@ -11,7 +11,6 @@ too. Every change is audited.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from sqlalchemy import delete, select
@@ -40,7 +39,7 @@ def set_node(ctx: ServerContext, name: str, body: NodeSet, actor: str) -> None:
         after = {"owner": node.owner, "labels": dict(node.labels or {}), "gpu_model": node.gpu_model}
         changes = {k: [before[k], after[k]] for k in before if before[k] != after[k]}
         if changes:
-            _audit(s, actor, name, "set", changes, f"{actor} set node {name}: {_words(after)}")
+            _audit(s, ctx.clock(), actor, name, "set", changes, f"{actor} set node {name}: {_words(after)}")
     _changed(ctx)
 
 
@@ -50,7 +49,8 @@ def drain(ctx: ServerContext, name: str, reason: str | None, actor: str) -> None
     with ctx.db.write() as s:
         node = _node(s, name)
         node.drain_reason, node.state = why, "draining"
-        _audit(s, actor, name, "drain", {"drain_reason": [None, why]}, f"{actor} drained node {name}: {why}")
+        _audit(s, ctx.clock(), actor, name, "drain", {"drain_reason": [None, why]},
+               f"{actor} drained node {name}: {why}")
     _changed(ctx)
 
 
@@ -64,7 +64,7 @@ def resume(ctx: ServerContext, name: str, actor: str) -> None:
         node.drain_reason, node.gpu_health = None, None
         if node.state == "draining":
             node.state = "up"  # the scheduler marks it down again if it is silent
-        _audit(s, actor, name, "resume", changes, f"{actor} resumed node {name}")
+        _audit(s, ctx.clock(), actor, name, "resume", changes, f"{actor} resumed node {name}")
     _changed(ctx)
 
 
@@ -78,7 +78,7 @@ def remove(ctx: ServerContext, name: str, actor: str) -> None:
             raise Conflict(f"node {name} still runs job(s) {ids}; drain it (nanum node drain {name}) and remove it "
                            "once they have ended, or cancel them")
         s.execute(delete(NodeRow).where(NodeRow.id == node.id))
-        _audit(s, actor, name, "remove", {}, f"{actor} removed node {name}")
+        _audit(s, ctx.clock(), actor, name, "remove", {}, f"{actor} removed node {name}")
     ctx.caches.node_tokens.clear()  # its agent's token
     ctx.last_seen.forget(node.id)
     _changed(ctx)
@@ -95,7 +95,7 @@ def record_health(s: Session, node: NodeRow, problems: list[GpuProblem], now: fl
         health[str(p.index)] = {"problem": p.problem, "since": now}
         log.warning("node %s: GPU %d out of service: %s", node.name, p.index, p.problem)
         message = f"GPU {p.index} of node {node.name} taken out of service: {p.problem}"
-        _audit(s, "nanum", node.name, "health", {"gpu": [None, p.index]}, message)
+        _audit(s, now, "nanum", node.name, "health", {"gpu": [None, p.index]}, message)
     node.gpu_health = health
     return True
 
@@ -136,6 +136,7 @@ def _words(fields: dict[str, Any]) -> str:
     return f"owner {fields['owner'] or '-'}, labels {labels or '-'}, GPU model {fields['gpu_model'] or 'as reported'}"
 
 
-def _audit(s: Session, actor: str, name: str, action: str, changes: dict[str, Any], message: str) -> None:
-    s.add(AuditRow(time=time.time(), actor=actor, kind="node", name=name, action=action, changes=changes,
+def _audit(s: Session, now: float, actor: str, name: str, action: str, changes: dict[str, Any],
+           message: str) -> None:
+    s.add(AuditRow(time=now, actor=actor, kind="node", name=name, action=action, changes=changes,
                    message=message))
