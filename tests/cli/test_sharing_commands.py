@@ -124,6 +124,21 @@ def test_priority_shows_weighted_factors_in_queue_order(api: FakeApi, nanum: Nan
     assert lines[2].split() == ["1", "12", "bob", "nlp", "9625", "500", "9000", "0", "125", "0.750"]
 
 
+def test_priority_under_the_default_order_states_its_rule_and_lists_jobs_by_rank(api: FakeApi, nanum: Nanum) -> None:
+    row = {"name": "t", "user": "bob", "lab": "nlp", "priority": 5000.0, "user_fairshare": 1.0,
+           "factors": {"age": 0.0, "fairshare": 0.5, "priority": 0.0, "size": 0.0}}
+    api.on("GET", "/priority", {"policy": "gittins+binpack+backfill+preempt",
+                                "weights": {"age": 1000.0, "fairshare": 10000.0, "priority": 10000.0, "size": 1000.0},
+                                "jobs": [{**row, "job_id": 14, "rank": 1, "priority": 5500.0,
+                                          "factors": {**row["factors"], "priority": 0.5}},
+                                         {**row, "job_id": 13, "rank": 2}]})
+    result = nanum("priority")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "Gittins index x 2^((F - 0.5)/4)" in lines[1] and "--priority reorders only its owner's own jobs" in lines[1]
+    assert [line.split()[:2] for line in lines[3:]] == [["1", "14"], ["2", "13"]]
+
+
 def test_checkpoint_inside_a_job_touches_the_mark_without_a_server(nanum: Nanum, tmp_path: Path) -> None:
     no_server = Nanum(None)
     result = no_server("checkpoint", env={"NANUM_JOB_ID": "9", "NANUM_CHECKPOINT_DIR": str(tmp_path)})

@@ -113,3 +113,44 @@ def test_a_users_priority_reorders_only_that_users_own_jobs() -> None:
     assert str(d.pending_by_id()[3].reason).startswith("next in line")  # alice's priority 50 takes her first place
     assert str(d.pending_by_id()[2].reason).startswith("1 job ahead")  # bob keeps his place
     assert str(d.pending_by_id()[1].reason).startswith("2 jobs ahead")
+
+
+def test_a_heavily_used_labs_job_yields_to_a_light_labs_job_of_the_same_size() -> None:
+    from nanum.core import Lab
+
+    cluster = nodes(1, gpus=1)
+    hold = running(job(90, lab="heavy"), {"n0": (0,)}, end=1000.0)
+    labs = (Lab(name="heavy", decayed_usage=100 * HOUR), Lab(name="light", decayed_usage=HOUR))
+    pending = (job(1, lab="heavy"), job(2, lab="light"))  # the heavy lab's job was submitted first
+    for predictor in (None, learned(1, 1, 1, 1, 1, 1, 10, 10, 10, 10)):  # without history, and with one
+        d = schedule(snap(cluster, pending, (hold,), labs=labs), Policy.default(), predictor)
+        assert str(d.pending_by_id()[2].reason).startswith("next in line")
+        assert str(d.pending_by_id()[1].reason).startswith("1 job ahead")
+
+
+def test_fair_share_moves_a_gittins_index_by_a_bounded_factor() -> None:
+    from nanum.core import Lab, OrderContext
+    from nanum.core.ordering import Gittins
+
+    labs = {"heavy": Lab(name="heavy", decayed_usage=1000.0), "idle": Lab(name="idle")}
+    ctx = OrderContext(0.0, labs, {}, 8, learned(1, 1, 1, 1, 1, 1, 10, 10, 10, 10))
+    order = Gittins()
+    assert 2 ** -0.125 <= ctx.lab_scale("heavy")[0] < 1 < ctx.lab_scale("idle")[0] <= 2 ** 0.125
+    fresh_heavy = order.sort_key(job(1, lab="heavy"), ctx)
+    fresh_idle = order.sort_key(job(2, lab="idle"), ctx)
+    served_idle = order.sort_key(job(3, lab="idle", attained_gpu_seconds=2 * HOUR), ctx)  # index 1/8 of a fresh job's
+    assert fresh_idle < fresh_heavy < served_idle  # fair-share decides between like jobs, never against the index
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 100)), max_size=12))
+def test_a_users_priority_never_takes_another_users_place(jobs: list[tuple[str, int]]) -> None:
+    from nanum.core.ordering import by_user_priority
+
+    queue = [job(i, user=user, priority=prio) for i, (user, prio) in enumerate(jobs)]
+    out = by_user_priority(queue)
+    assert [j.user for j in out] == [j.user for j in queue]  # every user keeps the places they had
+    for user in "abc":
+        mine = [j for j in out if j.user == user]
+        assert [j.priority for j in mine] == sorted((j.priority for j in mine), reverse=True)
+        assert sorted(j.id for j in mine) == sorted(j.id for j in queue if j.user == user)

@@ -116,6 +116,10 @@ def usage_csv(report: dict[str, Any]) -> str:
     return out.getvalue()
 
 
+#: how the default order ranks, under `nanum priority`'s title (its help says more).
+GITTINS_RULE = ("RANK: short class first, then Gittins index x 2^((F - 0.5)/4) (F = the lab's fair-share factor), "
+                "then F, then submit time; a job's --priority reorders only its owner's own jobs.")
+
 PRIORITY_COLUMNS = ("RANK", "JOBID", "USER", "LAB", "PRIORITY", "AGE", "FAIRSHARE", "JOBPRIO", "SIZE", "USERSHARE")
 
 

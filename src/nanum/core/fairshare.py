@@ -1,4 +1,4 @@
-"""Usage decay and fair-share factors, shared by the `fairshare` and `priority` orders and `nanum priority`.
+"""Usage decay and fair-share factors, shared by the `fairshare`, `priority` and `gittins` orders and `nanum priority`.
 
 Usage is GPU-seconds with exponential decay: usage seen `half_life` seconds ago counts half. A lab's fair-share
 factor is Slurm's classic 2^(-U/S): U its share of all decayed usage, S its share of all weights. A lab that used

@@ -12,8 +12,10 @@ Each order gives a sort key; ties always fall back to submit time and then job i
   index first: the job most likely to finish per GPU-second spent, from the service distribution of similar
   finished jobs (`HistoryPredictor.gittins_index`; see nanum.core.predict). A waiting job whose burst siblings
   already run is known to need more than half of what the most-served of them received (nanum.core.bursts).
-  Without a distribution it is FIFO inside a class. A user's priority reorders that user's own jobs among their
-  places in the queue (`by_user_priority`).
+  The lab's fair-share scales the index by at most ±`GITTINS_FAIRSHARE` halvings (a lab over its share waits a
+  little longer), and between equal indices (and without a distribution) the lab with the higher fair-share factor
+  goes first, then FIFO. A user's priority reorders that user's own jobs among their places in the queue
+  (`by_user_priority`).
 - `shortest`: shortest expected run time first (the predictor's estimate capped by the time limit), as Helios' QSSF;
   a job with neither runs after all jobs with an estimate.
 """
@@ -37,6 +39,10 @@ LAS_THRESHOLDS = (7200.0, 72000.0)
 GITTINS_THRESHOLDS = (14400.0,)
 PRIORITY_WEIGHTS = {"age": 1000.0, "fairshare": 10000.0, "priority": 10000.0, "size": 1000.0}
 MAX_AGE = 7 * 24 * 3600.0
+#: how far a lab's fair-share factor F (0..1) moves its jobs' Gittins indices under `gittins`: ×2^(k·(F − ½)), so
+#: ×0.92 for a lab far over its share and ×1.09 for an idle one. Chosen by the paired study (docs/simulation.md):
+#: on Philly pooled-half k = 1 cost 3 % queueing, and k = ½ left the worst lab slowed down a little more.
+GITTINS_FAIRSHARE = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +58,7 @@ class OrderContext:
     running: tuple[Running, ...] = ()
     siblings: Siblings | None = None
     _factors: dict[tuple[str, str], float] = field(default_factory=dict, compare=False, repr=False)
+    _scales: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False, repr=False)
     _held: list[Siblings] = field(default_factory=list, compare=False, repr=False)
 
     def sibling_service(self, job: Job) -> float | None:
@@ -67,6 +74,15 @@ class OrderContext:
         hit = self._factors.get(("lab", lab))
         if hit is None:
             hit = self._factors[("lab", lab)] = lab_factor(lab, self.labs)
+        return hit
+
+    def lab_scale(self, lab: str) -> tuple[float, float]:
+        """What `gittins` multiplies the lab's jobs' indices by, 2^(GITTINS_FAIRSHARE·(F − ½)), and F itself: one
+        look-up per job, as the sort key is computed for every pending job every cycle."""
+        hit = self._scales.get(lab)
+        if hit is None:
+            factor = self.lab_factor(lab)
+            hit = self._scales[lab] = (2.0 ** (GITTINS_FAIRSHARE * (factor - 0.5)), factor)
         return hit
 
     def user_factor(self, user: str) -> float:
@@ -165,9 +181,13 @@ class Gittins(Las):
 
     A waiting job whose burst siblings already run is ranked as a job known to need more than half of what the
     most-served of them has received (nanum.core.bursts): a sweep of long jobs does not hide a short job
-    submitted after it."""
+    submitted after it.
+
+    Lab fair-share scales the index (`OrderContext.lab_scale`): a lab over its share yields to a lighter lab's job
+    of the same kind, but not to a job much less likely to end soon, which would cost everyone queueing."""
 
     name: ClassVar[str] = "gittins"
+    reads_usage: ClassVar[bool] = True
 
     def level(self, job: Job, attained: float) -> int:
         """0 below 4 GPU-hours received, else 1."""
@@ -178,7 +198,8 @@ class Gittins(Las):
         sibling = ctx.sibling_service(job)
         more_than = 0.0 if sibling is None else SIBLING_SHARE * sibling
         index = gittins_index(job, attained, ctx.predictor, more_than)
-        return (self.level(job, attained), -(index or 0.0), job.submit_time, job.id)
+        scale, factor = ctx.lab_scale(job.lab)
+        return (self.level(job, attained), -(index or 0.0) * scale, -factor, job.submit_time, job.id)
 
     def arrange(self, queue: list[Job]) -> list[Job]:
         """`by_user_priority`: a user's priorities reorder that user's own jobs."""
