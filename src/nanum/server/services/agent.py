@@ -10,20 +10,18 @@ exit (`lifecycle.part_exited`) and acknowledge it; then build the node's desired
 
 from __future__ import annotations
 
-import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from nanum.protocol import EnvironmentSpec, Heartbeat, HeartbeatReply, JobLaunch, JobStatus, LogChunk
+from nanum.protocol import EnvironmentSpec, Heartbeat, HeartbeatReply, JobLaunch, JobStatus
 from nanum.server.callers import NodeCaller
 from nanum.server.context import ServerContext
 from nanum.server.errors import Unauthorized
-from nanum.server.services import environments, fleet, lifecycle, nodelogs
+from nanum.server.services import environments, fleet, joblogs, lifecycle
 from nanum.server.services import inventory as nodeinventory
 from nanum.store import AllocationRow, JobRow, LabRow, NodeRow, UserRow
 
@@ -68,8 +66,8 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
 def _outcome(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, desired: list[JobLaunch], acks: list[int],
              paths: list[str] | None, woken: set[str], poke: bool, version: int,
              runs: dict[int, tuple[int, bool]] | None = None) -> Outcome:
-    """Append the heartbeat's log chunks and build the reply. `runs`: `_runs_on`'s answer, when already read."""
-    offsets = write_logs(ctx, who.name, hb.logs, {j.job_id for j in hb.jobs}, runs)
+    """Append the heartbeat's log chunks and build the reply. `runs`: `joblogs.runs_on`'s answer, when already read."""
+    offsets = joblogs.write_logs(ctx, who.name, hb.logs, {j.job_id for j in hb.jobs}, runs)
     reply = _reply(ctx, desired, acks, offsets)
     reply.check_paths = paths
     running = {j.job_id for j in hb.jobs if j.state == "running"}
@@ -102,7 +100,7 @@ def _quiet(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, now: float) -> Ou
         desired = desired_jobs(ctx, s, node, held)
         paths = environments.check_paths(ctx, s)
     ctx.last_seen.heard(who.id, now)
-    runs = {job_id: (row.runs or 0, row.nodes > 1) for job_id, row in jobs.items()}  # as `_runs_on` finds them
+    runs = {job_id: (row.runs or 0, row.nodes > 1) for job_id, row in jobs.items()}  # as `joblogs.runs_on` finds them
     known = runs if all(c.job_id in runs for c in hb.logs) else None
     return _outcome(ctx, who, hb, desired, [], paths, set(), False, version, known)
 
@@ -343,102 +341,3 @@ def _array_env(job: JobRow) -> dict[str, str]:
         return {}
     ids = {"ARRAY_JOB_ID": str(job.array_id), "ARRAY_TASK_ID": str(job.array_task)}
     return {f"{prefix}_{k}": v for prefix in ("NANUM", "SLURM") for k, v in ids.items()}
-
-
-# -- logs ------------------------------------------------------------------------------------------------------
-
-
-def write_logs(ctx: ServerContext, node: str, chunks: list[LogChunk], mentioned: set[int],
-               runs: dict[int, tuple[int, bool]] | None = None) -> dict[int, int]:
-    """Append each chunk that starts where the server's copy of this run ends; return each job's length this run.
-
-    Offsets and lengths count the agent's bytes of the current run (a requeued job's log starts again at 0 on
-    the agent; the server keeps every run in one file, each after a header line): a chunk covers `nbytes` of
-    them even where bytes that were not UTF-8 arrived as U+FFFD. A chunk that overlaps or leaves a gap is
-    dropped, and the returned length tells the agent where to resend from. Only jobs that ran on this node may
-    write their logs. Heartbeats of one node may be handled concurrently, so appends are serialised. `runs`:
-    what `_runs_on` would answer (covering every job of `chunks`), when the caller has read it already."""
-    if runs is None:
-        runs = _runs_on(ctx, node, {c.job_id for c in chunks} | mentioned)
-    allowed = {c.job_id for c in chunks if c.job_id in runs}
-    logs = ctx.settings.logs_dir
-    stems = {job_id: nodelogs.stem(job_id, node, gang) for job_id, (_, gang) in runs.items()}
-    with _LOG_LOCK:
-        if allowed:
-            logs.mkdir(parents=True, exist_ok=True)
-        offsets = {job_id: _run_log_size(logs, stems[job_id], run, node) for job_id, (run, _) in runs.items()
-                   if job_id in mentioned or job_id in allowed}
-        for chunk in chunks:
-            if chunk.job_id in allowed:
-                had = offsets[chunk.job_id]
-                offsets[chunk.job_id] = _append(logs, chunk, had, stems[chunk.job_id])
-                if runs[chunk.job_id][1] and offsets[chunk.job_id] != had:  # a multi-node job: interleave too
-                    nodelogs.interleave(logs, chunk.job_id, node, chunk.data, runs[chunk.job_id][0])
-    return offsets
-
-
-_LOG_LOCK = threading.Lock()
-
-
-def _runs_on(ctx: ServerContext, node: str, ids: set[int]) -> dict[int, tuple[int, bool]]:
-    """Job id → (run number, whether it runs on several nodes), for those of `ids` whose current allocation is on
-    `node`."""
-    if not ids:
-        return {}
-    with ctx.db.read() as s:
-        rows = s.execute(select(JobRow.id, JobRow.allocation, JobRow.runs, JobRow.nodes).where(JobRow.id.in_(ids)))
-        return {job_id: (runs or 0, nodes > 1) for job_id, alloc, runs, nodes in rows
-                if any(a.get("node") == node for a in alloc or ())}
-
-
-def agent_log_size(logs: Path, stem: int | str) -> int:
-    """How many log bytes of the job's agents (of one node's part, for a multi-node job: `nodelogs.stem`) the
-    server holds, all runs: the file's size plus the recorded skew."""
-    path = logs / f"{stem}.log"
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return 0
-    return size + _skew(path)
-
-
-def _run_log_size(logs: Path, stem: str, run: int, node: str) -> int:
-    """The agent bytes of run `run` held so far. The first chunk of a later run gets a header line first."""
-    base_file = logs / f"{stem}.log.run"
-    total = agent_log_size(logs, stem)
-    try:
-        seen_run, base = (int(x) for x in base_file.read_text().split())
-    except (FileNotFoundError, ValueError):
-        seen_run, base = (run, 0)
-        if total and run > 1:
-            seen_run = -1
-    if seen_run != run:
-        if total:
-            header = f"\n--- run {run} on {node} ---\n".encode()
-            with open(logs / f"{stem}.log", "ab") as f:
-                f.write(header)
-            total += len(header)
-        base_file.write_text(f"{run} {total}")
-        base = total
-    return total - base
-
-
-def _skew(path: Path) -> int:
-    try:
-        return int((path.parent / f"{path.name}.skew").read_text())
-    except (FileNotFoundError, ValueError):
-        return 0
-
-
-def _append(logs: Path, chunk: LogChunk, have: int, stem: str) -> int:
-    """Append `chunk` to `stem`.log when it starts at `have` (this run's bytes held); return the new length."""
-    data = chunk.data.encode()
-    nbytes = len(data) if chunk.nbytes is None else chunk.nbytes
-    if chunk.offset != have or nbytes <= 0:
-        return have
-    path = logs / f"{stem}.log"
-    with open(path, "ab") as f:
-        f.write(data)
-    if nbytes != len(data):
-        (logs / f"{path.name}.skew").write_text(str(_skew(path) + nbytes - len(data)))
-    return have + nbytes

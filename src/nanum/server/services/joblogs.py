@@ -1,0 +1,117 @@
+"""Job logs as agents ship them with heartbeats: each chunk appended where the server's copy of its run ends.
+
+The agent counts the bytes of each run of a job's output; the server keeps every run in one file
+(`$HOME/logs/<job_id>.log`, each run after a header line), and a multi-node job one file per node besides
+(`nanum.server.services.nodelogs`). A chunk that overlaps or leaves a gap is dropped, and the length the server
+answers tells the agent where to resend from.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from sqlalchemy import select
+
+from nanum.protocol import LogChunk
+from nanum.server.context import ServerContext
+from nanum.server.services import nodelogs
+from nanum.store import JobRow
+
+__all__ = ["agent_log_size", "runs_on", "write_logs"]
+
+
+def write_logs(ctx: ServerContext, node: str, chunks: list[LogChunk], mentioned: set[int],
+               runs: dict[int, tuple[int, bool]] | None = None) -> dict[int, int]:
+    """Append each chunk that starts where the server's copy of this run ends; return each job's length this run.
+
+    Offsets and lengths count the agent's bytes of the current run (a requeued job's log starts again at 0 on
+    the agent; the server keeps every run in one file, each after a header line): a chunk covers `nbytes` of
+    them even where bytes that were not UTF-8 arrived as U+FFFD. A chunk that overlaps or leaves a gap is
+    dropped, and the returned length tells the agent where to resend from. Only jobs that ran on this node may
+    write their logs. Heartbeats of one node may be handled concurrently, so appends are serialised. `runs`:
+    what `runs_on` would answer (covering every job of `chunks`), when the caller has read it already."""
+    if runs is None:
+        runs = runs_on(ctx, node, {c.job_id for c in chunks} | mentioned)
+    allowed = {c.job_id for c in chunks if c.job_id in runs}
+    logs = ctx.settings.logs_dir
+    stems = {job_id: nodelogs.stem(job_id, node, gang) for job_id, (_, gang) in runs.items()}
+    with _LOG_LOCK:
+        if allowed:
+            logs.mkdir(parents=True, exist_ok=True)
+        offsets = {job_id: _run_log_size(logs, stems[job_id], run, node) for job_id, (run, _) in runs.items()
+                   if job_id in mentioned or job_id in allowed}
+        for chunk in chunks:
+            if chunk.job_id in allowed:
+                had = offsets[chunk.job_id]
+                offsets[chunk.job_id] = _append(logs, chunk, had, stems[chunk.job_id])
+                if runs[chunk.job_id][1] and offsets[chunk.job_id] != had:  # a multi-node job: interleave too
+                    nodelogs.interleave(logs, chunk.job_id, node, chunk.data, runs[chunk.job_id][0])
+    return offsets
+
+
+_LOG_LOCK = threading.Lock()
+
+
+def runs_on(ctx: ServerContext, node: str, ids: set[int]) -> dict[int, tuple[int, bool]]:
+    """Job id → (run number, whether it runs on several nodes), for those of `ids` whose current allocation is on
+    `node`."""
+    if not ids:
+        return {}
+    with ctx.db.read() as s:
+        rows = s.execute(select(JobRow.id, JobRow.allocation, JobRow.runs, JobRow.nodes).where(JobRow.id.in_(ids)))
+        return {job_id: (runs or 0, nodes > 1) for job_id, alloc, runs, nodes in rows
+                if any(a.get("node") == node for a in alloc or ())}
+
+
+def agent_log_size(logs: Path, stem: int | str) -> int:
+    """How many log bytes of the job's agents (of one node's part, for a multi-node job: `nodelogs.stem`) the
+    server holds, all runs: the file's size plus the recorded skew."""
+    path = logs / f"{stem}.log"
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    return size + _skew(path)
+
+
+def _run_log_size(logs: Path, stem: str, run: int, node: str) -> int:
+    """The agent bytes of run `run` held so far. The first chunk of a later run gets a header line first."""
+    base_file = logs / f"{stem}.log.run"
+    total = agent_log_size(logs, stem)
+    try:
+        seen_run, base = (int(x) for x in base_file.read_text().split())
+    except (FileNotFoundError, ValueError):
+        seen_run, base = (run, 0)
+        if total and run > 1:
+            seen_run = -1
+    if seen_run != run:
+        if total:
+            header = f"\n--- run {run} on {node} ---\n".encode()
+            with open(logs / f"{stem}.log", "ab") as f:
+                f.write(header)
+            total += len(header)
+        base_file.write_text(f"{run} {total}")
+        base = total
+    return total - base
+
+
+def _skew(path: Path) -> int:
+    try:
+        return int((path.parent / f"{path.name}.skew").read_text())
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def _append(logs: Path, chunk: LogChunk, have: int, stem: str) -> int:
+    """Append `chunk` to `stem`.log when it starts at `have` (this run's bytes held); return the new length."""
+    data = chunk.data.encode()
+    nbytes = len(data) if chunk.nbytes is None else chunk.nbytes
+    if chunk.offset != have or nbytes <= 0:
+        return have
+    path = logs / f"{stem}.log"
+    with open(path, "ab") as f:
+        f.write(data)
+    if nbytes != len(data):
+        (logs / f"{path.name}.skew").write_text(str(_skew(path) + nbytes - len(data)))
+    return have + nbytes
