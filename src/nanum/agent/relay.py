@@ -36,6 +36,9 @@ from typing import Any
 __all__ = ["main"]
 
 CHUNK = 65536
+#: Signals a terminal's programs must get as a login gets them (not ignored), whatever started the job.
+TERMINAL_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGTSTP, signal.SIGTTIN,
+                    signal.SIGTTOU, signal.SIGPIPE)
 #: How long a hung-up shell may take to end before everything in its session is killed.
 HANGUP_GRACE_S = 5.0
 #: How often the relay looks whether the shell has ended while its terminal is quiet.
@@ -77,6 +80,9 @@ def _spawn_shell(command: list[str]) -> tuple[int, int]:
     shell = os.environ.get("SHELL") or pwd.getpwuid(os.getuid()).pw_shell or "/bin/sh"
     pid, master = pty.fork()
     if pid == 0:  # the child: the shell, as a login shell (argv[0] starts with '-'), or the command
+        for sig in TERMINAL_SIGNALS:  # as a login starts: whatever started the job ignored or blocked
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
         with contextlib.suppress(OSError):
             if command:
                 os.execvp(command[0], command)

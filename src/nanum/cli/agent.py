@@ -161,6 +161,7 @@ def agent(
         checkpoint_root=checkpoint_root.expanduser().absolute() if checkpoint_root else None,
     )
     runner = Agent(config)
+    _jobs_get_default_signals()
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -232,3 +233,18 @@ def _simulate_nodes(server: str, token_file: Path | None, count: int, gpus: str,
     took = max(time.monotonic() - began, 1e-9)
     beats, failed = sum(n.heartbeats for n in nodes), sum(n.errors for n in nodes)
     print(f"simulated nodes: {beats} heartbeats in {took:.1f} s ({beats / took:.1f}/s), {failed} failed", flush=True)
+
+
+def _jobs_get_default_signals() -> None:
+    """An agent started under `nohup` or in the background ignores SIGHUP (or SIGINT and SIGQUIT), and an ignored
+    signal stays ignored across exec: its jobs would inherit that, and a shell whose terminal closed would not hang
+    up. The agent keeps not minding them, with a handler that does nothing, which exec resets to the default."""
+    import signal
+
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, _ignore)
+
+
+def _ignore(_signum: int, _frame: object) -> None:
+    """Not minding a signal, the way SIG_IGN would, without passing that on to the jobs."""
