@@ -426,6 +426,10 @@ def test_a_shell_websocket_from_another_site_is_refused_even_with_the_owners_coo
     with pytest.raises(InvalidStatus) as refused:
         connect(ws_url, additional_headers={"Cookie": cookie, "Origin": "https://evil.example"}, open_timeout=10)
     assert refused.value.response.status_code == 403
+    huge = cluster.url.replace("http://", "ws://") + f"/api/v1/jobs/{2**64}/shell"  # past any job id: refused, no 500
+    with pytest.raises(InvalidStatus) as refused:
+        connect(huge, additional_headers={"Authorization": f"Bearer {cluster.tokens['alice']}"}, open_timeout=10)
+    assert refused.value.response.status_code == 403
     with connect(ws_url, additional_headers={"Cookie": cookie, "Origin": cluster.url}, open_timeout=10) as ws:
         ws.send(b"exit 4\r")
         while not isinstance(message := ws.recv(timeout=30), str):

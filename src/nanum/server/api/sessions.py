@@ -76,7 +76,7 @@ async def notebook_http(job_id: JobIdPath, path: str, request: Request) -> Respo
 
 
 @proxy_router.websocket("/notebooks/{job_id}/{path:path}")
-async def notebook_websocket(websocket: WebSocket, job_id: int, path: str) -> None:
+async def notebook_websocket(websocket: WebSocket, job_id: JobIdPath, path: str) -> None:
     """The notebook's websockets (kernels, terminals), for its owner; refused (403) to anyone else."""
     try:
         target = await _target(websocket, await _caller(websocket), job_id)
@@ -94,7 +94,7 @@ def _broker(websocket: WebSocket) -> ShellBroker:
 
 
 @router.websocket("/jobs/{job_id}/shell")
-async def shell_websocket(websocket: WebSocket, job_id: int) -> None:
+async def shell_websocket(websocket: WebSocket, job_id: JobIdPath) -> None:
     """The owner's terminal on running shell job `job_id` (`nanum shell`, or the dashboard's terminal page,
     logged in by its session): binary frames are terminal bytes, text frames JSON (`{"resize": [ROWS, COLS]}`
     in, `{"exit": CODE}` out, last)."""
@@ -109,7 +109,7 @@ async def shell_websocket(websocket: WebSocket, job_id: int) -> None:
 
 
 @router.websocket("/agent/shells/{job_id}")
-async def relay_websocket(websocket: WebSocket, job_id: int) -> None:
+async def relay_websocket(websocket: WebSocket, job_id: JobIdPath) -> None:
     """A shell job's relay, dialling out from its node; authenticated with the job's secret."""
     scheme, _, secret = websocket.headers.get("authorization", "").partition(" ")
     try:
