@@ -33,7 +33,7 @@ from nanum.core.bursts import Siblings
 from nanum.core.classes import RunClasses
 from nanum.core.model import JobId, Node, Running, Snapshot
 from nanum.core.preempt import ClassOrder
-from nanum.core.quota import Usage
+from nanum.core.quota import Usage, limited
 from nanum.core.state import ClusterState
 
 
@@ -75,6 +75,7 @@ class CycleCache:
         self._now = float("-inf")
         self._came: dict[int, Running] | None = None  # what `expect` was told since the last `prepare`
         self._gone: dict[int, Running] = {}
+        self._limited: tuple[object, object, frozenset[str]] | None = None
 
     def prepare(self, snapshot: Snapshot) -> tuple[ClusterState, Usage]:
         """The cycle state and usage for `snapshot`, as `ClusterState.build` and `Usage.of` would give them."""
@@ -90,6 +91,14 @@ class CycleCache:
         usage = self._usage
         return state, Usage(Counter(usage.lab_gpus), Counter(usage.lab_jobs), Counter(usage.user_gpus),
                             Counter(usage.user_jobs))
+
+    def limited(self, snapshot: Snapshot) -> frozenset[str]:
+        """`nanum.core.quota.limited(snapshot)`, remembered while the driver passes the same labs and users
+        mappings (the simulator does between its usage readings)."""
+        held = self._limited
+        if held is None or held[0] is not snapshot.labs or held[1] is not snapshot.users:
+            held = self._limited = (snapshot.labs, snapshot.users, limited(snapshot))
+        return held[2]
 
     def expect(self, came: Iterable[Running] = (), gone: Iterable[Running] = ()) -> None:
         """Tell the next `prepare` which running jobs came and which went since the snapshot it was last given,

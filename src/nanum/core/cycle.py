@@ -22,16 +22,15 @@ from nanum.core.backfill import Reservation, Timeline, reserve
 from nanum.core.cache import CycleCache, run_ends
 from nanum.core.classes import RunClasses
 from nanum.core.decision import Decisions, Pending, Preempt, Reason, Start
-from nanum.core.model import Job, JobId, Limits, NodeState, Placement, Running, Snapshot, serves
+from nanum.core.model import Job, JobId, NodeState, Placement, Running, Snapshot, serves
 from nanum.core.placement import PlacementPolicy
 from nanum.core.policy import Policy
 from nanum.core.predict import Predictor, expected_runtime, overdue_end, planned_end
 from nanum.core.preempt import ClassOrder
-from nanum.core.quota import Usage, victim_key
+from nanum.core.quota import Usage, limited, victim_key
 from nanum.core.state import ClusterState
 
 Keys = list[tuple[str | None, str]]
-NO_LIMITS = Limits()
 
 
 @dataclass(slots=True, eq=False)
@@ -79,8 +78,7 @@ class CycleState:
             self.total_gpus = sum(len(n.gpus) for n in snapshot.nodes)
             self.owners = {n.owner for n in snapshot.nodes if n.owner is not None}
         #: labs and users with any limit or budget: only their jobs need `admit`.
-        self.limited = {x.name for x in snapshot.labs.values() if x.limits != NO_LIMITS}
-        self.limited |= {x.name for x in snapshot.users.values() if x.limits != NO_LIMITS}
+        self.limited = cache.limited(snapshot) if cache is not None else limited(snapshot)
         self.starts: list[Start] = []
         self.preemptions: list[Preempt] = []
         self.pending: list[Pending] = []

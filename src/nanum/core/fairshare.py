@@ -12,6 +12,10 @@ from collections.abc import Mapping
 from nanum.core.model import Lab, User
 
 DEFAULT_HALF_LIFE = 7 * 24 * 3600.0
+#: how old the decayed usage in a snapshot may be, for a driver that would otherwise read it at every cycle (the
+#: simulator, at every arrival): Slurm's default PriorityCalcPeriod. With a half-life of days a factor moves by well
+#: under one percent in that time. Monthly budgets are always read fresh.
+USAGE_REFRESH = 300.0
 
 
 def decay(usage: float, elapsed: float, half_life: float = DEFAULT_HALF_LIFE) -> float:
@@ -21,16 +25,21 @@ def decay(usage: float, elapsed: float, half_life: float = DEFAULT_HALF_LIFE) ->
     return float(usage * 0.5 ** (elapsed / half_life))
 
 
-def lab_factor(lab: str, labs: Mapping[str, Lab]) -> float:
-    """Fair-share factor in (0, 1]: 1 for a lab that used nothing, 0.5 for one exactly at its share."""
-    total_usage = sum(x.decayed_usage for x in labs.values())
-    total_weight = sum(x.weight for x in labs.values())
+def lab_factor(lab: str, labs: Mapping[str, Lab], totals: tuple[float, float] | None = None) -> float:
+    """Fair-share factor in (0, 1]: 1 for a lab that used nothing, 0.5 for one exactly at its share. `totals` is
+    `lab_totals(labs)` when the caller already has it (a cycle asks for every lab)."""
+    total_usage, total_weight = lab_totals(labs) if totals is None else totals
     info = labs.get(lab)
     if info is None or total_usage <= 0 or total_weight <= 0:
         return 1.0
     share = info.weight / total_weight
     used = info.decayed_usage / total_usage
     return float(2.0 ** (-used / share)) if share > 0 else 0.0
+
+
+def lab_totals(labs: Mapping[str, Lab]) -> tuple[float, float]:
+    """All labs' decayed usage and all their weights."""
+    return sum(x.decayed_usage for x in labs.values()), sum(x.weight for x in labs.values())
 
 
 def user_factor(user: str, users: Mapping[str, User]) -> float:

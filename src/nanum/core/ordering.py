@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
 from nanum.core.bursts import SIBLING_SHARE, Siblings
-from nanum.core.fairshare import lab_factor, user_factor
+from nanum.core.fairshare import lab_factor, lab_totals, user_factor
 from nanum.core.model import Job, Lab, Running, User
 from nanum.core.predict import Predictor, expected_runtime, gittins_index
 
@@ -60,6 +60,7 @@ class OrderContext:
     _factors: dict[tuple[str, str], float] = field(default_factory=dict, compare=False, repr=False)
     _scales: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False, repr=False)
     _held: list[Siblings] = field(default_factory=list, compare=False, repr=False)
+    _totals: list[tuple[float, float]] = field(default_factory=list, compare=False, repr=False)
 
     def sibling_service(self, job: Job) -> float | None:
         """The most GPU-seconds one of `job`'s running burst siblings has received (nanum.core.bursts)."""
@@ -73,7 +74,9 @@ class OrderContext:
     def lab_factor(self, lab: str) -> float:
         hit = self._factors.get(("lab", lab))
         if hit is None:
-            hit = self._factors[("lab", lab)] = lab_factor(lab, self.labs)
+            if not self._totals:  # all labs' usage and weights, summed once per cycle
+                self._totals.append(lab_totals(self.labs))
+            hit = self._factors[("lab", lab)] = lab_factor(lab, self.labs, self._totals[0])
         return hit
 
     def lab_scale(self, lab: str) -> tuple[float, float]:

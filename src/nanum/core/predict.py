@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Protocol
+from typing import Any, Protocol
 
 from nanum.core.model import Job, JobId
 
@@ -44,6 +44,9 @@ class Prediction:
 #: finished jobs kept per key for the service distribution, and how many a key needs before it is used.
 SERVICE_WINDOW = 200
 MIN_SAMPLES = 5
+#: from how many samples left `gittins_index` computes with arrays rather than a Python loop (measured: 3.8 µs
+#: against 5.0 µs at 24 samples, 6.5 µs against 5.9 µs at 32, 27.5 µs against 5.5 µs at 200).
+VECTOR_FROM = 32
 #: jobs whose service key is remembered before the memo starts afresh (it only saves time).
 KEY_MEMO = 65536
 _UNKNOWN: Hashable = object()
@@ -62,6 +65,7 @@ class HistoryPredictor:
         self._memo: dict[tuple[str, str, str, int], float | None] = {}  # forgotten at every observation
         self._service: dict[Hashable, deque[float]] = {}  # GPU-seconds of the last jobs per key
         self._tables: dict[Hashable, tuple[list[float], list[float]]] = {}  # sorted service, prefix sums
+        self._arrays: dict[Hashable, tuple[Any, Any]] = {}  # the same as arrays, for `_best_quantum`
         self._indices: dict[Hashable, dict[float | tuple[float, float], float]] = {}  # attained (, known) -> index
         # job -> the key its index comes from (a job's user, name, lab and GPUs never change). A key's sample
         # count only grows, so the choice changes only when some key reaches MIN_SAMPLES: then it is forgotten.
@@ -91,6 +95,7 @@ class HistoryPredictor:
             if len(service) == MIN_SAMPLES:
                 self._chosen.clear()
             self._tables.pop(key, None)
+            self._arrays.pop(key, None)
             self._indices.pop(key, None)
         self._chosen.pop(job.id, None)
 
@@ -174,13 +179,31 @@ class HistoryPredictor:
             # spends its remaining service up to the quantum: (sum of the k smallest) + (left - k) * k-th smallest
             # - left * attained in all.
             best, offset = 0.0, prefix[first] + left * attained
-            for k, (service, total) in enumerate(zip(ordered[first:], prefix[first + 1:], strict=True), start=1):
-                spent = total - offset + (left - k) * service
-                value = k / (spent if spent > 1.0 else 1.0)
-                if value > best:
-                    best = value
+            if left >= VECTOR_FROM:
+                best = self._best_quantum(key, first, left, offset)
+            else:
+                for k, (service, total) in enumerate(zip(ordered[first:], prefix[first + 1:], strict=True), start=1):
+                    spent = total - offset + (left - k) * service
+                    value = k / (spent if spent > 1.0 else 1.0)
+                    if value > best:
+                        best = value
         memo[memo_key] = best
         return best
+
+    def _best_quantum(self, key: Hashable, first: int, left: int, offset: float) -> float:
+        """The loop of `gittins_index` over the `left` largest samples of `key`, as array arithmetic: the same
+        operations in the same order, so the same value to the last bit, several times faster for long tables."""
+        import numpy as np
+
+        arrays = self._arrays.get(key)
+        if arrays is None:
+            ordered, prefix = self._tables[key]
+            arrays = self._arrays[key] = (np.array(ordered), np.array(prefix))
+        k = np.arange(1.0, left + 1.0)
+        spent = arrays[1][first + 1:] - offset
+        spent += (left - k) * arrays[0][first:]
+        np.maximum(spent, 1.0, out=spent)
+        return float((k / spent).max())
 
 
 def _basis(key: Hashable, count: int, job: Job) -> str:

@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from nanum.core.decision import Code, Reason
-from nanum.core.model import Job, Lab, Limits, Node, Running, User, serves, takes_model
+from nanum.core.model import Job, Lab, Limits, Node, Running, Snapshot, User, serves, takes_model
+
+NO_LIMITS = Limits()
 
 
 @dataclass(slots=True)
@@ -37,6 +39,12 @@ class Usage:
         self.lab_jobs[job.lab] += sign
         self.user_gpus[job.user] += sign * job.total_gpus
         self.user_jobs[job.user] += sign
+
+
+def limited(snapshot: Snapshot) -> frozenset[str]:
+    """The labs and users of `snapshot` with any limit or budget: only their jobs need `admit`."""
+    return frozenset({x.name for x in snapshot.labs.values() if x.limits != NO_LIMITS}
+                     | {x.name for x in snapshot.users.values() if x.limits != NO_LIMITS})
 
 
 def _limit_reason(kind: str, name: str, limits: Limits, gpus: int, jobs: int, job: Job) -> str | None:

@@ -12,7 +12,8 @@ at the same instant, so the job that preempted starts as soon as its victims sto
 Which cycles and partitions may be skipped, and when checkpoints matter, is the core's rule
 (`nanum.core.incremental`); the simulator lists checkpoints when the core asks (`_checkpoints`). The labs' and
 users' usage goes into snapshots only when the order ranks by it or a lab has a budget (`QueueOrder.reads_usage`,
-`reads_users`).
+`reads_users`); for fair-share alone it is read at most every `USAGE_REFRESH` simulated seconds, as a server
+recomputes factors periodically, while budgets are read at every cycle.
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ from nanum.core import (
     impossible,
     planned_end,
 )
-from nanum.core.fairshare import DEFAULT_HALF_LIFE
+from nanum.core.fairshare import DEFAULT_HALF_LIFE, USAGE_REFRESH
 from nanum.sim.cluster import ClusterSpec
 from nanum.sim.jobs import SimJob, make_jobs
 from nanum.sim.traces import TraceJob
-from nanum.sim.usage import Calendar, Meters
+from nanum.sim.usage import Calendar, Meters, Period
 
 PREDICTORS = ("history", "none", "oracle")
 INF = float("inf")
@@ -137,6 +138,8 @@ class Simulation:
         self.user_usage = order.reads_users
         self.lab_usage = order.reads_usage or self._budgets
         self.result = SimResult(policy, cluster, self.options, self.jobs, [], [], self.total_gpus)
+        #: the labs and users with their usage as last read, and when (see `_snapshot`).
+        self._usage_read: tuple[float, str, dict[str, Lab], dict[str, User]] | None = None
         #: the core's incremental scheduler: it decides when a cycle may act and carries state between cycles.
         #: It asks for no reasons: the simulator reads only starts and preemptions.
         self.core = Incremental(policy, self.predictor, self.nodes, self.labs, checkpoints=self._checkpoints)
@@ -229,21 +232,31 @@ class Simulation:
 
     def _snapshot(self, t: float) -> Snapshot:
         period = self.calendar.at(t)
-        labs: dict[str, Lab] = self.labs
+        labs, users = self._usage(t, period)
+        return Snapshot(now=t, nodes=self.nodes, pending=self.core.pending_shown(),
+                        running=tuple(self.running.values()), labs=labs, users=users, month=period.label)
+
+    def _usage(self, t: float, period: Period) -> tuple[dict[str, Lab], dict[str, User]]:
+        """The labs and users with their usage at `t`: read again when a budget needs it, when the period changed,
+        or when the last reading is `USAGE_REFRESH` seconds old; else the last reading."""
+        if not self.lab_usage:
+            return self.labs, {}
+        read = self._usage_read
+        if read is not None and not self._budgets and read[1] == period.label and t - read[0] < USAGE_REFRESH:
+            return read[2], read[3]
+        labs: dict[str, Lab] = {}
+        lab_usage = self.lab_meters.read(t, period)
+        for name, lab in self.labs.items():
+            decayed, hours = lab_usage.get(name, (0.0, 0.0))
+            labs[name] = lab if not (decayed or hours) else Lab(
+                name=name, guaranteed_gpus=lab.guaranteed_gpus, limits=lab.limits, weight=lab.weight,
+                used_gpu_hours=hours, decayed_usage=decayed)
         users: dict[str, User] = {}
-        if self.lab_usage:
-            labs = {}
-            lab_usage = self.lab_meters.read(t, period)
-            for name, lab in self.labs.items():
-                decayed, hours = lab_usage.get(name, (0.0, 0.0))
-                labs[name] = lab if not (decayed or hours) else Lab(
-                    name=name, guaranteed_gpus=lab.guaranteed_gpus, limits=lab.limits, weight=lab.weight,
-                    used_gpu_hours=hours, decayed_usage=decayed)
         if self.user_usage:
             users = {name: User(name=name, decayed_usage=d, used_gpu_hours=h)
                      for name, (d, h) in self.user_meters.read(t, period).items()}
-        return Snapshot(now=t, nodes=self.nodes, pending=self.core.pending_shown(),
-                        running=tuple(self.running.values()), labs=labs, users=users, month=period.label)
+        self._usage_read = (t, period.label, labs, users)
+        return labs, users
 
     # -- applying events and decisions -------------------------------------------------------------------------
 
