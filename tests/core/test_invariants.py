@@ -32,7 +32,7 @@ policies = st.builds(
     Policy,
     order=st.sampled_from(sorted(ORDERS)),
     placement=st.sampled_from(sorted(PLACEMENTS)),
-    backfill=st.booleans(),
+    backfill=st.sampled_from(("easy", "none")),
     lend=st.booleans(),
     estimate_depth=st.integers(1, 3),
 )
@@ -181,7 +181,7 @@ def test_backfill_never_delays_the_reservation_when_run_times_are_exact(
     runs = tuple(replace(r, expected_end=r.expected_end or NOW + 300.0, borrowing=False) for r in snapshot.running)
     pending = tuple(replace(j, time_limit=j.time_limit or 700.0) for j in snapshot.pending)
     snap = replace(snapshot, running=runs, pending=pending, labs={})
-    policy = Policy(order=order, placement=placement, backfill=True)
+    policy = Policy(order=order, placement=placement, backfill="easy")
     d = schedule(snap, policy)
     heads = [p for p in d.pending if p.reason.code is Code.RESERVED]
     jobs = {j.id: j for j in pending}
@@ -209,7 +209,7 @@ def test_with_preemption_a_reservation_is_never_delayed_by_a_job_started_over_it
                  for r in snapshot.running)
     pending = tuple(replace(j, time_limit=j.time_limit or 700.0) for j in snapshot.pending)
     snap = replace(snapshot, running=runs, pending=pending, labs={})
-    policy = Policy(order=order, placement=placement, backfill=True, preempt=True)
+    policy = Policy(order=order, placement=placement, backfill="easy", preempt=True)
     d = schedule(snap, policy)
     jobs = {j.id: j for j in pending}
     for head in (p for p in d.pending if p.reason.code is Code.RESERVED):

@@ -31,7 +31,7 @@ def test_order_picks_which_job_gets_the_only_gpu(order: str, expected: list[int]
         job(2, time_limit=60.0),
         job(3, time_limit=7200.0, priority=100),
     )
-    d = schedule(snap(nodes(1, gpus=1), pending), Policy(order=order, backfill=False))
+    d = schedule(snap(nodes(1, gpus=1), pending), Policy(order=order, backfill="none"))
     assert started(d) == expected
 
 
@@ -144,7 +144,7 @@ def test_without_backfill_later_jobs_wait_behind_the_head() -> None:
     cluster = nodes(1, gpus=4)
     hold = running(job(50, gpus=3), {"n0": (0, 1, 2)}, end=1000.0)
     pending = (job(1, gpus=4), job(2, time_limit=10.0))
-    d = schedule(snap(cluster, pending, (hold,)), Policy(backfill=False))
+    d = schedule(snap(cluster, pending, (hold,)), Policy(backfill="none"))
     assert d.starts == ()
     assert str(reason(d, 2)) == "1 job ahead; waiting behind job 1"
 
@@ -152,7 +152,7 @@ def test_without_backfill_later_jobs_wait_behind_the_head() -> None:
 def test_partitioned_labs_block_only_their_own_queue() -> None:
     cluster = nodes(1, gpus=2, prefix="a", owner="a") + nodes(1, gpus=2, prefix="b", owner="b")
     pending = (job(1, gpus=2, lab="a"), job(2, gpus=2, lab="a"), job(3, gpus=2, lab="b"))
-    d = schedule(snap(cluster, pending), Policy(lend=False, backfill=False))
+    d = schedule(snap(cluster, pending), Policy(lend=False, backfill="none"))
     assert started(d) == [1, 3]
     assert d.starts[1].placements[0].node == "b0"
 
@@ -217,7 +217,7 @@ def test_gpus_busy_outside_nanum_are_never_handed_out() -> None:
 
 def test_policy_strings_parse_and_bad_names_fail_with_the_choices() -> None:
     p = Policy.parse("las+spread+nobackfill")
-    assert (p.order, p.placement, p.backfill) == ("las", "spread", False)
+    assert (p.order, p.placement, p.backfill) == ("las", "spread", "none")
     with pytest.raises(PolicyError, match="choose one of fifo"):
         Policy.parse("lottery")
     with pytest.raises(PolicyError, match="placements: binpack"):
@@ -242,7 +242,7 @@ def test_notebooks_are_jobs_too() -> None:
 
 def test_the_default_policy_is_the_one_the_trace_study_chose() -> None:
     default = Policy.default()
-    assert (default.order, default.placement, default.backfill, default.preempt) == ("gittins", "binpack", True, True)
+    assert (default.order, default.placement, default.backfill, default.preempt) == ("gittins", "binpack", "easy", True)
     assert Policy.parse(default.label) == default
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from nanum.core.backfill import Reservation, Timeline, reserve
 from nanum.core.cache import CycleCache, run_ends
@@ -29,6 +29,9 @@ from nanum.core.predict import Predictor, expected_runtime, overdue_end, planned
 from nanum.core.preempt import ClassOrder
 from nanum.core.quota import Usage, limited, victim_key
 from nanum.core.state import ClusterState
+
+if TYPE_CHECKING:
+    from nanum.core.backfill_rules import BackfillRule
 
 Keys = list[tuple[str | None, str]]
 
@@ -67,6 +70,9 @@ class CycleState:
         self.explain = explain
         self.placement: PlacementPolicy = policy.make_placement()
         self.order = policy.make_order()
+        #: what later jobs of a partition may do behind its first blocked job; the scheduler sets the policy's
+        #: rule (`nanum.core.backfill_rules.BACKFILLS`, which builds on this module).
+        self.backfill: BackfillRule
         #: the order's priority classes, when the policy preempts by class (Policy checks the order has them).
         self.classes: ClassOrder | None = cast(ClassOrder, self.order) if policy.preempt else None
         if cache is not None:

@@ -4,8 +4,9 @@ Every job left pending gets one `Reason`, from the first that applies:
 
 1. it holds a reservation (the first blocked job of its partition) or an estimate: "reserved to start in 2h 10m
    when job 7 is expected to end" (`RESERVED`, `QUEUED`);
-2. it fits now, but starting it would delay the reservation of its partition's first blocked job (`BACKFILL`);
-3. without backfill, it waits behind that job (`QUEUED`);
+2. the policy's backfill rule keeps it behind its partition's first blocked job (`nanum.core.backfill_rules`):
+   under `easy` it fits now, but starting it would delay that job's reservation (`BACKFILL`); under `none` it
+   waits behind that job (`QUEUED`);
 4. it does not fit: what it needs against what is free (`RESOURCES`), e.g. "needs 4 GPUs on one node; the largest
    free block is 2 (node n3); with --gpus 2 it would fit now".
 
@@ -33,12 +34,8 @@ def explain(c: CycleState, job: Job, shape: Shape, part: Partition, ahead: int, 
         when = f"{'reserved to start' if first else 'expected to start'} in {human(res.start - now)}"
         code = Code.RESERVED if first else Code.QUEUED
         return c.wait(job, Reason(code, f"{place}; {when} when {res.cause}"), res.start, ahead)
-    if not first and c.policy.backfill and fits_now:
-        held = part.shown
-        when = f", reserved to start in {human(held.start - now)}" if held else ""
-        return c.wait(job, Reason(Code.BACKFILL, f"{place}; starting now would delay job {blocker}{when}"), None, ahead)
-    if not first and not c.policy.backfill:
-        return c.wait(job, Reason(Code.QUEUED, f"{place}; waiting behind job {blocker}"), None, ahead)
+    if not first and (behind := c.backfill.waits(c, part, blocker, place, fits_now)) is not None:
+        return c.wait(job, behind, None, ahead)
     room = c.room.get((shape, c.state.version))
     if room is None:
         room = c.room[(shape, c.state.version)] = no_room(c, job, shape.keys)

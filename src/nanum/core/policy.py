@@ -1,4 +1,4 @@
-"""Policy: the named parts of a scheduler (order, placement, backfill) and its switches, checked when built.
+"""Policy: the named parts of a scheduler (order, placement, backfill rule, steps), checked when built.
 
 A policy is written `ORDER[+PLACEMENT][+backfill|+nobackfill][+preempt]`, e.g. `las+binpack+backfill+preempt`
 or `fifo+nobackfill`; missing parts take the defaults. An unknown name fails with the list of known ones, so a bad
@@ -19,7 +19,9 @@ from nanum.core.placement import PLACEMENTS, PlacementPolicy
 DEFAULT_POLICY = "gittins+binpack+backfill+preempt"
 DEFAULT_ORDER = "fifo"
 DEFAULT_PLACEMENT = "binpack"
-BACKFILL_WORDS = {"backfill": True, "easy": True, "nobackfill": False, "none": False}
+#: the words of a policy string for each backfill rule (`nanum.core.backfill_rules.BACKFILLS`).
+BACKFILL_WORDS = {"backfill": "easy", "easy": "easy", "nobackfill": "none", "none": "none"}
+BACKFILL_RULES = ("easy", "none")
 PREEMPT_WORDS = {"preempt": True, "nopreempt": False}
 
 
@@ -31,8 +33,10 @@ class PolicyError(ValueError):
 class Policy:
     """How a cycle decides.
 
-    `lend`: idle GPUs of nodes a lab owns may run other labs' jobs (pooled); False keeps each lab on its own and the
-    shared nodes (partitioned, like Slurm partitions). `reclaim`: a lab under its guarantee preempts borrowers.
+    `backfill`: what later jobs of a partition may do while its first blocked job waits (`easy`: start where they
+    do not delay its reservation; `none`: wait behind it; `nanum.core.backfill_rules`). `lend`: idle GPUs of
+    nodes a lab owns may run other labs' jobs (pooled); False keeps each lab on its own and the shared nodes
+    (partitioned, like Slurm partitions). `reclaim`: a lab under its guarantee preempts borrowers.
     `estimate_depth`: how many blocked jobs per partition get a start estimate (the first is EASY's reservation).
     `preempt`: a blocked job preempts running jobs the order ranks in a lower priority class (Tiresias; see
     `nanum.core.preempt`); the order must define classes (`las` and `gittins` do). With backfill too, a job that
@@ -42,7 +46,7 @@ class Policy:
 
     order: str = DEFAULT_ORDER
     placement: str = DEFAULT_PLACEMENT
-    backfill: bool = True
+    backfill: str = "easy"
     lend: bool = True
     reclaim: bool = True
     estimate_depth: int = 1
@@ -55,6 +59,8 @@ class Policy:
             raise PolicyError(
                 f"unknown placement {self.placement!r}; choose one of {', '.join(PLACEMENTS)}"
             )
+        if self.backfill not in BACKFILL_RULES:
+            raise PolicyError(f"unknown backfill rule {self.backfill!r}; choose one of {', '.join(BACKFILL_RULES)}")
         if self.estimate_depth < 1:
             raise PolicyError("estimate_depth must be at least 1")
         if self.preempt and not hasattr(ORDERS[self.order], "level"):
@@ -64,7 +70,7 @@ class Policy:
 
     @classmethod
     def parse(cls, text: str, **overrides: object) -> Policy:
-        """`las+binpack+backfill` → Policy(order='las', placement='binpack', backfill=True)."""
+        """`las+binpack+backfill` → Policy(order='las', placement='binpack', backfill='easy')."""
         parts = [p.strip().lower() for p in text.split("+") if p.strip()]
         if not parts:
             raise PolicyError("empty policy; write ORDER[+PLACEMENT][+backfill|+nobackfill], e.g. fifo+binpack")
@@ -92,7 +98,7 @@ class Policy:
     @property
     def label(self) -> str:
         preempt = "+preempt" if self.preempt else ""
-        return f"{self.order}+{self.placement}+{'backfill' if self.backfill else 'nobackfill'}{preempt}"
+        return f"{self.order}+{self.placement}+{'backfill' if self.backfill == 'easy' else 'nobackfill'}{preempt}"
 
     @property
     def steps(self) -> tuple[str, ...]:

@@ -12,7 +12,8 @@ The cycle, in order:
 1. admit: budgets and limits (`nanum.core.quota.admit`), and a job that must not be preempted never borrows;
 2. could ever fit: a request no up node could hold, whatever runs there, waits with the reason;
 3. stuck: a job of the same shape, borrowing and class already fit nowhere and no step could help it;
-4. place: it fits now (with EASY backfill around the first blocked job of its partition) and starts;
+4. place: it fits now (behind the first blocked job of its partition, as the policy's backfill rule allows) and
+   starts;
 5. the policy's steps for a blocked job (`Policy.steps`, `nanum.core.steps`): reclaim, take back, preempt;
 6. blocked: the first blocked job of a partition reserves its start, and the job says why it waits.
 
@@ -22,6 +23,7 @@ The state all steps share, with its caches, is `nanum.core.cycle.CycleState`.
 
 from __future__ import annotations
 
+from nanum.core.backfill_rules import BACKFILLS
 from nanum.core.cache import CycleCache
 from nanum.core.cycle import CycleState, Partition, Shape, partition_of
 from nanum.core.decision import Code, Decisions, Reason
@@ -29,7 +31,7 @@ from nanum.core.explain import explain
 from nanum.core.model import Job, Placement, Snapshot
 from nanum.core.ordering import OrderContext
 from nanum.core.policy import Policy
-from nanum.core.predict import Predictor, planned_end
+from nanum.core.predict import Predictor
 from nanum.core.quota import admit, impossible, would_borrow
 from nanum.core.steps import STEPS, Step
 
@@ -48,6 +50,7 @@ def schedule(
     such as the simulator: writing them costs a good part of a long queue's cycle. The starts and preemptions are
     the same, since the reservations backfill plans around are still made."""
     c = CycleState(snapshot, policy, predictor, cache, explain)
+    c.backfill = BACKFILLS[policy.backfill]
     steps = tuple(STEPS[name] for name in policy.steps)
     # 1. Order the queue.
     ctx = OrderContext(snapshot.now, snapshot.labs, snapshot.users, c.total_gpus, predictor, snapshot.running,
@@ -121,24 +124,12 @@ def _try_place(
     c: CycleState, job: Job, shape: Shape, part: Partition, borrows: bool
 ) -> tuple[tuple[Placement, ...] | None, bool, bool]:
     """Where `job` starts now (or None), whether it would fit were it not for a reservation, and whether it starts
-    over one: with `+preempt`, a job the head may preempt (`may_preempt`) need not wait for a reservation it would
-    delay; the head takes the GPUs back when it can start (`nanum.core.steps.take_back`)."""
+    over one. Behind its partition's first blocked job, the policy's backfill rule decides
+    (`nanum.core.backfill_rules`)."""
     if part.head is None:
         found = c.place(job, shape)
         return found, found is not None, False
-    if not c.policy.backfill:
-        return None, False, False
-    found = c.place(job, shape)
-    head = part.reservations[0] if part.reservations else None
-    if found is None or head is None or not head.caps:
-        return found, found is not None, False
-    end = planned_end(c.snap.now, c.runtime(job))
-    if end is not None and end <= head.start:
-        return found, True, False  # ends before the reservation: may use any free GPU
-    around = c.place(job, shape, head.caps)
-    if around is None and c.policy.preempt and job.preemptible and (borrows or job.lab == part.head.lab):
-        return found, True, True  # would delay the reservation: starts, and yields when it is due
-    return around, True, False
+    return c.backfill.place(c, job, shape, part, borrows)
 
 
 def _blocked(c: CycleState, job: Job, shape: Shape, part: Partition, fits_now: bool) -> bool:
