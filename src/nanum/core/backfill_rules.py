@@ -15,26 +15,11 @@ behind the first blocked job (`waits`; None when the reason is a lack of free GP
 
 from __future__ import annotations
 
-from typing import Protocol
-
-from nanum.core.cycle import CycleState, Partition, Shape
+from nanum.core.cycle import BackfillRule, CycleState, Partition, Shape
 from nanum.core.decision import Code, Reason
 from nanum.core.explain import human
 from nanum.core.model import Job, JobId, Placement
 from nanum.core.predict import planned_end
-
-
-class BackfillRule(Protocol):
-    def place(self, c: CycleState, job: Job, shape: Shape, part: Partition,
-              borrows: bool) -> tuple[tuple[Placement, ...] | None, bool, bool]:
-        """Where `job` starts now behind `part`'s first blocked job (or None), whether it would fit were it not for
-        the reservation, and whether it starts over the reservation."""
-        ...
-
-    def waits(self, c: CycleState, part: Partition, blocker: JobId, place: str, fits_now: bool) -> Reason | None:
-        """Why a later job that did not start waits behind the first blocked job `blocker`; None when it simply
-        does not fit. `place` is its place in the queue ("next in line", "3 jobs ahead")."""
-        ...
 
 
 class Easy:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 from nanum.core.backfill import Reservation, Timeline, reserve
 from nanum.core.cache import CycleCache, run_ends
@@ -29,9 +29,6 @@ from nanum.core.predict import Predictor, expected_runtime, overdue_end, planned
 from nanum.core.preempt import ClassOrder
 from nanum.core.quota import Usage, limited, victim_key
 from nanum.core.state import ClusterState
-
-if TYPE_CHECKING:
-    from nanum.core.backfill_rules import BackfillRule
 
 Keys = list[tuple[str | None, str]]
 
@@ -59,6 +56,22 @@ def partition_of(lab: str, lend: bool, owners: set[str] | frozenset[str]) -> str
     return None if lend or lab not in owners else lab
 
 
+class BackfillRule(Protocol):
+    """What later jobs of a partition may do behind its first blocked job; the rules are in
+    `nanum.core.backfill_rules`."""
+
+    def place(self, c: CycleState, job: Job, shape: Shape, part: Partition,
+              borrows: bool) -> tuple[tuple[Placement, ...] | None, bool, bool]:
+        """Where `job` starts now behind `part`'s first blocked job (or None), whether it would fit were it not for
+        the reservation, and whether it starts over the reservation."""
+        ...
+
+    def waits(self, c: CycleState, part: Partition, blocker: JobId, place: str, fits_now: bool) -> Reason | None:
+        """Why a later job that did not start waits behind the first blocked job `blocker`; None when it simply
+        does not fit. `place` is its place in the queue ("next in line", "3 jobs ahead")."""
+        ...
+
+
 class CycleState:
     """The working state of one cycle; see the module docstring."""
 
@@ -70,8 +83,8 @@ class CycleState:
         self.explain = explain
         self.placement: PlacementPolicy = policy.make_placement()
         self.order = policy.make_order()
-        #: what later jobs of a partition may do behind its first blocked job; the scheduler sets the policy's
-        #: rule (`nanum.core.backfill_rules.BACKFILLS`, which builds on this module).
+        #: what later jobs of a partition may do behind its first blocked job: the scheduler sets the policy's
+        #: rule (`nanum.core.backfill_rules.BACKFILLS`).
         self.backfill: BackfillRule
         #: the order's priority classes, when the policy preempts by class (Policy checks the order has them).
         self.classes: ClassOrder | None = cast(ClassOrder, self.order) if policy.preempt else None

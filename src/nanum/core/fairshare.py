@@ -12,10 +12,6 @@ from collections.abc import Mapping
 from nanum.core.model import Lab, User
 
 DEFAULT_HALF_LIFE = 7 * 24 * 3600.0
-#: how old the decayed usage in a snapshot may be, for a driver that would otherwise read it at every cycle (the
-#: simulator, at every arrival): Slurm's default PriorityCalcPeriod. With a half-life of days a factor moves by well
-#: under one percent in that time. Monthly budgets are always read fresh.
-USAGE_REFRESH = 300.0
 
 
 def decay(usage: float, elapsed: float, half_life: float = DEFAULT_HALF_LIFE) -> float:

@@ -12,8 +12,8 @@ at the same instant, so the job that preempted starts as soon as its victims sto
 Which cycles and partitions may be skipped, and when checkpoints matter, is the core's rule
 (`nanum.core.incremental`); the simulator lists checkpoints when the core asks (`_checkpoints`). The labs' and
 users' usage goes into snapshots only when the order ranks by it or a lab has a budget (`QueueOrder.reads_usage`,
-`reads_users`); for fair-share alone it is read at most every `USAGE_REFRESH` simulated seconds, as a server
-recomputes factors periodically, while budgets are read at every cycle.
+`reads_users`), and read again only when it can matter: for budgets at every cycle, for fair-share when jobs of
+more than one lab (or user) wait, since factors order labs (users) against each other, never a lab's own jobs.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from nanum.core import (
     impossible,
     planned_end,
 )
-from nanum.core.fairshare import DEFAULT_HALF_LIFE, USAGE_REFRESH
+from nanum.core.fairshare import DEFAULT_HALF_LIFE
 from nanum.sim.cluster import ClusterSpec
 from nanum.sim.jobs import SimJob, make_jobs
 from nanum.sim.traces import TraceJob
@@ -232,17 +232,20 @@ class Simulation:
 
     def _snapshot(self, t: float) -> Snapshot:
         period = self.calendar.at(t)
-        labs, users = self._usage(t, period)
-        return Snapshot(now=t, nodes=self.nodes, pending=self.core.pending_shown(),
-                        running=tuple(self.running.values()), labs=labs, users=users, month=period.label)
+        pending = self.core.pending_shown()
+        labs, users = self._usage(t, period, pending)
+        return Snapshot(now=t, nodes=self.nodes, pending=pending, running=tuple(self.running.values()), labs=labs,
+                        users=users, month=period.label)
 
-    def _usage(self, t: float, period: Period) -> tuple[dict[str, Lab], dict[str, User]]:
-        """The labs and users with their usage at `t`: read again when a budget needs it, when the period changed,
-        or when the last reading is `USAGE_REFRESH` seconds old; else the last reading."""
+    def _usage(self, t: float, period: Period, pending: tuple[Job, ...]) -> tuple[dict[str, Lab], dict[str, User]]:
+        """The labs and users with their usage at `t`. A reading is reused while no budget needs it, the period is
+        the same, and the waiting jobs are of one lab (and one user, for an order that ranks users): then every
+        job sees the same factor, which puts none of them before another."""
         if not self.lab_usage:
             return self.labs, {}
         read = self._usage_read
-        if read is not None and not self._budgets and read[1] == period.label and t - read[0] < USAGE_REFRESH:
+        if (read is not None and not self._budgets and read[1] == period.label
+                and _one(pending, "lab") and (not self.user_usage or _one(pending, "user"))):
             return read[2], read[3]
         labs: dict[str, Lab] = {}
         lab_usage = self.lab_meters.read(t, period)
@@ -337,6 +340,14 @@ class Simulation:
             self.lab_meters.change(sj.lab, t, period, sign * sj.total_gpus)
             if self.user_usage:
                 self.user_meters.change(sj.user, t, period, sign * sj.total_gpus)
+
+
+def _one(jobs: tuple[Job, ...], attribute: str) -> bool:
+    """Whether all of `jobs` have the same lab (or user); True for none."""
+    if not jobs:
+        return True
+    first = getattr(jobs[0], attribute)
+    return all(getattr(job, attribute) == first for job in jobs)
 
 
 def simulate(trace: list[TraceJob], cluster: ClusterSpec, policy: Policy, options: SimOptions | None = None,
