@@ -29,6 +29,17 @@ def test_submit_sends_the_request_and_prints_the_id(api: FakeApi, nanum: Nanum, 
     assert sent.headers["Authorization"] == "Bearer tok-alice"
 
 
+def test_submit_with_a_tier_sends_it_and_shows_the_servers_refusal(api: FakeApi, nanum: Nanum) -> None:
+    api.on("POST", "/jobs", job(id=7, tier=2), status=201)
+    assert nanum("submit", "--tier", "2", "--", "python", "train.py").stdout == "Submitted job 7\n"
+    assert api.sent("POST", "/jobs")[0].body["tier"] == 2
+    refusal = {"detail": "only an admin may set a job's tier; ask an admin to run `nanum modify ID --tier 2` once "
+                         "the job is queued, or leave the tier out"}
+    api.on("POST", "/jobs", refusal, status=403)
+    result = nanum("submit", "--tier", "2", "--", "python", "train.py")
+    assert result.exit_code != 0 and result.stderr == f"nanum: error: {refusal['detail']}\n"
+
+
 def test_submit_without_dashes_passes_the_programs_own_options_through(api: FakeApi, nanum: Nanum) -> None:
     api.on("POST", "/jobs", job(id=1), status=201)
     assert nanum("submit", "-g", "1", "python", "train.py", "--gpus", "8").exit_code == 0
@@ -64,6 +75,7 @@ def test_submit_a_script_with_headers_and_json_output(api: FakeApi, nanum: Nanum
         pytest.param(["--gpus", "5000", "--", "true"], "nanum: error: --gpus: at most 1024 may be", id="gpus"),
         pytest.param(["--mem", "100T", "--", "true"], "nanum: error: --mem: at most 64T may be", id="mem-too-big"),
         pytest.param(["--nodes", "0", "--", "true"], "nanum: error: --nodes: 0 is below 1", id="no-nodes"),
+        pytest.param(["--tier", "10", "--", "true"], "nanum: error: --tier: 10 must be between 0 and 9", id="tier"),
     ],
 )
 def test_bad_submissions_are_refused_before_reaching_the_server(api: FakeApi, nanum: Nanum, args: list[str],

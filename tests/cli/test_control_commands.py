@@ -31,6 +31,16 @@ def test_modify_sends_only_what_was_given(nanum: Nanum, api: FakeApi) -> None:
     assert nothing.exit_code == 2 and "nothing to change; give --time" in nothing.stderr
 
 
+def test_modify_sends_a_tier_within_0_to_9(nanum: Nanum, api: FakeApi) -> None:
+    api.on("PATCH", "/jobs/12", {**JOB, "tier": 3})
+    result = nanum("modify", "12", "--tier", "3")
+    assert (result.exit_code, result.stdout) == (0, "Modified job 12: tier=3\n"), result.output
+    assert api.sent("PATCH", "/jobs/12")[0].body == {"tier": 3}
+    high = nanum("modify", "12", "--tier", "10")
+    assert high.exit_code == 2 and "--tier: 10 must be between 0 and 9" in high.stderr
+    assert len(api.sent("PATCH", "/jobs/12")) == 1
+
+
 def test_top_and_requeue(nanum: Nanum, api: FakeApi) -> None:
     api.on("POST", "/jobs/12/top", JOB)
     api.on("POST", "/jobs/12/requeue", JOB)

@@ -12,6 +12,7 @@ from tests.cli.conftest import Nanum
 
 SAME = [
     ["submit", "--", "python", "train.py"],
+    ["submit", "--tier", "3", "--priority=5", "--", "python", "train.py"],
     ["submit", "-g", "2", "--time=4h", "-J", "run", "-e", "A=1", "--env", "B=2", "train.sh", "--lr", "1"],
     ["submit", "--gpus", "0", "--cpus=0", "--array", "0-9%2", "--after-ok", "1", "--after-ok", "2,3",
      "--keep-if-unmet", "--retries", "2", "-o", "out-%j", "--error", "err", "--json", "--", "sh", "-c", "x"],

@@ -43,6 +43,12 @@ def test_format_codes_and_field_names_choose_columns() -> None:
     assert [r[0] for r in rows(expanded, ["id"], NOW)] == ["10_0", "10_1", "10_2"]
 
 
+def test_a_jobs_tier_is_a_field_with_squeues_qos_code() -> None:
+    assert fields_from_format("%i %Q %q") == fields_from_list("id,priority,tier") == ["id", "priority", "tier"]
+    assert headers(["priority", "tier"]) == ("PRIORITY", "TIER")
+    assert rows([job(3, priority=5, tier=2), job(4)], ["id", "tier"], NOW) == [("3", "2"), ("4", "")]
+
+
 @pytest.mark.parametrize("text", ["%z", "no codes"])
 def test_an_unknown_format_code_lists_the_known_ones(text: str) -> None:
     with pytest.raises(UsageProblem, match="use these codes: %i"):

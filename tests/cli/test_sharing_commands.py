@@ -116,12 +116,14 @@ def test_priority_shows_weighted_factors_in_queue_order(api: FakeApi, nanum: Nan
                                 "jobs": [{"job_id": 12, "name": "t", "user": "bob", "lab": "nlp", "rank": 1,
                                           "priority": 9625.0, "factors": {"age": 0.5, "fairshare": 0.9,
                                                                           "priority": 0.0, "size": 0.125},
-                                          "user_fairshare": 0.75}]})
+                                          "user_fairshare": 0.75, "tier": 2}]})
     result = nanum("priority")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0].startswith("Queue order: fairshare+binpack+backfill.")
-    assert lines[2].split() == ["1", "12", "bob", "nlp", "9625", "500", "9000", "0", "125", "0.750"]
+    assert lines[1] == "RANK: higher TIER first (set by admins), then FAIRSHARE, then USERSHARE, then submit time."
+    assert lines[2].split()[:5] == ["RANK", "JOBID", "USER", "LAB", "TIER"]
+    assert lines[3].split() == ["1", "12", "bob", "nlp", "2", "9625", "500", "9000", "0", "125", "0.750"]
 
 
 def test_priority_under_the_default_order_states_its_rule_and_lists_jobs_by_rank(api: FakeApi, nanum: Nanum) -> None:
@@ -135,6 +137,7 @@ def test_priority_under_the_default_order_states_its_rule_and_lists_jobs_by_rank
     result = nanum("priority")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
+    assert lines[1].startswith("RANK: higher TIER first (set by admins), then short class first")
     assert "Gittins index x 2^((F - 0.5)/4)" in lines[1] and "--priority reorders only its owner's own jobs" in lines[1]
     assert [line.split()[:2] for line in lines[3:]] == [["1", "14"], ["2", "13"]]
 

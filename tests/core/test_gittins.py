@@ -143,14 +143,15 @@ def test_fair_share_moves_a_gittins_index_by_a_bounded_factor() -> None:
 
 
 @settings(deadline=None)
-@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 100)), max_size=12))
-def test_a_users_priority_never_takes_another_users_place(jobs: list[tuple[str, int]]) -> None:
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 100), st.integers(0, 2)), max_size=12))
+def test_a_users_priority_never_takes_another_users_place_nor_crosses_a_tier(jobs: list[tuple[str, int, int]]) -> None:
     from nanum.core.ordering import by_user_priority
 
-    queue = [job(i, user=user, priority=prio) for i, (user, prio) in enumerate(jobs)]
+    queue = [job(i, user=user, priority=prio, tier=tier) for i, (user, prio, tier) in enumerate(jobs)]
     out = by_user_priority(queue)
-    assert [j.user for j in out] == [j.user for j in queue]  # every user keeps the places they had
-    for user in "abc":
-        mine = [j for j in out if j.user == user]
+    # every user keeps the places they had, in each tier
+    assert [(j.user, j.tier) for j in out] == [(j.user, j.tier) for j in queue]
+    for user, tier in {(j.user, j.tier) for j in queue}:
+        mine = [j for j in out if (j.user, j.tier) == (user, tier)]
         assert [j.priority for j in mine] == sorted((j.priority for j in mine), reverse=True)
-        assert sorted(j.id for j in mine) == sorted(j.id for j in queue if j.user == user)
+        assert sorted(j.id for j in mine) == sorted(j.id for j in queue if (j.user, j.tier) == (user, tier))

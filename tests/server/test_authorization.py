@@ -17,6 +17,9 @@ Users act on their own jobs only (cancel, checkpoint, logs), a lab's managers on
 member limits and on no other lab's; admins on everything; everyone sees the queue, the
 nodes, labs and usage; node tokens reach only the agent endpoint. Every cell runs against a fresh resource where
 the call changes one, and a refused call must leave what it aimed at unchanged.
+
+The matrix runs on SQLite: who may do what is decided before the database is asked, and the API suites run every
+operation on PostgreSQL too.
 """
 
 # ruff: noqa: E501  (the table's rows are one line each, a column per caller)
@@ -40,6 +43,7 @@ from tests.server.fakeagent import FakeAgent
 CAROL, DAVE = "carol-token", "dave-token"
 CALLERS = ("anon", "bad", "member", "other", "mate", "owner", "admin", "node", "mgr", "omgr")
 ERIN, FRANK = "erin-token", "frank-token"
+pytestmark = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
 
 
 @dataclass

@@ -143,10 +143,10 @@ def test_a_database_from_the_first_schema_upgrades_to_head_keeping_its_rows_and_
         me = client.get("/api/v1/me", headers={"Authorization": f"Bearer {ALICE_TOKEN}"})
         assert me.status_code == 200 and me.json()["labs"] == ["vision"]
         jobs = client.get("/api/v1/jobs?all=true", headers={"Authorization": f"Bearer {ALICE_TOKEN}"}).json()
-        assert [(j["id"], j["state"], j["exit_code"], j["command"]) for j in jobs] == [
-            (1, "completed", 0, ["python", "train.py"]),
-            (2, "running", None, ["python", "train.py"]),
-            (3, "pending", None, ["python", "train.py"]),
+        assert [(j["id"], j["state"], j["exit_code"], j["command"], j["tier"]) for j in jobs] == [
+            (1, "completed", 0, ["python", "train.py"], 0),  # jobs from before tiers are in tier 0
+            (2, "running", None, ["python", "train.py"], 0),
+            (3, "pending", None, ["python", "train.py"], 0),
         ]
         # The node's agent, with its old token, reports job 2 running and is told to keep it, on GPU 0.
         agent = FakeAgent(client, "gpu-01", NODE_TOKEN, gpus=4)

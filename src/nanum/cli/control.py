@@ -59,19 +59,23 @@ def modify(
     = None,
     gpus: Annotated[int | None, _Opt("--gpus", "-g", metavar="N", help="New GPUs per node.")] = None,
     priority: Annotated[int | None, _Opt("--priority", metavar="P", help="New priority, 0..100.")] = None,
+    tier: Annotated[int | None, _Opt("--tier", metavar="N", help=(
+        "New tier, 0..9 (admins only): every queue order puts a higher tier first."))] = None,
     lab: Annotated[str | None, _Opt("--lab", metavar="LAB", help="Charge another lab.")] = None,
     name: Annotated[str | None, _Opt("--name", "-J", metavar="NAME", help="New name.")] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Change a job while it waits (pending or held): yours within your limits, anyone's as an admin."""
-    from nanum.cli.jobspec import parse_time
+    """Change a job while it waits (pending or held): yours within your limits, anyone's (and its tier) as an
+    admin."""
+    from nanum.cli.jobspec import HEADER_OPTIONS, parse_time
 
     changes = {"time_limit_s": parse_time(time) if time is not None else None, "gpus": gpus, "priority": priority,
-               "lab": lab, "name": name}
+               "tier": HEADER_OPTIONS["--tier"][1](str(tier)) if tier is not None else None, "lab": lab,
+               "name": name}
     changes = {k: v for k, v in changes.items() if v is not None}
     if not changes:
-        raise UsageProblem("nothing to change; give --time, --gpus, --priority, --lab or --name")
+        raise UsageProblem("nothing to change; give --time, --gpus, --priority, --tier, --lab or --name")
     with connect(server, token) as client:
         job_id_, _ = resolve(client, job_id)
         client.modify(job_id_, **changes)

@@ -24,6 +24,7 @@ SPEC: dict[str, dict[str, Any]] = {
             "--torchrun": ["torchrun", "flag", False],
             "--cpus": ["cpus", "int", False], "-c": ["cpus", "int", False], "--mem": ["mem", "str", False],
             "--time": ["time", "str", False], "-t": ["time", "str", False], "--priority": ["priority", "int", False],
+            "--tier": ["tier", "int", False],
             "--lab": ["lab", "str", False], "--name": ["name", "str", False], "-J": ["name", "str", False],
             "--workdir": ["workdir", "str", False], "-D": ["workdir", "str", False], "--env": ["env", "str", True],
             "-e": ["env", "str", True], "--no-preempt": ["no_preempt", "flag", False],

@@ -13,13 +13,18 @@ from nanum.cli.base import UsageProblem, clean_errors, connect, note, print_json
 if TYPE_CHECKING:
     from nanum.client import Client
 
+#: `--tier` of `nanum submit` and `nanum modify`.
+TIER_HELP = ("Admins only: tier 0..9 (default: 0). Every queue order puts a higher tier first; the order, and "
+             "then --priority among one user's jobs, decide inside a tier.")
+
 
 @clean_errors
 def submit(
     command: list[str] | None = None, gpus: int | None = None, nodes: int | None = None,
     gpu_model: str | None = None, gpu_mem: str | None = None, constraint: list[str] | None = None,
     torchrun: bool = False, cpus: int | None = None, mem: str | None = None, time: str | None = None,
-    priority: int | None = None, lab: str | None = None, name: str | None = None, workdir: str | None = None,
+    priority: int | None = None, tier: int | None = None, lab: str | None = None, name: str | None = None,
+    workdir: str | None = None,
     env: list[str] | None = None, no_preempt: bool = False, no_requeue: bool = False, array: str | None = None,
     after: list[str] | None = None, after_ok: list[str] | None = None, after_failed: list[str] | None = None,
     after_any: list[str] | None = None, keep_if_unmet: bool = False, retries: int | None = None,
@@ -50,6 +55,7 @@ def submit(
         gpu_memory_mb=parse_mem(gpu_mem, "--gpu-mem") if gpu_mem is not None else None,
         constraints=tuple(parse_constraint(c) for c in constraint) if constraint else None,
         torchrun=True if torchrun else None, priority=priority, lab=lab, name=name,
+        tier=HEADER_OPTIONS["--tier"][1](str(tier)) if tier is not None else None,
         workdir=workdir, memory_mb=parse_mem(mem) if mem is not None else None,
         time_limit_s=parse_time(time) if time is not None else None, env=parse_env(env or []),
         preemptible=False if no_preempt else None, requeue=False if no_requeue else None,

@@ -39,6 +39,7 @@ TimeOpt = Annotated[str | None, _Opt(
     help="Time limit: 30m, 4h, 2d, 1:30:00, 2-00:00:00 (a bare number is minutes).")]
 PriorityOpt = Annotated[int | None, _Opt("--priority", metavar="P",
                                          help="0..100, higher first (default: 0).")]
+TierOpt = Annotated[int | None, _Opt("--tier", metavar="N", help=jobcmds.TIER_HELP)]
 LabOpt = Annotated[str | None, _Opt("--lab", metavar="LAB",
                                     help="Lab to charge (default: your default lab).")]
 NameOpt = Annotated[str | None, _Opt("--name", "-J", metavar="NAME",
@@ -86,6 +87,7 @@ def submit(
     mem: MemOpt = None,
     time: TimeOpt = None,
     priority: PriorityOpt = None,
+    tier: TierOpt = None,
     lab: LabOpt = None,
     name: NameOpt = None,
     workdir: WorkdirOpt = None,
@@ -123,9 +125,9 @@ def ps(
     = False,
     format: Annotated[str | None, _Opt("--format", "-o", metavar="FORMAT", help=(
         'Fields as squeue codes: "%i %u %T %r" (%i id, %F array, %K task, %j name, %u user, %P lab, %T state, '
-        "%t short state, %b gpus, %D nodes, %N node, %M time, %l limit, %Q priority, %r reason)."))] = None,
+        "%t short state, %b gpus, %D nodes, %N node, %M time, %l limit, %Q priority, %q tier, %r reason)."))] = None,
     fields: Annotated[str | None, _Opt("--fields", metavar="LIST", help=(
-        "Fields by name: id,array,task,name,user,lab,state,st,gpus,nodes,node,time,limit,priority,reason."))]
+        "Fields by name: id,array,task,name,user,lab,state,st,gpus,nodes,node,time,limit,priority,tier,reason."))]
     = None,
     noheader: Annotated[bool, _Opt("--noheader", "-h", help="No header line.")] = False,
     json: JsonOpt = False,

@@ -77,6 +77,7 @@ class SubmitOptions(NamedTuple):
     memory_mb: int | None = None
     time_limit_s: int | None = None
     priority: int | None = None
+    tier: int | None = None
     lab: str | None = None
     name: str | None = None
     workdir: str | None = None
@@ -174,6 +175,7 @@ HEADER_OPTIONS: dict[str, tuple[str, Any]] = {
     "--mem": ("memory_mb", parse_mem),
     "--time": ("time_limit_s", parse_time),
     "--priority": ("priority", _int("--priority", 0, 100)),
+    "--tier": ("tier", _int("--tier", 0, 9)),
     "--lab": ("lab", str),
     "--name": ("name", str),
     "--workdir": ("workdir", str),
@@ -324,7 +326,7 @@ def build_request(command: list[str], cli: SubmitOptions, cwd: StrPath, notes: l
 
 
 _PASSED_AS_IS = ("gpus", "nodes", "gpu_model", "gpu_memory_mb", "constraints", "torchrun",
-                 "cpus", "memory_mb", "time_limit_s", "priority", "lab",
+                 "cpus", "memory_mb", "time_limit_s", "priority", "tier", "lab",
                  "preemptible", "requeue", "array", "after", "after_ok", "after_failed", "after_any", "keep_if_unmet",
                  "retries", "environment", "datasets")
 

@@ -5,6 +5,7 @@ Pure functions from API objects to rows, tested without a server. Field codes fo
 
     %i id   %F array   %K task   %j name   %u user   %P lab   %T state   %t st (PD, R, CD, F, CA, TO, H, LS)
     %b gpus %D nodes   %N node   %M time   %l limit  %Q priority        %r reason
+    %q tier (an admin's, 0..9: squeue's code for the QOS, the nearest thing Slurm has)
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ FIELDS: dict[str, tuple[str, str, Getter]] = {
     "time": ("M", "TIME", job_time),
     "limit": ("l", "LIMIT", _limit),
     "priority": ("Q", "PRIORITY", _opt("priority")),
+    "tier": ("q", "TIER", _opt("tier")),
     "reason": ("r", "REASON", why),
 }
 BY_CODE = {code: name for name, (code, _, _) in FIELDS.items()}

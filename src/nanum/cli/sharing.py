@@ -64,13 +64,14 @@ def priority(
 ) -> None:
     """Each pending job's priority broken into its factors (like sprio), in the order the queue considers them.
 
-    RANK is the job's place in its partition's queue (1: next in line). Under the default order (gittins) a job
+    RANK is the job's place in its partition's queue (1: next in line). Every order puts a higher TIER first
+    (0..9, set by admins: `nanum modify ID --tier N`); inside a tier, under the default order (gittins), a job
     goes by class (short before long: under or over 4 GPU-hours received), then by the Gittins index learned
     from similar finished jobs times 2^((F - 0.5)/4), F the lab's fair-share factor (1 for an idle lab, 0.5 for
     one that used its weight's share of all decayed usage; FAIRSHARE shows it times its weight): x0.92 for a lab
     far over its share, x1.09 for an idle one; then by F, then by submit time. A job's --priority then reorders
-    only its owner's own jobs among their places. The PRIORITY column is the multifactor sum that `--policy
-    priority` orders by; `--policy fairshare` orders by FAIRSHARE, then USERSHARE."""
+    only its owner's own jobs of its tier among their places. The PRIORITY column is the multifactor sum that
+    `--policy priority` orders by; `--policy fairshare` orders by FAIRSHARE, then USERSHARE."""
     with connect(server, token) as client:
         report = client.priority(user=user, lab=lab)
     if json:
@@ -79,13 +80,12 @@ def priority(
     if not report["jobs"]:
         note("No pending jobs.")
         return
-    from nanum.cli.sharing_views import GITTINS_RULE, PRIORITY_COLUMNS, priority_rows
+    from nanum.cli.sharing_views import PRIORITY_COLUMNS, order_rule, priority_rows
     from nanum.cli.views import print_table
 
     weights = ", ".join(f"{k} {w:g}" for k, w in report["weights"].items())
     print(f"Queue order: {report['policy']}. PRIORITY = sum of weighted factors (weights: {weights}).")
-    if report["policy"].startswith("gittins"):
-        print(GITTINS_RULE)
+    print(order_rule(report["policy"]))
     print_table(PRIORITY_COLUMNS, priority_rows(report))
 
 

@@ -116,11 +116,27 @@ def usage_csv(report: dict[str, Any]) -> str:
     return out.getvalue()
 
 
-#: how the default order ranks, under `nanum priority`'s title (its help says more).
-GITTINS_RULE = ("RANK: short class first, then Gittins index x 2^((F - 0.5)/4) (F = the lab's fair-share factor), "
-                "then F, then submit time; a job's --priority reorders only its owner's own jobs.")
+#: how each queue order ranks inside a tier, under `nanum priority`'s title (its help says more).
+ORDER_RULES = {
+    "fifo": "submit time",
+    "priority": "PRIORITY (highest first), then submit time",
+    "fairshare": "FAIRSHARE, then USERSHARE, then submit time",
+    "las": "least GPU service received (classes at 2 and 20 GPU-hours), then submit time",
+    "gittins": ("short class first, then Gittins index x 2^((F - 0.5)/4) (F = the lab's fair-share factor), "
+                "then F, then submit time; a job's --priority reorders only its owner's own jobs of its tier"),
+    "shortest": "shortest expected run time, then submit time",
+}
 
-PRIORITY_COLUMNS = ("RANK", "JOBID", "USER", "LAB", "PRIORITY", "AGE", "FAIRSHARE", "JOBPRIO", "SIZE", "USERSHARE")
+
+def order_rule(policy: str) -> str:
+    """The rule RANK follows under `policy` (`gittins+binpack+backfill`): the tier first, then the order's own."""
+    order = policy.split("+", 1)[0]
+    own = ORDER_RULES.get(order, f"the {order} order")
+    return f"RANK: higher TIER first (set by admins), then {own}."
+
+
+PRIORITY_COLUMNS = ("RANK", "JOBID", "USER", "LAB", "TIER", "PRIORITY", "AGE", "FAIRSHARE", "JOBPRIO", "SIZE",
+                    "USERSHARE")
 
 
 def priority_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
@@ -136,6 +152,7 @@ def priority_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
                 str(job["job_id"]),
                 job["user"],
                 job["lab"],
+                str(job.get("tier", 0)),
                 f"{job['priority']:.0f}",
                 *(f"{weights[k] * f[k]:.0f}" for k in ("age", "fairshare", "priority", "size")),
                 f"{job['user_fairshare']:.3f}",

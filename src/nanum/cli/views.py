@@ -124,7 +124,7 @@ def ps_rows(jobs: Sequence[dict[str, Any]], now: datetime) -> list[tuple[str, ..
 
 SHOW_ORDER = (
     "id", "name", "user", "lab", "state", "reason", "reason_code", "estimated_start", "hint", "budget_warning",
-    "gpus", "nodes", "gpu_model", "cpus", "memory_mb", "time_limit_s", "priority", "kind", "preemptible",
+    "gpus", "nodes", "gpu_model", "cpus", "memory_mb", "time_limit_s", "priority", "tier", "kind", "preemptible",
     "borrowing", "over_reservation", "burst", "allocation", "submit_time", "start_time", "end_time", "exit_code",
     "runs", "preemptions", "last_checkpoint", "lost_gpu_hours", "segments", "command", "workdir", "env",
 )

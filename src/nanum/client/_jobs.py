@@ -86,7 +86,7 @@ class JobCalls(Connection):
         return self._act(job_id, "requeue", False)
 
     def modify(self, job_id: int, **changes: Any) -> Job:
-        """Change a waiting job: time_limit_s, gpus, priority, lab, name."""
+        """Change a waiting job: time_limit_s, gpus, priority, lab, name; as an admin, tier."""
         return self._call("PATCH", f"/jobs/{job_id}", json=changes).json()  # type: ignore[no-any-return]
 
     def array_tasks(self, array_id: int) -> list[Job]:

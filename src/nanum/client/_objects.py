@@ -33,6 +33,7 @@ class Job(TypedDict):
     memory_mb: int | None
     time_limit_s: float | None
     priority: int
+    tier: int  # 0..9, set by admins: every queue order puts a higher tier first
     kind: str
     preemptible: bool
     requeue: bool
@@ -77,6 +78,7 @@ class SubmitFields(TypedDict, total=False):
     memory_mb: int | None
     time_limit_s: float | None
     priority: int
+    tier: int  # admins only
     lab: str | None
     workdir: str
     env: dict[str, str]

@@ -67,6 +67,9 @@ class Job:
 
     `attained_gpu_seconds` is the GPU service the job already received in earlier runs (it was preempted and
     requeued); the LAS order uses it. `time_limit` is the user's limit in seconds, None when unlimited.
+    `priority` (0..100) is the owner's; `tier` (0..9) is an admin's: every queue order puts a higher tier first
+    (nanum.core.ordering). A tier orders the queue, and so gets its partition's backfill reservation first; it does
+    not by itself preempt (preemption goes by the order's classes, which ignore it).
     """
 
     id: JobId
@@ -79,6 +82,7 @@ class Job:
     memory_mb: int = 0
     time_limit: float | None = None
     priority: int = 0
+    tier: int = 0
     kind: JobKind = JobKind.BATCH
     submit_time: float = 0.0
     preemptible: bool = True

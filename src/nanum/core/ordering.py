@@ -1,6 +1,10 @@
 """Queue orders: which pending job the cycle considers first. One small class per order, found by name.
 
 Each order gives a sort key; ties always fall back to submit time and then job id, so a cycle is deterministic.
+Every key starts with `-job.tier`: a job an admin put in a higher tier (0..9) goes before every job of a lower
+tier, whatever the order, and inside a tier the order's own rule below decides. A tier orders the queue only (its
+head gets the partition's backfill reservation); it is no preemption class: `level` ignores it, so a higher tier
+does not by itself preempt anything.
 
 - `fifo`: submit time.
 - `priority`: Slurm-style multifactor, highest first: a weighted sum of normalised factors
@@ -114,7 +118,7 @@ class Fifo:
     reads_users: ClassVar[bool] = False
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
-        return (job.submit_time, job.id)
+        return (-job.tier, job.submit_time, job.id)
 
 
 def priority_factors(job: Job, ctx: OrderContext) -> dict[str, float]:
@@ -148,7 +152,7 @@ class Priority:
     reads_users: ClassVar[bool] = False
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
-        return (-priority_score(job, ctx), job.submit_time, job.id)
+        return (-job.tier, -priority_score(job, ctx), job.submit_time, job.id)
 
 
 class FairShare:
@@ -157,7 +161,7 @@ class FairShare:
     reads_users: ClassVar[bool] = True
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
-        return (-ctx.lab_factor(job.lab), -ctx.user_factor(job.user), job.submit_time, job.id)
+        return (-job.tier, -ctx.lab_factor(job.lab), -ctx.user_factor(job.user), job.submit_time, job.id)
 
 
 class Las:
@@ -166,10 +170,11 @@ class Las:
     reads_users: ClassVar[bool] = False
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
-        return (self.level(job, job.attained_gpu_seconds), job.submit_time, job.id)
+        return (-job.tier, self.level(job, job.attained_gpu_seconds), job.submit_time, job.id)
 
     def level(self, job: Job, attained: float) -> int:
-        """The LAS queue: 0 below 2 GPU-hours received, 1 below 20, else 2 (the classes `+preempt` uses)."""
+        """The LAS queue: 0 below 2 GPU-hours received, 1 below 20, else 2 (the classes `+preempt` uses; the
+        tier is not part of them)."""
         return bisect.bisect_right(LAS_THRESHOLDS, attained)  # thresholds passed (they are sorted)
 
 
@@ -202,24 +207,25 @@ class Gittins(Las):
         more_than = 0.0 if sibling is None else SIBLING_SHARE * sibling
         index = gittins_index(job, attained, ctx.predictor, more_than)
         scale, factor = ctx.lab_scale(job.lab)
-        return (self.level(job, attained), -(index or 0.0) * scale, -factor, job.submit_time, job.id)
+        return (-job.tier, self.level(job, attained), -(index or 0.0) * scale, -factor, job.submit_time, job.id)
 
     def arrange(self, queue: list[Job]) -> list[Job]:
-        """`by_user_priority`: a user's priorities reorder that user's own jobs."""
+        """`by_user_priority`: a user's priorities reorder that user's own jobs of the same tier."""
         return by_user_priority(queue)
 
 
 def by_user_priority(queue: list[Job]) -> list[Job]:
-    """`queue` with each user's jobs moved among that user's own places, highest priority first (ties keep their
-    order). A user's priority never moves a job ahead of other users' jobs, only ahead of the user's own.
+    """`queue` with each user's jobs of one tier moved among that user's own places in that tier, highest priority
+    first (ties keep their order). A user's priority never moves a job ahead of other users' jobs, only ahead of
+    the user's own, and never across tiers: an admin's tier outranks the owner's priority.
 
     Example: alice's jobs 1 (priority 0) and 3 (priority 50) hold places 1 and 3, bob's job 2 place 2: the queue
-    becomes 3, 2, 1."""
+    becomes 3, 2, 1. Had an admin put job 1 in tier 1, it would stay first."""
     if len({job.priority for job in queue}) == 1:
         return queue
-    places: dict[str, list[int]] = {}
+    places: dict[tuple[str, int], list[int]] = {}
     for pos, job in enumerate(queue):
-        places.setdefault(job.user, []).append(pos)
+        places.setdefault((job.user, job.tier), []).append(pos)
     out = list(queue)
     for spots in places.values():
         mine = sorted((queue[pos] for pos in spots), key=lambda j: -j.priority)  # stable: ties keep their order
@@ -235,7 +241,7 @@ class Shortest:
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         runtime = expected_runtime(job, ctx.predictor)
-        return (INF if runtime is None else runtime, job.submit_time, job.id)
+        return (-job.tier, INF if runtime is None else runtime, job.submit_time, job.id)
 
 
 ORDERS: dict[str, type[QueueOrder]] = {o.name: o for o in (Fifo, Priority, FairShare, Las, Gittins, Shortest)}

@@ -39,6 +39,11 @@ def _size(texts: list[str]) -> int:
     return sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
 
 
+#: the highest tier (`JobSubmit.tier`): ten tiers, 0..9.
+MAX_TIER = 9
+TIER_HELP = ("0..9, set by admins only: every queue order puts a higher tier first, and the order's own rule "
+             "decides inside a tier")
+
 JobRef = Annotated[str, Field(max_length=24, pattern=r"^[0-9]{1,9}(_[0-9]{1,7})?$")]
 
 
@@ -60,6 +65,7 @@ class JobSubmit(ApiIn):
     memory_mb: int | None = Field(default=None, ge=0, le=MAX_MEMORY_MB)
     time_limit_s: float | None = Field(default=None, gt=0, le=MAX_TIME_LIMIT_S)
     priority: int = Field(default=0, ge=0, le=100)
+    tier: int = Field(default=0, ge=0, le=MAX_TIER, description=TIER_HELP)
     lab: str | None = Field(default=None, max_length=64)
     workdir: str | None = Field(default=None, max_length=MAX_PATH)
     env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
@@ -132,6 +138,7 @@ class JobPatch(ApiIn):
     time_limit_s: float | None = Field(default=None, gt=0, le=MAX_TIME_LIMIT_S)
     gpus: int | None = Field(default=None, ge=0, le=MAX_GPUS)
     priority: int | None = Field(default=None, ge=0, le=100)
+    tier: int | None = Field(default=None, ge=0, le=MAX_TIER, description=TIER_HELP)
     lab: str | None = Field(default=None, max_length=64)
     name: str | None = Field(default=None, min_length=1, max_length=MAX_NAME)
 
@@ -160,6 +167,7 @@ class JobOut(BaseModel):
     memory_mb: int | None
     time_limit_s: float | None
     priority: int
+    tier: int = Field(default=0, description=TIER_HELP)
     kind: str
     preemptible: bool
     requeue: bool = True

@@ -224,6 +224,7 @@ class PriorityRowOut(BaseModel):
     user: str
     lab: str
     rank: int = Field(description="place in the queue under the server's order (1: considered first)")
+    tier: int = Field(default=0, description="0..9, set by admins: every order puts a higher tier first")
     priority: float = Field(description="the multifactor priority: sum of weight x factor")
     factors: dict[str, float]
     user_fairshare: float

@@ -61,6 +61,7 @@ JOB_COLUMNS = (
     JobRow.memory_mb,
     JobRow.time_limit_s,
     JobRow.priority,
+    JobRow.tier,
     JobRow.kind,
     JobRow.submit_time,
     JobRow.preemptible,
@@ -143,7 +144,7 @@ def build(
     last_jobs, jobs = cache.jobs, {}
 
     def job(row: Any) -> Job:
-        key = (row.id, row.runs, row.attained_gpu_seconds, row.submit_time, row.priority, row.gpus,
+        key = (row.id, row.runs, row.attained_gpu_seconds, row.submit_time, row.priority, row.tier, row.gpus,
                row.time_limit_s, row.lab_id, row.name)
         found = jobs[key] = last_jobs.get(key) or _core_job(row, users[row.user_id].name, labs[row.lab_id].name)
         return found

@@ -57,7 +57,8 @@ class SimJob:
         return self.trace.status or "completed"
 
     def core_job(self) -> Job:
-        """The request as the core sees it: no true run time, only the limit and what it has received."""
+        """The request as the core sees it: no true run time, only the limit and what it has received. Traces
+        have no admin tiers: every trace job is in tier 0, so each order ranks them by its own rule alone."""
         t = self.trace
         return Job(
             id=JobId(self.index), user=self.user, lab=self.lab, gpus=self.gpus, nodes=self.nodes,

@@ -184,6 +184,8 @@ class JobRow(Base):
     memory_mb: Mapped[int | None] = mapped_column(Integer)
     time_limit_s: Mapped[float | None] = mapped_column(Float)
     priority: Mapped[int] = mapped_column(Integer, default=0)
+    #: 0..9, set by admins only: every queue order puts a higher tier first (nanum.core.ordering).
+    tier: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     kind: Mapped[str] = mapped_column(String(16), default="batch")
     preemptible: Mapped[bool] = mapped_column(Boolean, default=True)
     state: Mapped[str] = mapped_column(String(16), default="pending")

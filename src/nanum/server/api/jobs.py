@@ -72,8 +72,8 @@ def release_job(job_id: JobIdPath, ctx: Context, caller: CallerDep, one: OneQuer
 
 @router.patch("/{job_id}", response_model=JobOut)
 def modify_job(job_id: JobIdPath, body: JobPatch, ctx: Context, caller: CallerDep) -> Response:
-    """Owner or admin only, while the job waits: change its time limit, GPUs, priority, lab or name. An owner's
-    change is checked as a submission is; an admin's is not."""
+    """Owner or admin only, while the job waits: change its time limit, GPUs, priority, lab or name, and (admins
+    only: 403 for anyone else) its tier. An owner's change is checked as a submission is; an admin's is not."""
     return rendering.json(control.modify(ctx, caller, job_id, body))
 
 

@@ -3,8 +3,8 @@ owner's jobs, and requeue it.
 
 Owners act on their own jobs, admins on anyone's (`jobs.owned_jobs`); an array's id acts on every task of the
 array, `one=True` on the single job with that id. A modified request is checked as a submitted one is: an owner
-gets only what they could have submitted (a lab they belong to, a request some node could ever run); an admin may
-set anything.
+gets only what they could have submitted (a lab they belong to, a request some node could ever run, the tier it
+has); an admin may set anything.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ def _refuse_unless(targets: list[JobRow], states: tuple[str, ...], job_id: int, 
 
 
 def modify(ctx: ServerContext, caller: Caller, job_id: int, patch: JobPatch) -> dict[str, Any]:
-    """Change a waiting (pending or held) job's time limit, GPUs, priority, lab or name."""
+    """Change a waiting (pending or held) job's time limit, GPUs, priority, lab or name, and as an admin its
+    tier (`jobs.refuse_tier`)."""
     changes = patch.model_dump(exclude_unset=True)
     lab = jobs.lab_for(ctx, caller, patch.lab) if patch.lab is not None else None
     now = ctx.clock()
@@ -69,6 +70,8 @@ def modify(ctx: ServerContext, caller: Caller, job_id: int, patch: JobPatch) -> 
         if not waiting:
             raise Conflict(f"job {job_id} is {targets[0].state}; only a pending or held job can be modified")
         for job in waiting:
+            if patch.tier is not None:
+                jobs.refuse_tier(caller, patch.tier, job.tier)
             _apply(job, changes, lab.id if lab is not None else None)
             if not caller.admin:
                 jobs.refuse_impossible(ctx, job, caller, lab.lab.name if lab is not None else _lab_name(ctx, job))
@@ -79,7 +82,7 @@ def modify(ctx: ServerContext, caller: Caller, job_id: int, patch: JobPatch) -> 
 
 
 def _apply(job: JobRow, changes: dict[str, Any], lab_id: int | None) -> None:
-    for key in ("time_limit_s", "gpus", "priority", "name"):
+    for key in ("time_limit_s", "gpus", "priority", "tier", "name"):
         if key in changes and changes[key] is not None:
             setattr(job, key, changes[key])
     if lab_id is not None:

@@ -36,6 +36,7 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> tuple[dict[st
     (user_id, client_request_id) decides between two such requests at once, and the loser returns the winner's."""
     if spec.client_request_id is not None and (first := _requested(ctx, caller, spec.client_request_id)):
         return first, False
+    refuse_tier(caller, spec.tier, 0)
     lab = lab_for(ctx, caller, spec.lab)
     now = ctx.clock()
     values: dict[str, Any] = dict(
@@ -55,6 +56,7 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> tuple[dict[st
         memory_mb=spec.memory_mb,
         time_limit_s=spec.time_limit_s,
         priority=spec.priority,
+        tier=spec.tier,
         kind=spec.kind,
         preemptible=spec.preemptible if spec.preemptible is not None else spec.kind == "batch",
         state="pending",
@@ -168,6 +170,14 @@ def lab_for(ctx: ServerContext, caller: Caller, name: str | None) -> catalog.Lab
     if not caller.admin and name not in caller.labs:
         raise Forbidden(f"user {caller.name} is not a member of lab {name}")
     return entry
+
+
+def refuse_tier(caller: Caller, tier: int, current: int) -> None:
+    """Only admins put a job in a tier other than the one it has (0 for a new job): the tier outranks every
+    user's priority in every queue order."""
+    if tier != current and not caller.admin:
+        raise Forbidden(f"only an admin may set a job's tier; ask an admin to run `nanum modify ID --tier {tier}` "
+                        "once the job is queued, or leave the tier out")
 
 
 def refuse_impossible(ctx: ServerContext, row: JobRow, caller: Caller, lab: str) -> None:

@@ -3,8 +3,9 @@
 The factors and weights are the core's (`nanum.core.priority_factors`, `PRIORITY_WEIGHTS`), computed on the same
 snapshot the scheduler reads (decayed usage with the server's half-life, running jobs' time included), and `rank`
 is the job's place in its partition's queue: the place its reason gives ("N jobs ahead" is rank N+1, "next in
-line" rank 1) as of the last scheduling tick; for a job submitted since, the place under the server's order with a
-user's priorities arranged among their own jobs as the scheduler does (`by_user_priority` under `gittins`).
+line" rank 1) as of the last scheduling tick; for a job submitted since, the place under the server's order (a
+higher `tier`, set by admins, first in every order) with a user's priorities arranged among their own jobs of a
+tier as the scheduler does (`by_user_priority` under `gittins`). Each row shows the job's tier.
 Rows come by rank, then in that order.
 """
 
@@ -48,6 +49,7 @@ def report(ctx: ServerContext, *, user: str | None = None, lab: str | None = Non
             "user": job.user,
             "lab": job.lab,
             "rank": rank,
+            "tier": job.tier,
             "priority": round(sum(PRIORITY_WEIGHTS[k] * v for k, v in factors.items()), 1),
             "factors": {k: round(v, 4) for k, v in factors.items()},
             "user_fairshare": round(order_ctx.user_factor(job.user), 4),

@@ -26,6 +26,7 @@ _JOB_COLUMNS = (
     JobRow.nodes,
     JobRow.gpu_model,
     JobRow.priority,
+    JobRow.tier,
     JobRow.reason,
     JobRow.estimated_start,
     JobRow.submit_time,
@@ -53,13 +54,13 @@ def _jobs_query(states: tuple[str, ...]) -> Any:
 
 
 def queue(ctx: ServerContext) -> dict[str, list[dict[str, Any]]]:
-    """Pending jobs in the order they should start (by estimated start, then priority, then age), and running
+    """Pending jobs in the order they should start (by estimated start, then tier, priority and age), and running
     jobs, newest first."""
     with ctx.db.read() as s:
         waiting = [dict(r._mapping) for r in s.execute(_jobs_query(("pending", "held")))]
         running = [dict(r._mapping) for r in s.execute(_jobs_query(("running",)).order_by(JobRow.start_time.desc()))]
     far = float("inf")
-    waiting.sort(key=lambda j: (j["estimated_start"] or far, -j["priority"], j["submit_time"], j["id"]))
+    waiting.sort(key=lambda j: (j["estimated_start"] or far, -j["tier"], -j["priority"], j["submit_time"], j["id"]))
     for i, job in enumerate(waiting, 1):
         job["position"] = i
     for job in running:
