@@ -42,7 +42,7 @@ from nanum.core.policy import Policy
 from nanum.core.predict import Predictor
 from nanum.core.preempt import ClassOrder
 from nanum.core.scheduler import partition_of, schedule
-from nanum.core.tallies import Capacity, Classes, count
+from nanum.core.tallies import Capacity, Classes, count, counts_of
 
 #: A source of checkpoints taken by a time: (job, when it last saved its state) for the runs that saved since asked.
 Checkpoints = Callable[[float], Iterable[tuple[JobId, float]]]
@@ -280,8 +280,8 @@ class Incremental:
     def _enqueue(self, job: Job) -> None:
         self.pending[job.id] = job
         self._queues.setdefault(self._part(job.lab), {})[job.id] = job
-        self._sizes.setdefault(job.lab, Counter())[job.total_gpus] += 1
-        self._widths.setdefault(job.lab, Counter())[job.gpus] += 1
+        count(counts_of(self._sizes, job.lab), job.total_gpus, +1)
+        count(counts_of(self._widths, job.lab), job.gpus, +1)
         if self._classes is not None:
             self._classes.queue(job, +1)
         self.changed = True

@@ -83,19 +83,25 @@ class HistoryPredictor:
     def observe(self, job: Job, run_time: float) -> None:
         """Learn that `job` ran for `run_time` seconds (to completion, not cut short by preemption)."""
         self._memo.clear()
-        for key in set(self._keys(job)):
-            runs = self._runs.setdefault(key, deque())
+        window, runs_of, sums = self._window, self._runs, self._sums
+        for key in self._keys(job):  # distinct by their tags
+            runs = runs_of.get(key)
+            if runs is None:
+                runs = runs_of[key] = deque()
             runs.append(run_time)
-            self._sums[key] = self._sums.get(key, 0.0) + run_time
-            if len(runs) > self._window:
-                self._sums[key] -= runs.popleft()
-        for key in set(self._service_keys(job)):
-            service = self._service.setdefault(key, deque(maxlen=SERVICE_WINDOW))
+            sums[key] = sums.get(key, 0.0) + run_time
+            if len(runs) > window:
+                sums[key] -= runs.popleft()
+        service_of, tables, arrays = self._service, self._tables, self._arrays
+        for key in set(self._service_keys(job)):  # a job without a name has its ("ug", ...) key twice
+            service = service_of.get(key)
+            if service is None:
+                service = service_of[key] = deque(maxlen=SERVICE_WINDOW)
             service.append(run_time * job.total_gpus)
             if len(service) == MIN_SAMPLES:
                 self._chosen.clear()
-            self._tables.pop(key, None)
-            self._arrays.pop(key, None)
+            tables.pop(key, None)
+            arrays.pop(key, None)
             self._indices.pop(key, None)
         self._chosen.pop(job.id, None)
 

@@ -56,10 +56,12 @@ def schedule(
     ctx = OrderContext(snapshot.now, snapshot.labs, snapshot.users, c.total_gpus, predictor, snapshot.running,
                        cache.siblings if cache is not None else None)
     order = c.order
-    queue = sorted(snapshot.pending, key=lambda j: order.sort_key(j, ctx))
-    arrange = getattr(order, "arrange", None)
-    if arrange is not None and queue:
-        queue = arrange(queue)
+    queue = list(snapshot.pending)
+    if len(queue) > 1:  # a lone job needs no key (most cycles of a driver that cycles at every arrival)
+        queue.sort(key=lambda j: order.sort_key(j, ctx))
+        arrange = getattr(order, "arrange", None)
+        if arrange is not None:
+            queue = arrange(queue)
     # 2. Owners first: jobs within their lab's guarantee (or in labs without one).
     borrowers = [job for job in queue if not consider(c, steps, job, borrowing=False)]
     # 3. Then borrowers, on what is left.

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
+from typing import Any
 
 from nanum.core.classes import HORIZON, rise_time
 from nanum.core.model import Job, JobId, Node, NodeState, Running
 from nanum.core.preempt import ClassOrder, attained
 
-__all__ = ["Capacity", "Classes", "count"]
+__all__ = ["Capacity", "Classes", "count", "counts_of"]
 
 
 class Capacity:
@@ -26,7 +27,7 @@ class Capacity:
         self.blocks: dict[str | None, Counter[int]] = {}
         for n in up:
             self.pool_free[n.owner] += self.free[n.name]
-            self.blocks.setdefault(n.owner, Counter())[self.free[n.name]] += 1
+            count(counts_of(self.blocks, n.owner), self.free[n.name], +1)
 
     def hand(self, run: Running, sign: int) -> None:
         """Take (-1) or give back (+1) the GPUs of `run`."""
@@ -64,7 +65,7 @@ class Classes:
         self.tokens = 0
 
     def queue(self, job: Job, sign: int) -> None:
-        count(self.pending.setdefault(job.lab, Counter()), self.classes.level(job, job.attained_gpu_seconds), sign)
+        count(counts_of(self.pending, job.lab), self.classes.level(job, job.attained_gpu_seconds), sign)
 
     def start(self, run: Running) -> None:
         """`run` starts in the class of the pending job: it has received nothing more yet."""
@@ -112,12 +113,23 @@ class Classes:
 
     def count(self, run: Running, level: int, sign: int) -> None:
         if run.job.preemptible:
-            count(self.running.setdefault(run.job.lab, Counter()), level, sign)
+            count(counts_of(self.running, run.job.lab), level, sign)
             if run.borrowing:
                 count(self.borrowed, level, sign)
 
 
 def count(counts: Counter[int], key: int, sign: int) -> None:
-    counts[key] += sign
-    if counts[key] <= 0:
-        del counts[key]
+    """Add `sign` to `counts[key]`, keeping only keys counted above zero."""
+    n = counts.get(key, 0) + sign
+    if n > 0:
+        counts[key] = n
+    else:
+        counts.pop(key, None)
+
+
+def counts_of(tallies: dict[Any, Counter[int]], key: Any) -> Counter[int]:
+    """`tallies[key]`, a new Counter when there is none yet (`setdefault` would build one at every call)."""
+    counts = tallies.get(key)
+    if counts is None:
+        counts = tallies[key] = Counter()
+    return counts
