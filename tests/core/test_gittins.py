@@ -155,3 +155,26 @@ def test_a_users_priority_never_takes_another_users_place_nor_crosses_a_tier(job
         mine = [j for j in out if (j.user, j.tier) == (user, tier)]
         assert [j.priority for j in mine] == sorted((j.priority for j in mine), reverse=True)
         assert sorted(j.id for j in mine) == sorted(j.id for j in queue if (j.user, j.tier) == (user, tier))
+
+
+@settings(max_examples=60, deadline=None)
+@given(services=st.lists(st.floats(1.0, 1e7), min_size=5, max_size=200),
+       attained=st.floats(0.0, 2e7), more_than=st.floats(0.0, 2e7))
+def test_long_service_tables_give_the_same_index_as_the_loop_to_the_last_bit(
+    services: list[float], attained: float, more_than: float,
+) -> None:
+    """The index over a long table is computed as array arithmetic; it must equal the plain loop exactly, or the
+    default order would differ between tables of 31 and 32 finished jobs."""
+    import nanum.core.predict as predict
+
+    def index(vector_from: int) -> float | None:
+        saved, predict.VECTOR_FROM = predict.VECTOR_FROM, vector_from
+        try:
+            predictor = HistoryPredictor()
+            for seconds in services:
+                predictor.observe(job(99, user="u"), seconds)
+            return predictor.gittins_index(job(1, user="u"), attained, more_than)
+        finally:
+            predict.VECTOR_FROM = saved
+
+    assert index(1) == index(10**9)
