@@ -321,3 +321,24 @@ def test_an_earlier_runs_end_reported_again_does_not_end_the_next_run(client: As
     agent.exit(j["id"], code=0)
     agent.beat()
     assert job(client, j["id"])["state"] == "completed"
+
+
+def test_quiet_heartbeats_get_the_latest_launches_after_a_lab_change_or_a_cancel(
+    client: AsgiClient, agent: FakeAgent
+) -> None:
+    """A heartbeat that reports nothing new is answered with the node's desired jobs as last built while its
+    desired version and its jobs' GPUs stay the same; a lab's new grace and a cancel still reach the next one."""
+    j = submit(client, gpus=1)
+    tick(client)
+    agent.beat()  # the job starts
+    agent.beat()  # it reports running: written
+    lab = job(client, j["id"])["lab"]
+    [before] = agent.beat().desired  # quiet
+    [again] = agent.beat().desired  # quiet, as last built
+    assert again == before
+    r = client.patch(f"/api/v1/labs/{lab}", json={"grace_s": 7.5}, headers=auth(ADMIN))
+    assert r.status_code == 200, r.text
+    [after] = agent.beat().desired
+    assert after.grace_s == 7.5 and before.grace_s != 7.5
+    assert client.post(f"/api/v1/jobs/{j['id']}/cancel", headers=auth(ALICE)).status_code == 200
+    assert agent.beat().desired == []

@@ -65,6 +65,15 @@ class Caches:
     nodes: TtlCache[str, object] = field(default_factory=lambda: TtlCache(5.0))
     labs: TtlCache[str, object] = field(default_factory=lambda: TtlCache(5.0))
     budgets: TtlCache[str, object] = field(default_factory=lambda: TtlCache(3.0))
+    #: each node's desired jobs as last sent, by node id, with the node's desired version and the GPUs its jobs
+    #: held then: a quiet heartbeat whose node still has both is answered with them (`services.agent`). Forgotten
+    #: when labs change (a lab's grace is in each launch); another server's lab change shows within 5 s.
+    desired: TtlCache[int, object] = field(default_factory=lambda: TtlCache(5.0))
+
+    def forget_labs(self) -> None:
+        """A lab was created or changed: forget what was read of labs, and the launches that carry their grace."""
+        self.labs.clear()
+        self.desired.clear()
 
 
 @dataclass(slots=True)

@@ -187,7 +187,7 @@ def create_lab(ctx: ServerContext, spec: LabIn, actor: str = audit.SYSTEM) -> La
             )
     except IntegrityError as e:
         raise Conflict(f"lab {spec.name} already exists") from e
-    ctx.caches.labs.clear()
+    ctx.caches.forget_labs()
     ctx.caches.budgets.clear()
     ctx.signals.poke()
     out = lab_out(lab)
@@ -215,7 +215,7 @@ def patch_lab(ctx: ServerContext, name: str, patch: LabPatch, actor: str = audit
             setattr(lab, key, value)
         if changed:
             audit.record(s, now, actor, "lab", name, "set", changed, f"{actor} set {audit.describe(changed)}")
-    ctx.caches.labs.clear()
+    ctx.caches.forget_labs()
     ctx.caches.budgets.clear()
     ctx.signals.poke()
     out = lab_out(lab)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
@@ -56,8 +56,10 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         held = _held(s, node.id)
         acks, woken, freed = _record_jobs(s, node, hb, held, now, ctx.settings.half_life_s)
         poke = poke or bool(acks) or bool(woken) or freed
-        desired = desired_jobs(ctx, s, node)
+        held_now = _held(s, node.id)  # as the jobs' reports left them
+        desired = desired_jobs(ctx, s, node, held_now)
         version = s.scalar(select(NodeRow.desired_version).where(NodeRow.id == node.id)) or 0
+        _remember(ctx, node.id, version, held_now, desired)
         paths = environments.check_paths(ctx, s)
     ctx.last_seen.heard(who.id, now, written=True)
     return _outcome(ctx, who, hb, desired, acks, paths, woken, poke, version)
@@ -97,12 +99,35 @@ def _quiet(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, now: float) -> Ou
         if not _jobs_unchanged(hb, held, jobs):
             return None
         version = node.desired_version or 0  # read before the desired jobs: a change between is seen as one
-        desired = desired_jobs(ctx, s, node, held)
+        desired = _recalled(ctx, node.id, version, held)
+        if desired is None:
+            desired = desired_jobs(ctx, s, node, held)
+            _remember(ctx, node.id, version, held, desired)
         paths = environments.check_paths(ctx, s)
     ctx.last_seen.heard(who.id, now)
     runs = {job_id: (row.runs or 0, row.nodes > 1) for job_id, row in jobs.items()}  # as `joblogs.runs_on` finds them
     known = runs if all(c.job_id in runs for c in hb.logs) else None
     return _outcome(ctx, who, hb, desired, [], paths, set(), False, version, known)
+
+
+def _remember(ctx: ServerContext, node_id: int, version: int, held: dict[int, list[int]],
+              desired: list[JobLaunch]) -> None:
+    ctx.caches.desired.put(node_id, (version, _held_key(held), desired))
+
+
+def _recalled(ctx: ServerContext, node_id: int, version: int, held: dict[int, list[int]]) -> list[JobLaunch] | None:
+    """The node's desired jobs as last built, if its desired version and its jobs' GPUs are still what they were
+    then: the version grows whenever the jobs a node should run change (`lifecycle.bump`)."""
+    hit = ctx.caches.desired.get(node_id)
+    if hit is None:
+        return None
+    known_version, known_held, desired = cast(tuple[int, tuple[tuple[int, tuple[int, ...]], ...], list[JobLaunch]],
+                                              hit)
+    return desired if known_version == version and known_held == _held_key(held) else None
+
+
+def _held_key(held: dict[int, list[int]]) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    return tuple(sorted((job_id, tuple(sorted(gpus))) for job_id, gpus in held.items()))
 
 
 def _held_jobs(s: Session, node_id: int) -> tuple[dict[int, list[int]], dict[int, Any]]:

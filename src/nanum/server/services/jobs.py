@@ -163,7 +163,7 @@ def lab_for(ctx: ServerContext, caller: Caller, name: str | None) -> catalog.Lab
     labs = catalog.labs(ctx)
     entry = labs.get(name)
     if entry is None:
-        ctx.caches.labs.clear()
+        ctx.caches.forget_labs()
         entry = catalog.labs(ctx).get(name)
     if entry is None:
         raise NotFound(f"no lab named {name}")

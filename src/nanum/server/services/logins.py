@@ -173,7 +173,7 @@ def _bring_in(ctx: ServerContext, person: object) -> tuple[int, str, str, list[s
         labs = sync_labs(s, user, person.labs, now)
         out = (user.id, user.name, person.uid, labs)
     ctx.caches.callers.clear()
-    ctx.caches.labs.clear()
+    ctx.caches.forget_labs()
     return out
 
 

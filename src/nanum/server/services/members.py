@@ -157,7 +157,7 @@ def _out(lab: str, user: UserRow, role: str) -> MemberOut:
 def _changed(ctx: ServerContext) -> None:
     ctx.caches.callers.clear()
     ctx.caches.budgets.clear()
-    ctx.caches.labs.clear()
+    ctx.caches.forget_labs()
     ctx.signals.poke()
 
 

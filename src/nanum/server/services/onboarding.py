@@ -37,7 +37,7 @@ def import_users(ctx: ServerContext, actor: str, spec: ImportIn) -> ImportOut:
             s.rollback()
     if not spec.dry_run and (report.created or report.changed):
         ctx.caches.callers.clear()
-        ctx.caches.labs.clear()
+        ctx.caches.forget_labs()
         ctx.signals.poke()
     return report
 

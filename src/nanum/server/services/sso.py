@@ -91,7 +91,7 @@ def _bring_in(ctx: ServerContext, person: OidcPerson) -> tuple[int, str, str, li
         labs = sync_labs(s, user, person.labs, ctx.clock(), managed)
         out = (user.id, user.name, person.unix_user, labs)
     ctx.caches.callers.clear()
-    ctx.caches.labs.clear()
+    ctx.caches.forget_labs()
     log.info("single sign-on: %s (%s at %s) in labs %s", out[1], person.subject, person.issuer, labs)
     return out
 
