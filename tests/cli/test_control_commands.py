@@ -44,7 +44,7 @@ def test_modify_sends_a_tier_within_0_to_9(nanum: Nanum, api: FakeApi) -> None:
 def test_top_and_requeue(nanum: Nanum, api: FakeApi) -> None:
     api.on("POST", "/jobs/12/top", JOB)
     api.on("POST", "/jobs/12/requeue", JOB)
-    assert nanum("top", "12").stdout == "Moved job 12 before your other waiting jobs\n"
+    assert nanum("top", "12").stdout == "Moved job 12 before your other waiting jobs of its tier\n"
     assert nanum("requeue", "12").stdout == "Requeued job 12\n"
     api.on("POST", "/jobs/13/requeue", {"detail": "job 13 is pending, not running or ended; it is already "
                                                   "waiting to run"}, status=409)

@@ -68,6 +68,20 @@ def test_top_moves_a_job_before_its_owners_others(client: AsgiClient, agent: Fak
     assert job(client, first)["state"] == "pending"
 
 
+def test_top_stays_behind_a_job_an_admin_put_in_a_higher_tier(client: AsgiClient, agent: FakeAgent) -> None:
+    blocker = submit(client, gpus=4)["id"]
+    cycle(client, agent)
+    first, second = (submit(client, gpus=4)["id"] for _ in range(2))
+    r = client.patch(f"/api/v1/jobs/{first}", json={"tier": 1}, headers=auth(ADMIN))
+    assert r.status_code == 200, r.text
+    post(client, f"/api/v1/jobs/{second}/top")
+    agent.exit(int(blocker))  # type: ignore[call-overload]
+    agent.beat()
+    cycle(client, agent)
+    assert job(client, first)["state"] == "running"
+    assert job(client, second)["state"] == "pending"
+
+
 def test_retries_run_a_failing_job_again_keeping_each_exit_code(client: AsgiClient, agent: FakeAgent) -> None:
     j = int(submit(client, gpus=1, retries=2)["id"])  # type: ignore[call-overload]
     for code in (3, 4, 5):

@@ -36,10 +36,10 @@ def release(job_ids: IdsArg, server: ServerOpt = None, token: TokenOpt = None) -
 @app.command(cls=Command)
 @clean_errors
 def top(job_id: IdArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
-    """Move a waiting job before your other waiting jobs."""
+    """Move a waiting job before your other waiting jobs of its tier (a higher tier, set by admins, stays ahead)."""
     with connect(server, token) as client:
         client.top(resolve(client, job_id)[0])
-    print(f"Moved job {job_id} before your other waiting jobs")
+    print(f"Moved job {job_id} before your other waiting jobs of its tier")
 
 
 @app.command(cls=Command)

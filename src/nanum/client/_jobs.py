@@ -78,7 +78,7 @@ class JobCalls(Connection):
         return self._act(job_id, "release", one)
 
     def top(self, job_id: int) -> Job:
-        """Move a waiting job before your other waiting jobs."""
+        """Move a waiting job before your other waiting jobs of its tier."""
         return self._act(job_id, "top", False)
 
     def requeue(self, job_id: int) -> Job:

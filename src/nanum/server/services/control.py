@@ -96,7 +96,8 @@ def _lab_name(ctx: ServerContext, job: JobRow) -> str:
 
 
 def top(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
-    """Move a waiting job before its owner's other waiting jobs: their earliest queue time and highest priority."""
+    """Move a waiting job before its owner's other waiting jobs of its tier: their earliest queue time and highest
+    priority. A job an admin put in a higher tier stays ahead (tiers come first in every order)."""
     now = ctx.clock()
     with ctx.db.write() as s:
         job = jobs.owned_jobs(s, caller, job_id, one=True)[0]
@@ -105,16 +106,16 @@ def top(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
         first, highest = _owner_queue(s, job)
         job.submit_time = min(job.submit_time, first - 0.001)
         job.priority = max(job.priority, highest)
-        lifecycle.event(s, job.id, now, "top", f"moved before {caller.name}'s other waiting jobs")
+        lifecycle.event(s, job.id, now, "top", f"moved before {caller.name}'s other waiting jobs of tier {job.tier}")
     ctx.signals.poke()
     return jobs.get_job(ctx, caller, job_id)
 
 
 def _owner_queue(s: Session, job: JobRow) -> tuple[float, int]:
-    """The earliest submit time and the highest priority among the owner's other waiting jobs."""
+    """The earliest submit time and the highest priority among the owner's other waiting jobs of its tier."""
     first, highest = s.execute(
         select(func.min(JobRow.submit_time), func.max(JobRow.priority))
-        .where(JobRow.user_id == job.user_id, JobRow.state.in_(WAITING), JobRow.id != job.id)
+        .where(JobRow.user_id == job.user_id, JobRow.state.in_(WAITING), JobRow.id != job.id, JobRow.tier == job.tier)
     ).one()
     return (job.submit_time if first is None else first), (job.priority if highest is None else highest)
 
