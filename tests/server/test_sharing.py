@@ -260,6 +260,8 @@ def test_fair_share_usage_decays_with_the_servers_half_life(ctx: ServerContext) 
         s.add(job_row)
         s.flush()
         lifecycle.charge(s, job_row, now, 10.0, outcome="completed")  # half-life 10 s: 100 then counts 50
+    with ctx.db.read() as s:  # labs and users are charged as the transaction commits
+        lab = s.scalars(select(LabRow).where(LabRow.name == "vision")).one()
         assert lab.decayed_usage == pytest.approx(50.0 + 3.0)
         assert lab.decayed_at == now
 
@@ -348,3 +350,48 @@ def test_a_users_priority_puts_their_own_job_first_and_priority_agrees_with_the_
     assert [(j["job_id"], j["rank"]) for j in got["jobs"]] == [(high, 1), (low, 2)]
     assert str(job(client, high)["reason"]).startswith("next in line")
     assert str(job(client, low)["reason"]).startswith("1 job ahead")
+
+
+def test_runs_of_one_lab_ending_at_once_are_all_charged(ctx: ServerContext) -> None:
+    """Heartbeats of several nodes end jobs of one lab at the same moment: each transaction charges the lab as it
+    commits, reading the lab's usage again under its lock, so no charge overwrites another."""
+    import threading
+
+    from sqlalchemy import select
+
+    from nanum.store import JobRow, LabRow, UsageRow, UserRow
+
+    now = time.time()
+    with ctx.db.write() as s:
+        lab = s.scalars(select(LabRow).where(LabRow.name == "vision")).one()
+        lab.decayed_usage, lab.decayed_at = 0.0, now - 100.0
+        alice = s.scalars(select(UserRow).where(UserRow.name == "alice")).one()
+        ids = []
+        for _ in range(4):
+            row = JobRow(name="t", user_id=alice.id, lab_id=lab.id, command=["true"], workdir="/", env={}, gpus=1,
+                         nodes=1, cpus=0, priority=0, kind="batch", preemptible=True, state="running",
+                         borrowing=False, allocation=[], submit_time=now - 20, start_time=now - 10,
+                         charged_until=now - 10, runs=1, attained_gpu_seconds=0.0)
+            s.add(row)
+            s.flush()
+            ids.append(row.id)
+    ready = threading.Barrier(len(ids))
+
+    def end(job_id: int) -> None:
+        with ctx.db.write() as s:
+            job_row = s.get(JobRow, job_id)
+            assert job_row is not None
+            lifecycle.charge(s, job_row, now, 1e9, outcome="completed")
+            if not ctx.db.is_sqlite:  # SQLite runs one writer at a time: nothing to wait for
+                ready.wait(timeout=10)
+
+    threads = [threading.Thread(target=end, args=(i,)) for i in ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    with ctx.db.read() as s:
+        lab = s.scalars(select(LabRow).where(LabRow.name == "vision")).one()
+        assert lab.decayed_usage == pytest.approx(4 * 10.0, rel=1e-6)
+        used = s.scalars(select(UsageRow.gpu_seconds).where(UsageRow.kind == "lab", UsageRow.name == "vision")).all()
+        assert sum(used) == pytest.approx(4 * 10.0)
