@@ -10,6 +10,7 @@ import pytest
 
 from nanum.server.context import ServerContext
 from nanum.server.services import lifecycle
+from nanum.store import JobRow
 from tests.server.asgiclient import AsgiClient
 from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, submit, tick
 from tests.server.fakeagent import FakeAgent
@@ -243,20 +244,25 @@ def test_a_job_larger_than_the_users_own_cap_is_refused_at_once(client: AsgiClie
     submit(client, gpus=1)
 
 
+def running_row(user_id: int, lab_id: int, gpus: int, started: float) -> JobRow:
+    """A job row running since `started`, charged up to then, as a test stores it directly."""
+    return JobRow(name="t", user_id=user_id, lab_id=lab_id, command=["true"], workdir="/", env={}, gpus=gpus,
+                  nodes=1, cpus=0, priority=0, kind="batch", preemptible=True, state="running", borrowing=False,
+                  allocation=[], submit_time=started - 1, start_time=started, charged_until=started, runs=1,
+                  attained_gpu_seconds=0.0)
+
+
 def test_fair_share_usage_decays_with_the_servers_half_life(ctx: ServerContext) -> None:
     from sqlalchemy import select
 
-    from nanum.store import JobRow, LabRow, UserRow
+    from nanum.store import LabRow, UserRow
 
     now = time.time()
     with ctx.db.write() as s:
         lab = s.scalars(select(LabRow).where(LabRow.name == "vision")).one()
         lab.decayed_usage, lab.decayed_at = 100.0, now - 10.0
         alice = s.scalars(select(UserRow).where(UserRow.name == "alice")).one()
-        job_row = JobRow(name="t", user_id=alice.id, lab_id=lab.id, command=["true"], workdir="/", env={}, gpus=2,
-                         nodes=1, cpus=0, priority=0, kind="batch", preemptible=True, state="running",
-                         borrowing=False, allocation=[], submit_time=now - 3, start_time=now - 1.5,
-                         charged_until=now - 1.5, runs=1, attained_gpu_seconds=0.0)
+        job_row = running_row(alice.id, lab.id, gpus=2, started=now - 1.5)
         s.add(job_row)
         s.flush()
         lifecycle.charge(s, job_row, now, 10.0, outcome="completed")  # half-life 10 s: 100 then counts 50
@@ -368,10 +374,7 @@ def test_runs_of_one_lab_ending_at_once_are_all_charged(ctx: ServerContext) -> N
         alice = s.scalars(select(UserRow).where(UserRow.name == "alice")).one()
         ids = []
         for _ in range(4):
-            row = JobRow(name="t", user_id=alice.id, lab_id=lab.id, command=["true"], workdir="/", env={}, gpus=1,
-                         nodes=1, cpus=0, priority=0, kind="batch", preemptible=True, state="running",
-                         borrowing=False, allocation=[], submit_time=now - 20, start_time=now - 10,
-                         charged_until=now - 10, runs=1, attained_gpu_seconds=0.0)
+            row = running_row(alice.id, lab.id, gpus=1, started=now - 10)
             s.add(row)
             s.flush()
             ids.append(row.id)
