@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from nanum.core import Code, HistoryPredictor, JobKind, Limits, NodeState, Policy, PolicyError, User, schedule
+from nanum.core.backfill_rules import BACKFILLS
+from nanum.core.policy import BACKFILL_RULES
 from tests.core.builders import job, lab, node, nodes, running, snap
 
 
@@ -222,6 +224,9 @@ def test_policy_strings_parse_and_bad_names_fail_with_the_choices() -> None:
         Policy.parse("lottery")
     with pytest.raises(PolicyError, match="placements: binpack"):
         Policy.parse("fifo+random")
+    with pytest.raises(PolicyError, match="unknown backfill rule 'conservative'; choose one of easy, none"):
+        Policy(backfill="conservative")
+    assert set(BACKFILL_RULES) == set(BACKFILLS)  # every rule a policy may name exists
 
 
 def test_estimates_for_jobs_behind_the_head() -> None:

@@ -56,28 +56,30 @@ def test_modify_a_pending_job_within_limits(client: AsgiClient, agent: FakeAgent
     assert r.status_code == 409
 
 
-def test_top_moves_a_job_before_its_owners_others(client: AsgiClient, agent: FakeAgent) -> None:
+def top_after_a_blocker(client: AsgiClient, agent: FakeAgent, first_tier: int = 0) -> tuple[object, object]:
+    """Two 4-GPU jobs wait behind a running one; the first is put in `first_tier` by an admin, the second is moved
+    to the top by its owner, and the running one ends: (first, second)."""
     blocker = submit(client, gpus=4)["id"]
     cycle(client, agent)
     first, second = (submit(client, gpus=4)["id"] for _ in range(2))
+    if first_tier:
+        r = client.patch(f"/api/v1/jobs/{first}", json={"tier": first_tier}, headers=auth(ADMIN))
+        assert r.status_code == 200, r.text
     post(client, f"/api/v1/jobs/{second}/top")
     agent.exit(int(blocker))  # type: ignore[call-overload]
     agent.beat()
     cycle(client, agent)
+    return first, second
+
+
+def test_top_moves_a_job_before_its_owners_others(client: AsgiClient, agent: FakeAgent) -> None:
+    first, second = top_after_a_blocker(client, agent)
     assert job(client, second)["state"] == "running"
     assert job(client, first)["state"] == "pending"
 
 
 def test_top_stays_behind_a_job_an_admin_put_in_a_higher_tier(client: AsgiClient, agent: FakeAgent) -> None:
-    blocker = submit(client, gpus=4)["id"]
-    cycle(client, agent)
-    first, second = (submit(client, gpus=4)["id"] for _ in range(2))
-    r = client.patch(f"/api/v1/jobs/{first}", json={"tier": 1}, headers=auth(ADMIN))
-    assert r.status_code == 200, r.text
-    post(client, f"/api/v1/jobs/{second}/top")
-    agent.exit(int(blocker))  # type: ignore[call-overload]
-    agent.beat()
-    cycle(client, agent)
+    first, second = top_after_a_blocker(client, agent, first_tier=1)
     assert job(client, first)["state"] == "running"
     assert job(client, second)["state"] == "pending"
 

@@ -27,14 +27,14 @@ class Easy:
               borrows: bool) -> tuple[tuple[Placement, ...] | None, bool, bool]:
         found = c.place(job, shape)
         head = part.reservations[0] if part.reservations else None
-        head_lab = part.head.lab if part.head is not None else job.lab
         if found is None or head is None or not head.caps:
             return found, found is not None, False
         end = planned_end(c.snap.now, c.runtime(job))
         if end is not None and end <= head.start:
             return found, True, False  # ends before the reservation: may use any free GPU
         around = c.place(job, shape, head.caps)
-        if around is None and c.policy.preempt and job.preemptible and (borrows or job.lab == head_lab):
+        mine = part.head is not None and job.lab == part.head.lab
+        if around is None and c.policy.preempt and job.preemptible and (borrows or mine):
             return found, True, True  # would delay the reservation: starts, and yields when it is due
         return around, True, False
 

@@ -77,15 +77,15 @@ class CycleState:
 
     def __init__(
         self, snapshot: Snapshot, policy: Policy, predictor: Predictor | None, cache: CycleCache | None,
-        explain: bool = True,
+        backfill: BackfillRule, explain: bool = True,
     ) -> None:
         self.snap, self.policy, self.predictor, self.cache = snapshot, policy, predictor, cache
         self.explain = explain
         self.placement: PlacementPolicy = policy.make_placement()
         self.order = policy.make_order()
-        #: what later jobs of a partition may do behind its first blocked job: the scheduler sets the policy's
-        #: rule (`nanum.core.backfill_rules.BACKFILLS`).
-        self.backfill: BackfillRule
+        #: what later jobs of a partition may do behind its first blocked job: the policy's rule
+        #: (`nanum.core.backfill_rules.BACKFILLS`).
+        self.backfill = backfill
         #: the order's priority classes, when the policy preempts by class (Policy checks the order has them).
         self.classes: ClassOrder | None = cast(ClassOrder, self.order) if policy.preempt else None
         if cache is not None:

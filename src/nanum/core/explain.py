@@ -7,7 +7,7 @@ Every job left pending gets one `Reason`, from the first that applies:
 2. the policy's backfill rule keeps it behind its partition's first blocked job (`nanum.core.backfill_rules`):
    under `easy` it fits now, but starting it would delay that job's reservation (`BACKFILL`); under `none` it
    waits behind that job (`QUEUED`);
-4. it does not fit: what it needs against what is free (`RESOURCES`), e.g. "needs 4 GPUs on one node; the largest
+3. it does not fit: what it needs against what is free (`RESOURCES`), e.g. "needs 4 GPUs on one node; the largest
    free block is 2 (node n3); with --gpus 2 it would fit now".
 
 Each reason opens with the job's place in its partition's queue: "next in line", or "N jobs ahead", counting the

@@ -49,8 +49,7 @@ def schedule(
     `explain=False` leaves out the `Pending` records (reasons and start estimates) for a driver that reads none,
     such as the simulator: writing them costs a good part of a long queue's cycle. The starts and preemptions are
     the same, since the reservations backfill plans around are still made."""
-    c = CycleState(snapshot, policy, predictor, cache, explain)
-    c.backfill = BACKFILLS[policy.backfill]
+    c = CycleState(snapshot, policy, predictor, cache, BACKFILLS[policy.backfill], explain)
     steps = tuple(STEPS[name] for name in policy.steps)
     # 1. Order the queue.
     ctx = OrderContext(snapshot.now, snapshot.labs, snapshot.users, c.total_gpus, predictor, snapshot.running,

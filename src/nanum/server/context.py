@@ -15,11 +15,14 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from nanum.core import Policy, Prediction
+from nanum.protocol import JobLaunch
 from nanum.server.lastseen import LastSeen
 from nanum.server.settings import ServerSettings
 from nanum.server.signals import Signals
 from nanum.store import Database
 
+#: the GPUs the jobs on a node hold, by job, sorted: what a node's cached desired jobs were built for.
+HeldGpus = tuple[tuple[int, tuple[int, ...]], ...]
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -68,7 +71,7 @@ class Caches:
     #: each node's desired jobs as last sent, by node id, with the node's desired version and the GPUs its jobs
     #: held then: a quiet heartbeat whose node still has both is answered with them (`services.agent`). Forgotten
     #: when labs change (a lab's grace is in each launch); another server's lab change shows within 5 s.
-    desired: TtlCache[int, object] = field(default_factory=lambda: TtlCache(5.0))
+    desired: TtlCache[int, tuple[int, HeldGpus, list[JobLaunch]]] = field(default_factory=lambda: TtlCache(5.0))
 
     def forget_labs(self) -> None:
         """A lab was created or changed: forget what was read of labs, and the launches that carry their grace."""

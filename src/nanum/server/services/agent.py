@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from nanum.protocol import EnvironmentSpec, Heartbeat, HeartbeatReply, JobLaunch, JobStatus
 from nanum.server.callers import NodeCaller
-from nanum.server.context import ServerContext
+from nanum.server.context import HeldGpus, ServerContext
 from nanum.server.errors import Unauthorized
 from nanum.server.services import environments, fleet, joblogs, lifecycle
 from nanum.server.services import inventory as nodeinventory
@@ -56,9 +56,9 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         held = _held(s, node.id)
         acks, woken, freed = _record_jobs(s, node, hb, held, now, ctx.settings.half_life_s)
         poke = poke or bool(acks) or bool(woken) or freed
+        version = s.scalar(select(NodeRow.desired_version).where(NodeRow.id == node.id)) or 0
         held_now = _held(s, node.id)  # as the jobs' reports left them
         desired = desired_jobs(ctx, s, node, held_now)
-        version = s.scalar(select(NodeRow.desired_version).where(NodeRow.id == node.id)) or 0
         _remember(ctx, node.id, version, held_now, desired)
         paths = environments.check_paths(ctx, s)
     ctx.last_seen.heard(who.id, now, written=True)
@@ -121,12 +121,11 @@ def _recalled(ctx: ServerContext, node_id: int, version: int, held: dict[int, li
     hit = ctx.caches.desired.get(node_id)
     if hit is None:
         return None
-    known_version, known_held, desired = cast(tuple[int, tuple[tuple[int, tuple[int, ...]], ...], list[JobLaunch]],
-                                              hit)
+    known_version, known_held, desired = hit
     return desired if known_version == version and known_held == _held_key(held) else None
 
 
-def _held_key(held: dict[int, list[int]]) -> tuple[tuple[int, tuple[int, ...]], ...]:
+def _held_key(held: dict[int, list[int]]) -> HeldGpus:
     return tuple(sorted((job_id, tuple(sorted(gpus))) for job_id, gpus in held.items()))
 
 
