@@ -124,8 +124,9 @@ class Scheduler:
 
     def poke(self, new_gpu_job: bool = False) -> None:
         """Run a tick soon. Safe from any thread. A new job that needs GPUs while none is free waits for the
-        timer tick: it could not start, and a large queue makes every tick cost something."""
-        if new_gpu_job and self._ticked and not self.core.free_gpus():
+        timer tick: it could not start, and a large queue makes every tick cost something. Not while a tick runs:
+        it may have read the cluster before GPUs came free (a node that just came up), and its answer is not in."""
+        if new_gpu_job and self._ticked and not self._lock.locked() and not self.core.free_gpus():
             return
         loop, poked = self._loop, self._poked
         if loop is not None and poked is not None and not loop.is_closed():
