@@ -33,14 +33,15 @@ from dataclasses import dataclass
 
 from sqlalchemy import bindparam, func, or_, select, text
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from nanum.core import Decisions, HistoryPredictor, Incremental, Pending, Prediction, Preempt, Start
+from nanum.core import Decisions, HistoryPredictor, Incremental, Pending, Prediction, Preempt
 from nanum.server import snapshot
 from nanum.server.context import ServerContext
 from nanum.server.lastseen import PEER_SLACK_S
 from nanum.server.services import budgets, lifecycle
+from nanum.server.starts import start_all
 from nanum.store import AllocationRow, JobRow, LabRow, NodeRow, table
 from nanum.store.db import Database
 
@@ -221,12 +222,14 @@ class Scheduler:
             if nodes:
                 s.execute(select(NodeRow.id).where(NodeRow.id.in_(nodes)).order_by(NodeRow.id).with_for_update())
             touched = {st.job_id for st in decisions.starts} | set(victims)
+            still_pending: set[int] = set()
             if touched:
-                s.execute(select(JobRow.id).where(JobRow.id.in_(touched)).order_by(JobRow.id).with_for_update())
-            for start in decisions.starts:
-                started = _start(s, start, plan, now)
-                woken |= started
-                result.started += bool(started)
+                still_pending = {row.id for row in s.execute(
+                    select(JobRow.id, JobRow.state).where(JobRow.id.in_(touched)).order_by(JobRow.id)
+                    .with_for_update()) if row.state == "pending"}
+            starts = [st for st in decisions.starts if st.job_id in still_pending]
+            woken |= start_all(s, starts, plan, now)
+            result.started += len(starts)
             for victim in decisions.preemptions:
                 stopped = _preempt(s, victim, now)
                 woken |= stopped
@@ -324,59 +327,6 @@ def _changed(
         if abs(old[2] - new[2]) >= slack:
             return True
     return old[0] != new[0] and since_shown >= REASON_REFRESH_S
-
-
-_START = (
-    table(JobRow).update()
-    .where(JobRow.__table__.c.id == bindparam("job_id"), JobRow.__table__.c.state == "pending")
-    .values(
-        state="running",
-        start_time=bindparam("now"),
-        charged_until=bindparam("now"),
-        runs=JobRow.__table__.c.runs + 1,
-        borrowing=bindparam("borrowing"),
-        over_reservation=bindparam("over_reservation"),
-        allocation=bindparam("allocation"),
-        reason=None,
-        reason_code=None,
-        estimated_start=None,
-        stop=None,
-        end_time=None,
-        exit_code=None,
-        pid=None,
-        lost_from=None,
-    )
-)
-_HOLD = table(AllocationRow).insert()
-
-
-def _start(s: Session, start: Start, plan: snapshot.Plan, now: float) -> set[str]:
-    """Start one job on exactly the decided GPUs, if it is still pending. Returns the nodes to wake."""
-    allocation = [{"node": p.node, "gpus": list(p.gpus)} for p in start.placements]
-    params = {"job_id": start.job_id, "now": now, "borrowing": start.borrowing,
-              "over_reservation": start.over_reservation, "allocation": allocation}
-    holds = [
-        {"job_id": start.job_id, "node_id": plan.node_ids[p.node], "gpu_index": g}
-        for p in start.placements
-        for g in p.gpus or (None,)  # a part that needs no GPU holds its node with one NULL row
-    ]
-    try:
-        with s.begin_nested():
-            conn = s.connection()  # taken inside the savepoint: statements on it are undone with it
-            if conn.execute(_START, params).rowcount != 1:
-                return set()
-            conn.execute(_HOLD, holds)
-    except IntegrityError:
-        log.error("job %s: its GPUs are already held by another job; not starting it", start.job_id)
-        return set()
-    where = "; ".join(f"{p.node} GPUs {','.join(map(str, p.gpus)) or 'none'}" for p in start.placements)
-    if start.borrowing:
-        where += " (borrowing)"
-    if start.over_reservation:
-        where += " (backfilled over a reservation: preempted when the reserved job can start)"
-    lifecycle.event(s, start.job_id, now, "started", f"on {where}")
-    lifecycle.bump(s, [plan.node_ids[p.node] for p in start.placements])
-    return {p.node for p in start.placements}
 
 
 def _preempt(s: Session, victim: Preempt, now: float) -> set[str]:

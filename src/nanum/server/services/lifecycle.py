@@ -59,7 +59,14 @@ STRENGTH = {"preempt": 1, "lost": 1, "requeue": 1, "fail": 2, "timeout": 2, "can
 
 
 def event(s: Session, job_id: int, now: float, kind: str, message: str = "") -> None:
-    s.connection().execute(INSERT_EVENT, {"job_id": job_id, "time": now, "kind": kind, "message": message})
+    events(s, [(job_id, now, kind, message)])
+
+
+def events(s: Session, rows: list[tuple[int, float, str, str]]) -> None:
+    """Record events, each (job id, time, kind, message), in one statement."""
+    if rows:
+        s.connection().execute(INSERT_EVENT, [
+            {"job_id": job_id, "time": now, "kind": kind, "message": message} for job_id, now, kind, message in rows])
 
 
 def held_nodes(s: Session, job_id: int) -> list[tuple[int, str]]:
