@@ -76,7 +76,10 @@ JOB_COLUMNS = (
 _JSON_COLUMNS = ("constraints", "environment_spec", "datasets")
 RUN_COLUMNS = (JobRow.start_time, JobRow.charged_until, JobRow.borrowing, JobRow.last_checkpoint,
                JobRow.over_reservation)
-PENDING_COLUMNS = (JobRow.reason, JobRow.reason_code, JobRow.estimated_start)
+PENDING_COLUMNS = (JobRow.reason, JobRow.reason_code, JobRow.estimated_start,
+                   # what `eligibility.blocked` needs to tell which of them the core may see
+                   JobRow.after.is_not(None).label("has_after"), JobRow.array_id, JobRow.array_task,
+                   JobRow.array_limit)
 
 
 #: Core jobs of the last tick by (id, runs, attained GPU-seconds, and what `nanum modify` and `nanum top` change
@@ -120,7 +123,8 @@ def build(
     pending_rows = s.execute(
         select(*JOB_COLUMNS, *PENDING_COLUMNS).where(JobRow.state == "pending").order_by(JobRow.id)
     ).all()
-    blocked = eligibility.blocked(s)  # dependencies, array limits: not the core's to schedule
+    # dependencies, array limits, disabled accounts: not the core's to schedule
+    blocked = eligibility.blocked(s, pending_rows, {u.id for u in users.values() if u.disabled})
     waiting_rows = [r for r in pending_rows if r.id in blocked]
     pending_rows = [r for r in pending_rows if r.id not in blocked]
     node_rows = s.execute(
@@ -321,19 +325,18 @@ def _users(
 
 def learn(s: Session, predictor: HistoryPredictor, after: float, limit: int = 5000) -> float:
     """Feed the predictor the jobs that completed after `after`; returns the new watermark."""
-    users = dict(s.execute(select(UserRow.id, UserRow.name)).all())
-    labs = dict(s.execute(select(LabRow.id, LabRow.name)).all())
     rows = s.execute(
-        select(*JOB_COLUMNS, JobRow.start_time, JobRow.end_time)
+        select(*JOB_COLUMNS, JobRow.start_time, JobRow.end_time, UserRow.name.label("user_name"),
+               LabRow.name.label("lab_name"))
+        .join(UserRow, UserRow.id == JobRow.user_id)
+        .join(LabRow, LabRow.id == JobRow.lab_id)
         .where(JobRow.state == "completed", JobRow.end_time > after)
         .order_by(JobRow.end_time.desc())
         .limit(limit)
     ).all()
     for row in reversed(rows):
         if row.start_time is not None:
-            predictor.observe(
-                _core_job(row, users.get(row.user_id, ""), labs.get(row.lab_id, "")), row.end_time - row.start_time
-            )
+            predictor.observe(_core_job(row, row.user_name, row.lab_name), row.end_time - row.start_time)
     return max((r.end_time for r in rows), default=after)
 
 

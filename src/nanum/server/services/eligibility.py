@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,44 +148,48 @@ def _unmet(kind: str, target: Target, states: list[tuple[str, float | None, int]
 # -- what the scheduler may see --------------------------------------------------------------------------------
 
 
-def blocked(s: Session) -> set[int]:
-    """Pending jobs the scheduler must not consider now: dependencies not met, or beyond their array's limit."""
-    out: set[int] = set()
-    for job_id, after in s.execute(
-        select(JobRow.id, JobRow.after).where(JobRow.state == "pending", JobRow.after.is_not(None))
-    ):
-        if after and evaluate(s, after).state != MET:
-            out.add(job_id)
-    out |= set(s.scalars(select(JobRow.id).join(UserRow, UserRow.id == JobRow.user_id)
-                         .where(JobRow.state == "pending", UserRow.disabled.is_(True))))
-    return out | _throttled(s, out)
+def blocked(s: Session, pending: Sequence[Any], disabled: Set[int]) -> set[int]:
+    """Pending jobs the scheduler must not consider now: dependencies not met, beyond their array's limit, or of
+    a disabled account. `pending` are the pending rows as the snapshot read them (id, user_id, has_after,
+    array_id, array_task, array_limit) and `disabled` the ids of disabled users: a tick with no dependency and
+    no limited array asks the database nothing more."""
+    out = {r.id for r in pending if r.user_id in disabled}
+    awaiting = [r.id for r in pending if r.has_after]
+    if awaiting:
+        for job_id, after in s.execute(select(JobRow.id, JobRow.after).where(JobRow.id.in_(awaiting))):
+            if after and evaluate(s, after).state != MET:
+                out.add(job_id)
+    return out | _throttled(s, [r for r in pending if r.array_limit is not None], out)
 
 
-def _throttled(s: Session, waiting: set[int]) -> set[int]:
+def _throttled(s: Session, limited: Sequence[Any], waiting: set[int]) -> set[int]:
     """Pending tasks beyond their array's running limit: for each array, those after the first limit-minus-running
-    (by task index) of its pending tasks whose dependencies are met."""
-    limited = s.execute(
-        select(JobRow.array_id, JobRow.array_limit, func.count())
-        .where(JobRow.state == "pending", JobRow.array_limit.is_not(None))
-        .group_by(JobRow.array_id, JobRow.array_limit)
-    ).all()
+    (by task index) of its pending tasks whose dependencies are met. `limited`: the pending tasks of limited
+    arrays."""
     if not limited:
         return set()
-    arrays = [a for a, _, _ in limited]
+    tasks: dict[int, list[Any]] = defaultdict(list)
+    for r in limited:
+        tasks[r.array_id].append(r)
     running = dict(s.execute(
         select(JobRow.array_id, func.count())
-        .where(JobRow.state == "running", JobRow.array_id.in_(arrays))
+        .where(JobRow.state == "running", JobRow.array_id.in_(list(tasks)))
         .group_by(JobRow.array_id)
     ).all())
     out: set[int] = set()
-    for array, limit, _ in limited:
-        room = max((limit or 0) - running.get(array, 0), 0)
-        tasks = s.scalars(
-            select(JobRow.id).where(JobRow.array_id == array, JobRow.state == "pending").order_by(JobRow.array_task)
-        ).all()
-        eligible = [t for t in tasks if t not in waiting]
+    for array, rows in tasks.items():
+        room = max((rows[0].array_limit or 0) - running.get(array, 0), 0)
+        eligible = [r.id for r in sorted(rows, key=lambda r: r.array_task) if r.id not in waiting]
         out.update(eligible[room:])
     return out
+
+
+def _limited_pending(s: Session) -> Sequence[Any]:
+    """The pending tasks of arrays with a running limit."""
+    return s.execute(
+        select(JobRow.id, JobRow.array_id, JobRow.array_task, JobRow.array_limit)
+        .where(JobRow.state == "pending", JobRow.array_limit.is_not(None))
+    ).all()
 
 
 def mark_owner(s: Session, user_id: int, disabled: bool) -> None:
@@ -212,7 +216,7 @@ def annotate(s: Session, jobs: list[dict[str, Any]]) -> None:
                 job["hint"] = None
                 waiting.add(job["id"])
     if any(j["state"] == "pending" and j.get("array_limit") for j in jobs):
-        throttled = _throttled(s, waiting)
+        throttled = _throttled(s, _limited_pending(s), waiting)
         for job in jobs:
             if job["id"] in throttled:
                 job["reason"] = throttle_reason(job["array_id"], job["array_limit"])
