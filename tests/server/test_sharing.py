@@ -9,7 +9,7 @@ from datetime import datetime
 import pytest
 
 from nanum.server.context import ServerContext
-from nanum.server.services import lifecycle
+from nanum.server.services import charging, lifecycle
 from nanum.store import JobRow
 from tests.server.asgiclient import AsgiClient
 from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, submit, tick
@@ -265,8 +265,12 @@ def test_fair_share_usage_decays_with_the_servers_half_life(ctx: ServerContext) 
         job_row = running_row(alice.id, lab.id, gpus=2, started=now - 1.5)
         s.add(job_row)
         s.flush()
-        lifecycle.charge(s, job_row, now, 10.0, outcome="completed")  # half-life 10 s: 100 then counts 50
-    with ctx.db.read() as s:  # labs and users are charged as the transaction commits
+        lifecycle.charge(s, job_row, now, outcome="completed")
+    with ctx.db.read() as s:  # the lab is charged by the scheduler's next tick, not by the heartbeat
+        assert s.scalars(select(LabRow.decayed_usage).where(LabRow.name == "vision")).one() == 100.0
+    assert charging.settle(ctx.db, 10.0) == 1  # half-life 10 s: 100 then counts 50
+    assert charging.settle(ctx.db, 10.0) == 0  # a segment is charged once
+    with ctx.db.read() as s:
         lab = s.scalars(select(LabRow).where(LabRow.name == "vision")).one()
         assert lab.decayed_usage == pytest.approx(50.0 + 3.0)
         assert lab.decayed_at == now
@@ -359,8 +363,8 @@ def test_a_users_priority_puts_their_own_job_first_and_priority_agrees_with_the_
 
 
 def test_runs_of_one_lab_ending_at_once_are_all_charged(ctx: ServerContext) -> None:
-    """Heartbeats of several nodes end jobs of one lab at the same moment: each transaction charges the lab as it
-    commits, reading the lab's usage again under its lock, so no charge overwrites another."""
+    """Heartbeats of several nodes end jobs of one lab at the same moment: none waits for another on the lab's
+    row, and the next tick charges every run to the lab."""
     import threading
 
     from sqlalchemy import select
@@ -384,7 +388,7 @@ def test_runs_of_one_lab_ending_at_once_are_all_charged(ctx: ServerContext) -> N
         with ctx.db.write() as s:
             job_row = s.get(JobRow, job_id)
             assert job_row is not None
-            lifecycle.charge(s, job_row, now, 1e9, outcome="completed")
+            lifecycle.charge(s, job_row, now, outcome="completed")
             if not ctx.db.is_sqlite:  # SQLite runs one writer at a time: nothing to wait for
                 ready.wait(timeout=10)
 
@@ -393,6 +397,7 @@ def test_runs_of_one_lab_ending_at_once_are_all_charged(ctx: ServerContext) -> N
         t.start()
     for t in threads:
         t.join(timeout=30)
+    assert charging.settle(ctx.db, 1e9) == 4
     with ctx.db.read() as s:
         lab = s.scalars(select(LabRow).where(LabRow.name == "vision")).one()
         assert lab.decayed_usage == pytest.approx(4 * 10.0, rel=1e-6)

@@ -158,3 +158,19 @@ def test_a_database_from_the_first_schema_upgrades_to_head_keeping_its_rows_and_
                           headers={"Authorization": f"Bearer {ALICE_TOKEN}"})
         assert new.status_code == 201 and new.json()["id"] == 4
     app.state.scheduler.leadership.release()
+
+
+def test_runs_charged_before_segments_were_settled_by_the_scheduler_are_not_charged_again(empty: Database) -> None:
+    from nanum.server.services import charging
+
+    upgrade(empty, FIRST)
+    _populate_first_schema(empty)
+    upgrade(empty, "0017_tier")
+    with empty.engine.begin() as conn:  # job 1's run, already in its lab's usage (3,600 GPU-seconds)
+        conn.exec_driver_sql(
+            "INSERT INTO segments (job_id, user_id, lab_id, gpus, start, \"end\", outcome, lost_gpu_seconds) "
+            f"VALUES (1, 2, 1, 1, {NOW - 7200}, {NOW - 3600}, 'completed', 0)")
+    upgrade(empty)
+    assert charging.settle(empty, 3600.0) == 0
+    with empty.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT gpu_seconds FROM usage").scalars().all() == [3600.0]

@@ -86,7 +86,7 @@ def test_deleting_a_job_removes_its_events_and_allocations(database: Database) -
 
 
 def test_usage_accumulates_per_month_lab_and_user(database: Database) -> None:
-    from nanum.server.services.lifecycle import _add_usage
+    from nanum.server.services.charging import _add_usage
 
     for seconds in (10.0, 32.5):
         with database.write() as s:

@@ -40,7 +40,7 @@ from nanum.core import Decisions, HistoryPredictor, Incremental, Pending, Predic
 from nanum.server import snapshot
 from nanum.server.context import ServerContext
 from nanum.server.lastseen import PEER_SLACK_S
-from nanum.server.services import budgets, lifecycle
+from nanum.server.services import budgets, charging, lifecycle
 from nanum.server.starts import start_all
 from nanum.store import AllocationRow, JobRow, LabRow, NodeRow, table
 from nanum.store.db import Database
@@ -161,8 +161,11 @@ class Scheduler:
             if not self.leadership.held():
                 return None
             began = time.perf_counter()
-            now = time.time() if now is None else now
             self.ctx.last_seen.flush(self.ctx.db)  # the sweep then reads exact times for nodes heard here
+            charging.settle(self.ctx.db, self.ctx.settings.half_life_s)  # ended runs, in their labs' usage
+            # Taken after both, so that a job started by this tick never seems to start before one it replaces
+            # ended (a run's end is written by its heartbeat, which may commit while they wait for the write lock).
+            now = time.time() if now is None else now
             plan = self._read(now)
             self.core.sync(plan.snapshot)
             decisions = self.core.cycle(plan.snapshot)
@@ -267,7 +270,7 @@ class Scheduler:
             log.warning("node %s has not been heard from for %.0f s; requeueing its jobs", node.name, wait)
             node.state = "down"
             silent += 1
-            woken |= lifecycle.node_lost(s, node, now, st.half_life_s)
+            woken |= lifecycle.node_lost(s, node, now)
         return woken, silent
 
     def _show_reasons(self, s: Session, plan: snapshot.Plan, pending: tuple[Pending, ...], now: float) -> None:

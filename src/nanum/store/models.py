@@ -25,6 +25,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
     true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -294,9 +295,16 @@ class SegmentRow(Base):
     A run makes one segment when it ends (or two, when its node went silent and came back). `wait_s` is the time
     the job waited in the queue before this run (None for the second part of a recovered run); `outcome` is what
     ended it (completed, failed, cancelled, timeout, preempted, lost); `lost_gpu_seconds` the work since the last
-    checkpoint that a preemption threw away. Usage over any window is the sum of the segments clipped to it."""
+    checkpoint that a preemption threw away. Usage over any window is the sum of the segments clipped to it.
+
+    A heartbeat only inserts segments (`settled` false); the scheduling leader adds them to their labs' and users'
+    decayed usage and monthly usage at its next tick and marks them settled (`nanum.server.services.charging`), so
+    no heartbeat waits on a row that every job of a lab shares."""
 
     __tablename__ = "segments"
+    __table_args__ = (
+        Index("ix_segments_unsettled", "id", postgresql_where=text("NOT settled"), sqlite_where=text("NOT settled")),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
@@ -308,6 +316,7 @@ class SegmentRow(Base):
     wait_s: Mapped[float | None] = mapped_column(Float)
     outcome: Mapped[str] = mapped_column(String(16))
     lost_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    settled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class AuditRow(Base):

@@ -54,7 +54,7 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
             ctx.caches.nodes.clear()
             poke = True
         held = _held(s, node.id)
-        acks, woken, freed = _record_jobs(s, node, hb, held, now, ctx.settings.half_life_s)
+        acks, woken, freed = _record_jobs(s, node, hb, held, now)
         poke = poke or bool(acks) or bool(woken) or freed
         version = s.scalar(select(NodeRow.desired_version).where(NodeRow.id == node.id)) or 0
         held_now = _held(s, node.id)  # as the jobs' reports left them
@@ -228,7 +228,7 @@ def _held(s: Session, node_id: int) -> dict[int, list[int]]:
 
 
 def _record_jobs(
-    s: Session, node: NodeRow, hb: Heartbeat, held: dict[int, list[int]], now: float, half_life: float
+    s: Session, node: NodeRow, hb: Heartbeat, held: dict[int, list[int]], now: float
 ) -> tuple[list[int], set[str], bool]:
     ids = [st.job_id for st in hb.jobs]
     locked = select(JobRow).where(JobRow.id.in_(ids)).order_by(JobRow.id).with_for_update()  # id order: no deadlock
@@ -253,9 +253,9 @@ def _record_jobs(
                 woken.add(node.name)
             continue
         if job is not None and job.id in held:
-            woken |= lifecycle.part_exited(s, job, node, st, now, half_life)
+            woken |= lifecycle.part_exited(s, job, node, st, now)
         acks.append(st.job_id)
-    freed = _release_unheld(s, node, held, {st.job_id for st in hb.jobs}, now, half_life)
+    freed = _release_unheld(s, node, held, {st.job_id for st in hb.jobs}, now)
     return acks, woken, freed
 
 
@@ -266,7 +266,7 @@ def _note_checkpoint(job: JobRow, st: JobStatus) -> None:
 
 
 def _release_unheld(
-    s: Session, node: NodeRow, held: dict[int, list[int]], reported: set[int], now: float, half_life: float
+    s: Session, node: NodeRow, held: dict[int, list[int]], reported: set[int], now: float
 ) -> bool:
     """GPUs of jobs being stopped that this node's agent does not hold (it never started them: they were stopped
     before it heard of them) are free now. A heartbeat lists every job the agent holds, so these have no process."""
@@ -276,7 +276,7 @@ def _release_unheld(
     query = select(JobRow).where(JobRow.id.in_(unheld), or_(JobRow.state != "running", JobRow.stop.is_not(None)))
     jobs = s.scalars(query.order_by(JobRow.id).with_for_update()).all()
     for job in jobs:
-        lifecycle.part_gone(s, job, node, now, half_life)
+        lifecycle.part_gone(s, job, node, now)
     return bool(jobs)
 
 

@@ -12,20 +12,14 @@ from __future__ import annotations
 
 import calendar
 import time
-from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import bindparam, delete, select
-from sqlalchemy import event as orm_events
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from nanum.core import decay
-from nanum.core.fairshare import DEFAULT_HALF_LIFE
 from nanum.protocol import JobStatus
 from nanum.server.services import eligibility
-from nanum.store import AllocationRow, EventRow, JobRow, LabRow, NodeRow, SegmentRow, UsageRow, UserRow, table
+from nanum.store import AllocationRow, EventRow, JobRow, NodeRow, SegmentRow, table
 
 INSERT_EVENT = table(EventRow).insert()
 INSERT_SEGMENT = table(SegmentRow).insert()
@@ -99,7 +93,7 @@ def request_stop(s: Session, job: JobRow, why: str, now: float, message: str) ->
 
 
 def part_exited(
-    s: Session, job: JobRow, node: NodeRow, status: JobStatus, now: float, half_life: float = DEFAULT_HALF_LIFE
+    s: Session, job: JobRow, node: NodeRow, status: JobStatus, now: float
 ) -> set[str]:
     """The job's process on `node` is gone: free its GPUs there, stop the rest of a failed gang, maybe finalize."""
     s.connection().execute(_FREE_ON_NODE, {"job_id": job.id, "node_id": node.id})
@@ -120,15 +114,15 @@ def part_exited(
     elif job.exit_code is None:
         job.exit_code = code  # stopped on purpose: the stop reason stands
     if not rest:
-        finalize(s, job, now, half_life)
+        finalize(s, job, now)
     return woken
 
 
-def part_gone(s: Session, job: JobRow, node: NodeRow, now: float, half_life: float = DEFAULT_HALF_LIFE) -> None:
+def part_gone(s: Session, job: JobRow, node: NodeRow, now: float) -> None:
     """`node` holds no process of `job` (it never started one): free the GPUs there; finalize if none are left."""
     s.connection().execute(_FREE_ON_NODE, {"job_id": job.id, "node_id": node.id})
     if job.state == "running" and not _holds_any(s, job.id):
-        finalize(s, job, now, half_life)
+        finalize(s, job, now)
 
 
 def _holds_any(s: Session, job_id: int) -> bool:
@@ -151,14 +145,14 @@ def _part_outcome(st: JobStatus) -> tuple[str | None, str | None, int | None]:
     return None, None, 0 if code is None else code
 
 
-def finalize(s: Session, job: JobRow, now: float, half_life: float = DEFAULT_HALF_LIFE) -> None:
+def finalize(s: Session, job: JobRow, now: float) -> None:
     """Every process of `job` is gone: charge its run and give it its final state (or requeue it).
 
     A preempted job is requeued with its original submit time (its place in the queue) and the work it did since
     its last checkpoint is counted as lost."""
     outcome = OUTCOME[job.stop]
     lost = lost_work(job, now) if job.stop == "preempt" else 0.0
-    charge(s, job, now, half_life, outcome=SEGMENT_OUTCOME.get(job.stop or "", outcome), lost=lost)
+    charge(s, job, now, outcome=SEGMENT_OUTCOME.get(job.stop or "", outcome), lost=lost)
     if job.stop not in ("preempt", "lost"):
         job.exits = [*(job.exits or []), job.exit_code]
     if outcome == "failed" and (job.retries or 0) > 0:
@@ -233,7 +227,7 @@ def recover(s: Session, job: JobRow, node: NodeRow, now: float) -> bool:
     return True
 
 
-def node_lost(s: Session, node: NodeRow, now: float, half_life: float = DEFAULT_HALF_LIFE) -> set[str]:
+def node_lost(s: Session, node: NodeRow, now: float) -> set[str]:
     """`node` stopped answering: its jobs are requeued (and stopped on their other nodes). Returns nodes to wake."""
     job_ids = s.scalars(select(AllocationRow.job_id).where(AllocationRow.node_id == node.id).distinct()).all()
     s.execute(delete(AllocationRow).where(AllocationRow.node_id == node.id))
@@ -251,7 +245,7 @@ def node_lost(s: Session, node: NodeRow, now: float, half_life: float = DEFAULT_
                 job.lost_from = job.allocation
             woken |= request_stop(s, job, "lost", now, f"node {node.name} stopped answering")
         if not _holds_any(s, job.id):
-            finalize(s, job, now, half_life)
+            finalize(s, job, now)
     return woken
 
 
@@ -259,10 +253,11 @@ def node_lost(s: Session, node: NodeRow, now: float, half_life: float = DEFAULT_
 
 
 def charge(
-    s: Session, job: JobRow, now: float, half_life: float = DEFAULT_HALF_LIFE, *, outcome: str, lost: float = 0.0
+    s: Session, job: JobRow, now: float, *, outcome: str, lost: float = 0.0
 ) -> None:
-    """Add the GPU-seconds of the current run since it was last charged to the job, its lab and its user, and
-    record them as one segment (`outcome` says what ended it; `lost` the GPU-seconds a preemption threw away)."""
+    """Add the GPU-seconds of the current run since it was last charged to the job, and record them as one
+    segment (`outcome` says what ended it; `lost` the GPU-seconds a preemption threw away). Its lab and user are
+    charged from the segment at the scheduler's next tick (`nanum.server.services.charging`)."""
     since = job.charged_until or job.start_time
     if since is None or now <= since:
         return
@@ -286,67 +281,6 @@ def charge(
             "lost_gpu_seconds": lost,
         },
     )
-    if gpu_seconds <= 0:
-        return
-    owed = s.info.get(_OWED)
-    if owed is None:
-        owed = s.info[_OWED] = []
-        orm_events.listen(s, "before_commit", _settle, once=True)
-    owed.append(_Owed(job.lab_id, job.user_id, gpus, since, now, half_life))
-
-
-_OWED = "nanum.lifecycle.owed"
-
-
-@dataclass(frozen=True, slots=True)
-class _Owed:
-    """A run's GPU-seconds its lab and user are yet to be charged in this transaction."""
-
-    lab_id: int
-    user_id: int
-    gpus: int
-    since: float
-    now: float
-    half_life: float
-
-
-def _settle(s: Session) -> None:
-    """Charge labs and users what this transaction's runs owe, as it commits. Their rows are shared by every job of
-    a lab: locked any earlier, they would be held for the rest of the transaction while every other node's
-    heartbeat that ends a job of that lab waits (at 300 nodes such waits made scheduling cycles take 20 s).
-    Rows are locked in one order (labs, users, by id; months, kinds, names) and read fresh under the lock, so
-    no concurrent charge is lost."""
-    owed: list[_Owed] = s.info.pop(_OWED, [])
-    if not owed:
-        return
-    s.flush()  # what the transaction changed, before the rows are read again under their lock
-    labs = _locked(s, LabRow, {o.lab_id for o in owed})
-    users = _locked(s, UserRow, {o.user_id for o in owed})
-    _charge(s, "lab", labs, [(o.lab_id, o) for o in owed])
-    _charge(s, "user", users, [(o.user_id, o) for o in owed])
-
-
-def _locked(s: Session, model: type[LabRow] | type[UserRow], ids: set[int]) -> dict[int, LabRow | UserRow]:
-    rows: list[LabRow | UserRow] = list(s.scalars(
-        select(model).where(model.id.in_(sorted(ids))).order_by(model.id)
-        .with_for_update(key_share=True)  # FOR NO KEY UPDATE: a segment's foreign key check (KEY SHARE) can pass
-        .execution_options(populate_existing=True)))
-    return {row.id: row for row in rows}
-
-
-def _charge(s: Session, kind: str, rows: dict[int, LabRow | UserRow], owed: list[tuple[int, _Owed]]) -> None:
-    months: dict[tuple[str, str], float] = {}
-    for row_id, o in sorted(owed, key=lambda pair: (pair[0], pair[1].now)):
-        row = rows.get(row_id)
-        if row is None:
-            continue
-        used = o.gpus * (o.now - o.since)
-        row.decayed_usage = decay(row.decayed_usage, o.now - row.decayed_at, o.half_life) + used
-        row.decayed_at = max(row.decayed_at, o.now)
-        for month, seconds in by_month(o.gpus, o.since, o.now):
-            months[(month, row.name)] = months.get((month, row.name), 0.0) + seconds
-    for (month, name), seconds in sorted(months.items()):
-        _add_usage(s, month, kind, name, seconds)
 
 
 def month_of(t: float) -> str:
@@ -373,19 +307,3 @@ def by_month(gpus: int, since: float, now: float) -> list[tuple[str, float]]:
         out.append((month_of(since), gpus * (cut - since)))
         since = cut
     return out
-
-
-def _add_usage(s: Session, month: str, kind: str, name: str, seconds: float) -> None:
-    dialect = s.get_bind().dialect.name
-    stmt = _UPSERTS.get(dialect)
-    if stmt is None:
-        insert: Any = (postgresql if dialect == "postgresql" else sqlite).insert(USAGE)
-        stmt = _UPSERTS[dialect] = insert.on_conflict_do_update(
-            index_elements=["month", "kind", "name"],
-            set_={"gpu_seconds": USAGE.c.gpu_seconds + insert.excluded.gpu_seconds},
-        )
-    s.connection().execute(stmt, {"month": month, "kind": kind, "name": name, "gpu_seconds": seconds})
-
-
-USAGE = table(UsageRow)
-_UPSERTS: dict[str, Any] = {}
