@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -58,20 +58,24 @@ def _charge(s: Session, model: type[LabRow] | type[UserRow], kind: str, ids: set
     Rows are locked in id order (FOR NO KEY UPDATE: a new segment's foreign-key check, KEY SHARE, still passes)."""
     if not ids:
         return
-    found: list[LabRow | UserRow] = list(s.scalars(
-        select(model).where(model.id.in_(sorted(ids))).order_by(model.id)
-        .with_for_update(key_share=True).execution_options(populate_existing=True)))
-    rows = {row.id: row for row in found}
+    rows = {row.id: [row.name, row.decayed_usage, row.decayed_at] for row in s.execute(
+        select(model.id, model.name, model.decayed_usage, model.decayed_at)
+        .where(model.id.in_(sorted(ids))).order_by(model.id).with_for_update(key_share=True))}
     months: dict[tuple[str, str], float] = defaultdict(float)
     for owner_id, seg in sorted(owed, key=lambda pair: (pair[0], pair[1].end)):
         row = rows.get(owner_id)
         if row is None:
             continue
-        row.decayed_usage = decay(row.decayed_usage, seg.end - row.decayed_at, half_life) + seg.gpus * (
-            seg.end - seg.start)
-        row.decayed_at = max(row.decayed_at, seg.end)
+        name, usage, at = row
+        row[1] = decay(usage, seg.end - at, half_life) + seg.gpus * (seg.end - seg.start)
+        row[2] = max(at, seg.end)
         for month, seconds in by_month(seg.gpus, seg.start, seg.end):
-            months[(month, row.name)] += seconds
+            months[(month, name)] += seconds
+    owners = table(model)
+    s.connection().execute(
+        owners.update().where(owners.c.id == bindparam("owner"))
+        .values(decayed_usage=bindparam("usage"), decayed_at=bindparam("at")),
+        [{"owner": owner_id, "usage": usage, "at": at} for owner_id, (_, usage, at) in sorted(rows.items())])
     for (month, name), seconds in sorted(months.items()):
         _add_usage(s, month, kind, name, seconds)
 
