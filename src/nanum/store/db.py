@@ -89,8 +89,10 @@ class Database:
 def _make_engine(url: str, **engine_args: Any) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
+        # 20 in all: one for each of the server's worker threads (`nanum.server.app.WORKER_THREADS`), the
+        # scheduling tick and its leadership lock, with room to spare
         engine_args.setdefault("pool_size", 10)
-        engine_args.setdefault("max_overflow", 30)  # 40 in all: as many as the server's worker threads
+        engine_args.setdefault("max_overflow", 10)
         engine_args.setdefault("pool_pre_ping", True)
         return create_engine(url, **engine_args)
     if parsed.database and parsed.database != ":memory:":
