@@ -154,8 +154,24 @@ def test_the_sdk_exports_exactly_its_public_names() -> None:
     import types
 
     import nanum.client
+    import nanum.jobfields
 
     public = {n for n, v in vars(nanum.client).items()
               if not n.startswith("_") and n != "TYPE_CHECKING" and not isinstance(v, types.ModuleType)
               and getattr(v, "__module__", "nanum.client") == "nanum.client"}
-    assert set(nanum.client.__all__) == public
+    job_fields = {"Allocation", "Job", "Segment", "SubmitFields"}  # declared once, in nanum.jobfields
+    assert set(nanum.client.__all__) == public | job_fields
+    assert all(getattr(nanum.client, n) is getattr(nanum.jobfields, n) for n in job_fields)
+    with pytest.raises(AttributeError):
+        nanum.client.Jobs  # noqa: B018 - a name it does not have is still an AttributeError
+
+
+def test_the_sdk_loads_no_job_declarations_and_no_pydantic_until_asked() -> None:
+    """`nanum ps`, `show` and `cancel` import the SDK and must start fast: a job's TypedDicts are types only."""
+    import subprocess
+    import sys
+
+    code = ("import sys, nanum.client; print('nanum.jobfields' in sys.modules, 'pydantic' in sys.modules); "
+            "nanum.client.Job; print('nanum.jobfields' in sys.modules, 'pydantic' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False", "True", "False"]

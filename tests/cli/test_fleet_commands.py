@@ -59,8 +59,8 @@ def test_logs_of_one_node(api: FakeApi, nanum: Nanum) -> None:
 def test_header_options_and_their_mistakes() -> None:
     got = parse_header_args(["--gpu-model", "A100, H100", "--gpu-mem=40G", "--constraint", "net=ib",
                              "--constraint=rack=r1", "--torchrun"], "t.sh line 2")
-    assert (got.gpu_model, got.gpu_memory_mb, got.constraints, got.torchrun) == (
-        "A100,H100", 40960, ("net=ib", "rack=r1"), True)
+    assert [got[k] for k in ("gpu_model", "gpu_memory_mb", "constraints", "torchrun")] == [
+        "A100,H100", 40960, ["net=ib", "rack=r1"], True]
     for words, said in ((["--constraint", "ib"], "give a node label KEY=VALUE"),
                         (["--gpu-model", "A100,,H100"], "give a model such as A100"),
                         (["--gpu-mem", "lots"], "--gpu-mem: cannot read 'lots'")):

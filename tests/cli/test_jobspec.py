@@ -155,6 +155,15 @@ def test_a_relative_workdir_is_made_absolute(tmp_path: Path) -> None:
     assert os.path.isabs(build_request(["true"], SubmitOptions(workdir="/srv"), tmp_path)["workdir"])
 
 
+def test_every_field_the_api_takes_is_an_option_sent_as_given(tmp_path: Path) -> None:
+    from nanum.jobfields import SubmitFields
+
+    for field in set(SubmitFields.__annotations__) - {"name", "workdir", "env"}:
+        assert build_request(["true"], SubmitOptions(**{field: 1}), tmp_path)[field] == 1, field
+    with pytest.raises(TypeError, match="not an option of a submission: gpu"):
+        SubmitOptions(gpu=1)
+
+
 def test_nothing_to_run_is_refused_with_an_example(tmp_path: Path) -> None:
     with pytest.raises(UsageProblem, match=r"nothing to run.*nanum submit --gpus 1 -- python train\.py"):
         build_request([], SubmitOptions(), tmp_path)
@@ -171,8 +180,8 @@ def test_every_submit_option_works_in_a_nanum_line_short_and_long(tmp_path: Path
     options = read_script_header(script)
     assert options == SubmitOptions(
         name="short-name", gpus=2, nodes=1, cpus=4, time_limit_s=1800, workdir="/srv", env={"A": "1"},
-        output="out-%j.txt", array="0-9%2", after=("1",), after_ok=("2", "3"), after_failed=("4",),
-        after_any=("5_1",), keep_if_unmet=True, retries=2, error="err-%a.txt", priority=5, lab="vision",
+        output="out-%j.txt", array="0-9%2", after=["1"], after_ok=["2", "3"], after_failed=["4"],
+        after_any=["5_1"], keep_if_unmet=True, retries=2, error="err-%a.txt", priority=5, lab="vision",
         gpu_model="A100", memory_mb=1024, preemptible=False)
 
 
@@ -215,7 +224,7 @@ def test_nanum_lines_win_over_sbatch_lines_and_every_foreign_line_is_reported(tm
     script = write_script(tmp_path / "job.sh", (
         "#!/bin/bash\n#SBATCH --gres=gpu:4\n#NANUM --gpus 1\n#SBATCH --qos=high\n#SBATCH -J x\nrun\n"))
     options, notes = read_script(script)
-    assert (options.gpus, options.name) == (1, "x")
+    assert (options["gpus"], options["name"]) == (1, "x")
     assert notes == ["job.sh line 2: #SBATCH --gres=gpu:4: used as --gpus 4",
                      "job.sh line 4: #SBATCH --qos=high: ignored: nanum has no QOS; priorities are 0..100 "
                      "(#NANUM --priority)",

@@ -46,14 +46,14 @@ def submit(
         parse_time,
     )
 
-    def refs(values: list[str] | None, option: str) -> tuple[str, ...] | None:
-        return tuple(r for v in values for r in HEADER_OPTIONS[option][1](v)) if values else None
+    def refs(values: list[str] | None, option: str) -> list[str] | None:
+        return [r for v in values for r in HEADER_OPTIONS[option][1](v)] if values else None
 
     options = SubmitOptions(
         gpus=gpus, nodes=nodes, cpus=cpus,
         gpu_model=HEADER_OPTIONS["--gpu-model"][1](gpu_model) if gpu_model is not None else None,
         gpu_memory_mb=parse_mem(gpu_mem, "--gpu-mem") if gpu_mem is not None else None,
-        constraints=tuple(parse_constraint(c) for c in constraint) if constraint else None,
+        constraints=[parse_constraint(c) for c in constraint] if constraint else None,
         torchrun=True if torchrun else None, priority=priority, lab=lab, name=name,
         tier=HEADER_OPTIONS["--tier"][1](str(tier)) if tier is not None else None,
         workdir=workdir, memory_mb=parse_mem(mem) if mem is not None else None,
@@ -66,7 +66,7 @@ def submit(
         retries=HEADER_OPTIONS["--retries"][1](str(retries)) if retries is not None else None,
         output=output, error=error,
         environment=parse_name(environment, "--environment") if environment is not None else None,
-        datasets=tuple(parse_name(d, "--dataset") for d in dataset) if dataset else None,
+        datasets=[parse_name(d, "--dataset") for d in dataset] if dataset else None,
     )
     notes: list[str] = []
     body = build_request(list(command or []), options, os.getcwd(), notes)
@@ -77,7 +77,7 @@ def submit(
     if json:
         print_json(job)
     elif job.get("array_id") is not None:
-        print(f"Submitted array job {job['array_id']} ({options.array or 'from the script'})")
+        print(f"Submitted array job {job['array_id']} ({options.get('array') or 'from the script'})")
     else:
         print(f"Submitted job {job['id']}")
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from nanum import units
 from nanum.cli.base import UsageProblem
+from nanum.jobfields import SubmitFields, bounds
 from nanum.server.limits import MAX_CPUS, MAX_GPUS, MAX_MEMORY_MB, MAX_NODES, MAX_TIME_LIMIT_S
 
 if TYPE_CHECKING:
@@ -64,44 +65,25 @@ def parse_env(items: list[str], option: str = "--env") -> dict[str, str]:
     return env
 
 
-class SubmitOptions(NamedTuple):
-    """Options of one submission; None means "not given" so that script headers and the server fill in."""
+#: Every option of a submission: the fields of `POST /jobs` beside its command, and the files output goes to.
+OPTIONS = frozenset(SubmitFields.__annotations__) | {"output", "error"}
 
-    gpus: int | None = None
-    nodes: int | None = None
-    gpu_model: str | None = None
-    gpu_memory_mb: int | None = None
-    constraints: tuple[str, ...] | None = None
-    torchrun: bool | None = None
-    cpus: int | None = None
-    memory_mb: int | None = None
-    time_limit_s: int | None = None
-    priority: int | None = None
-    tier: int | None = None
-    lab: str | None = None
-    name: str | None = None
-    workdir: str | None = None
-    env: dict[str, str] = {}  # noqa: RUF012 - never changed in place: `over` makes a new one
-    preemptible: bool | None = None
-    requeue: bool | None = None
-    array: str | None = None
-    after: tuple[str, ...] | None = None
-    after_ok: tuple[str, ...] | None = None
-    after_failed: tuple[str, ...] | None = None
-    after_any: tuple[str, ...] | None = None
-    keep_if_unmet: bool | None = None
-    retries: int | None = None
-    output: str | None = None
-    error: str | None = None
-    environment: str | None = None
-    datasets: tuple[str, ...] | None = None
 
-    def over(self, base: SubmitOptions) -> SubmitOptions:
-        """These options where given, else `base`'s; environment variables are merged, these winning."""
-        merged: dict[str, Any] = {name: value for name, value in zip(self._fields, self, strict=True)
-                                  if value is not None}
-        merged["env"] = {**base.env, **self.env}
-        return base._replace(**merged)
+class SubmitOptions(dict[str, Any]):
+    """Options of one submission, by name: any field of `POST /jobs` (`nanum.jobfields.SubmitFields`), and
+    `output` and `error`, the files its output and errors go to. Only options given are kept: one that is None
+    is left to script headers, and then to the server. A name that is no option is a TypeError."""
+
+    def __init__(self, **values: Any) -> None:
+        unknown = sorted(set(values) - OPTIONS)
+        if unknown:
+            raise TypeError(f"not an option of a submission: {', '.join(unknown)}")
+        super().__init__((key, value) for key, value in values.items() if value is not None)
+
+
+def merged(top: SubmitOptions, base: SubmitOptions) -> SubmitOptions:
+    """`top`'s options where given, else `base`'s; environment variables are merged, `top`'s winning."""
+    return SubmitOptions(**{**base, **top, "env": {**base.get("env", {}), **top.get("env", {})}})
 
 
 def _int(option: str, lo: int, hi: int | None = None) -> Any:
@@ -150,9 +132,9 @@ def parse_name(text: str, option: str) -> str:
 _JOB_REF = re.compile(r"^\d{1,9}(_\d{1,7})?$")
 
 
-def parse_job_refs(text: str, option: str = "--after") -> tuple[str, ...]:
-    """'12,13_4' (or '12:13_4') -> ('12', '13_4'): jobs, arrays (12) or array tasks (12_4)."""
-    refs = tuple(r for r in re.split(r"[,:]", text.strip()) if r)
+def parse_job_refs(text: str, option: str = "--after") -> list[str]:
+    """'12,13_4' (or '12:13_4') -> ['12', '13_4']: jobs, arrays (12) or array tasks (12_4)."""
+    refs = [r for r in re.split(r"[,:]", text.strip()) if r]
     bad = next((r for r in refs if not _JOB_REF.match(r)), None)
     if not refs or bad is not None:
         raise UsageProblem(f"{option}: {text!r} is not a list of job IDs; give e.g. 12 or 12,13 or 12_4")
@@ -174,8 +156,8 @@ HEADER_OPTIONS: dict[str, tuple[str, Any]] = {
     "--cpus": ("cpus", _int("--cpus", 0)),
     "--mem": ("memory_mb", parse_mem),
     "--time": ("time_limit_s", parse_time),
-    "--priority": ("priority", _int("--priority", 0, 100)),
-    "--tier": ("tier", _int("--tier", 0, 9)),
+    "--priority": ("priority", _int("--priority", *bounds("priority"))),
+    "--tier": ("tier", _int("--tier", *bounds("tier"))),
     "--lab": ("lab", str),
     "--name": ("name", str),
     "--workdir": ("workdir", str),
@@ -184,7 +166,7 @@ HEADER_OPTIONS: dict[str, tuple[str, Any]] = {
     "--after-ok": ("after_ok", lambda t: parse_job_refs(t, "--after-ok")),
     "--after-failed": ("after_failed", lambda t: parse_job_refs(t, "--after-failed")),
     "--after-any": ("after_any", lambda t: parse_job_refs(t, "--after-any")),
-    "--retries": ("retries", _int("--retries", 0, 100)),
+    "--retries": ("retries", _int("--retries", *bounds("retries"))),
     "--output": ("output", str),
     "--error": ("error", str),
     "--environment": ("environment", lambda t: parse_name(t, "--environment")),
@@ -225,7 +207,7 @@ def parse_header_args(args: list[str], where: str) -> SubmitOptions:
                 env.append(inline)
             elif opt in REPEATED:
                 name, parse = REPEATED[opt]
-                values[name] = (*values.get(name, ()), parse(inline))
+                values[name] = [*values.get(name, ()), parse(inline)]
             else:
                 name, parse = HEADER_OPTIONS[opt]
                 values[name] = parse(inline)
@@ -261,16 +243,16 @@ def read_script(path: StrPath) -> tuple[SubmitOptions, list[str]]:
         stripped = line.strip()
         where = f"{name} line {number}"
         if stripped.startswith("#NANUM"):
-            native = parse_header_args(_words(stripped[len("#NANUM"):], where), where).over(native)
+            native = merged(parse_header_args(_words(stripped[len("#NANUM"):], where), where), native)
         elif stripped.startswith(("#SBATCH", "#BSUB")):
             kind = "#SBATCH" if stripped.startswith("#SBATCH") else "#BSUB"
             words, note = translate(kind, _words(stripped[len(kind):], where))
             notes.append(f"{where}: {stripped}: {note}")
             if words:
-                foreign = parse_header_args(words, where).over(foreign)
+                foreign = merged(parse_header_args(words, where), foreign)
         elif stripped and not stripped.startswith("#"):
             break
-    return native.over(foreign), notes
+    return merged(native, foreign), notes
 
 
 def _words(text: str, where: str) -> list[str]:
@@ -305,30 +287,27 @@ def build_request(command: list[str], cli: SubmitOptions, cwd: StrPath, notes: l
     first = command[0] if os.path.isabs(command[0]) else os.path.join(cwd, command[0])
     if os.path.isfile(first) and ("/" in command[0] or not _on_path(command[0])):
         header, found = read_script(first)
-        options = cli.over(header)
+        options = merged(cli, header)
         (notes if notes is not None else []).extend(found)
         # torchrun starts the script itself (with Python), on every node
-        command = [os.path.realpath(first), *command[1:]] if options.torchrun else script_command(first, command[1:])
-    workdir = options.workdir or cwd
+        command = ([os.path.realpath(first), *command[1:]] if options.get("torchrun")
+                   else script_command(first, command[1:]))
+    workdir = options.get("workdir") or cwd
     body: dict[str, Any] = {
         "command": command,
-        "name": options.name or default_name,
+        "name": options.get("name") or default_name,
         "workdir": _clean(workdir) if os.path.isabs(workdir) else os.path.realpath(os.path.join(cwd, workdir)),
-        "env": options.env,
+        "env": options.get("env", {}),
     }
-    for key in _PASSED_AS_IS:
-        if (value := getattr(options, key)) is not None:
-            body[key] = list(value) if isinstance(value, tuple) else value
-    if options.output or options.error:
-        body["command"] = redirected(body["command"], options.output, options.error, body["name"])
+    body.update((key, value) for key, value in options.items() if key not in _NOT_AS_GIVEN and value is not None)
+    if options.get("output") or options.get("error"):
+        body["command"] = redirected(body["command"], options.get("output"), options.get("error"), body["name"])
     _check_bounds(body)
     return body
 
 
-_PASSED_AS_IS = ("gpus", "nodes", "gpu_model", "gpu_memory_mb", "constraints", "torchrun",
-                 "cpus", "memory_mb", "time_limit_s", "priority", "tier", "lab",
-                 "preemptible", "requeue", "array", "after", "after_ok", "after_failed", "after_any", "keep_if_unmet",
-                 "retries", "environment", "datasets")
+#: Options `build_request` makes fields of itself; every other one given is sent as it is.
+_NOT_AS_GIVEN = frozenset({"name", "workdir", "env", "output", "error"})
 
 #: Runs "$@" with stdout to $1 and stderr to $2 (to $1 when $2 is empty or the same), after expanding %j (the
 #: job id), %A (the array's id, else the job's), %a (the task index, else 0) and %% in both.

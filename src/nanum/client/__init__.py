@@ -7,7 +7,9 @@
         done = nanum.wait(job["id"], timeout=8 * 3600)
         print(done["state"], done["exit_code"], nanum.logs(job["id"]).text)
 
-Objects come back exactly as the API returns them (docs/api.md), typed as `TypedDict`s. Failures raise
+Objects come back exactly as the API returns them (docs/api.md), typed as `TypedDict`s; a job's are declared in
+`nanum.jobfields`, which the server's models are built from, and imported from there when first asked for
+(the command line does not need them to run). Failures raise
 `ApiError` (the server refused: `.status`, `.detail`), `ServerUnreachable` or `WaitTimeout`, all of them
 `NanumError`s.
 
@@ -17,23 +19,17 @@ the `nanum` command must start fast and httpx with httpcore costs 50 ms to impor
 the same requests through httpx instead.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from nanum.client._cluster import ClusterCalls
 from nanum.client._connection import resolve_settings
 from nanum.client._errors import ApiError, NanumError, ServerUnreachable, WaitTimeout, _NoAnswer
 from nanum.client._jobs import JobCalls
-from nanum.client._objects import (
-    TERMINAL_STATES,
-    Allocation,
-    Gpu,
-    Job,
-    Lab,
-    LogChunk,
-    Me,
-    NewToken,
-    Node,
-    SubmitFields,
-)
+from nanum.client._objects import TERMINAL_STATES, Gpu, Lab, LogChunk, Me, NewToken, Node
 from nanum.client._sharing import SharingCalls
+
+if TYPE_CHECKING:
+    from nanum.jobfields import Allocation, Job, Segment, SubmitFields
 
 __all__ = [
     "TERMINAL_STATES",
@@ -48,6 +44,7 @@ __all__ = [
     "NanumError",
     "NewToken",
     "Node",
+    "Segment",
     "ServerUnreachable",
     "SubmitFields",
     "WaitTimeout",
@@ -62,7 +59,19 @@ class Client(JobCalls, ClusterCalls, SharingCalls):
     go through `Connection`."""
 
 
-# Every name here is defined in a private module beside this one and shows itself (in reprs, tracebacks and
-# pickles) as nanum.client's, where it is imported from.
-for _public in (*(globals()[name] for name in __all__ if name != "TERMINAL_STATES"), _NoAnswer):
+#: The names of a job's TypedDicts, which `nanum.jobfields` declares.
+_JOB_FIELDS = ("Allocation", "Job", "Segment", "SubmitFields")
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _JOB_FIELDS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import nanum.jobfields
+
+    return getattr(nanum.jobfields, name)
+
+
+# Every other name here is defined in a private module beside this one and shows itself (in reprs, tracebacks
+# and pickles) as nanum.client's, where it is imported from.
+for _public in (*(globals()[n] for n in __all__ if n not in ("TERMINAL_STATES", *_JOB_FIELDS)), _NoAnswer):
     _public.__module__ = __name__

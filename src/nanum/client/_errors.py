@@ -3,7 +3,10 @@ kind says what went wrong in words a user can act on."""
 
 from __future__ import annotations
 
-from nanum.client._objects import Job
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nanum.jobfields import Job
 
 
 class NanumError(Exception):

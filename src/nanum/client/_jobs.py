@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from nanum.client._connection import Connection
 from nanum.client._errors import ServerUnreachable, WaitTimeout, _NoAnswer
-from nanum.client._objects import TERMINAL_STATES, Job, LogChunk, SubmitFields
+from nanum.client._objects import TERMINAL_STATES, LogChunk
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from nanum.jobfields import Job, SubmitFields
 
 #: How long `Client.submit` keeps sending a submission the server did not answer.
 _SUBMIT_RETRY_S = 5.0

@@ -1,5 +1,6 @@
 """The objects the API returns, as the SDK types them: `TypedDict`s of exactly the fields docs/api.md lists, and
-the job states after which a job no longer changes.
+the job states after which a job no longer changes. A job's (`Job`, `SubmitFields`, `Allocation`, `Segment`)
+are declared in `nanum.jobfields`, where the server builds its models from them too.
 
 They are plain dicts at run time (the JSON as it came), so reading one costs nothing and a field the server
 adds later is simply there; the types are for the reader and for mypy.
@@ -7,92 +8,9 @@ adds later is simply there; the types are for the reader and for mypy.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, TypedDict
+from typing import NamedTuple, TypedDict
 
 TERMINAL_STATES = frozenset({"completed", "failed", "cancelled", "timeout"})
-
-
-class Allocation(TypedDict):
-    node: str
-    gpus: list[int]
-
-
-class Job(TypedDict):
-    id: int
-    name: str
-    user: str
-    lab: str
-    state: str
-    reason: str | None
-    reason_code: str | None
-    estimated_start: str | None
-    gpus: int
-    nodes: int
-    gpu_model: str | None
-    cpus: int
-    memory_mb: int | None
-    time_limit_s: float | None
-    priority: int
-    tier: int  # 0..9, set by admins: every queue order puts a higher tier first
-    kind: str
-    preemptible: bool
-    requeue: bool
-    borrowing: bool
-    over_reservation: bool
-    burst: int | None
-    allocation: list[Allocation]
-    submit_time: str
-    start_time: str | None
-    end_time: str | None
-    exit_code: int | None
-    command: list[str]
-    workdir: str
-    env: dict[str, str] | None  # None on other users' jobs: only the owner and admins see it
-    runs: int
-    preemptions: int
-    lost_gpu_hours: float
-    last_checkpoint: str | None
-    hint: str | None
-    budget_warning: str | None
-    segments: list[dict[str, Any]] | None
-    array_id: int | None
-    array_task: int | None
-    array_limit: int | None
-    after: list[list[str]] | None
-    keep_if_unmet: bool
-    retries: int
-    exits: list[int | None]
-
-
-class SubmitFields(TypedDict, total=False):
-    """The optional fields of `POST /jobs`; anything left out takes the server's default."""
-
-    name: str
-    gpus: int
-    nodes: int
-    gpu_model: str | None
-    gpu_memory_mb: int | None
-    constraints: list[str]
-    torchrun: bool
-    cpus: int
-    memory_mb: int | None
-    time_limit_s: float | None
-    priority: int
-    tier: int  # admins only
-    lab: str | None
-    workdir: str
-    env: dict[str, str]
-    kind: str
-    preemptible: bool
-    requeue: bool
-    client_request_id: str
-    array: str
-    after: list[str]
-    after_ok: list[str]
-    after_failed: list[str]
-    after_any: list[str]
-    keep_if_unmet: bool
-    retries: int
 
 
 class Gpu(TypedDict):

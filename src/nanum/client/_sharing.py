@@ -4,10 +4,12 @@ datasets and checkpoints; GPU use, the idle policy and where notices go.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nanum.client._connection import Connection
-from nanum.client._objects import Job
+
+if TYPE_CHECKING:
+    from nanum.jobfields import Job
 
 
 class SharingCalls(Connection):

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
+from copy import copy
 from typing import Any
 
-from nanum.core import Gpu, Job, JobId, JobKind, Lab, Limits, Node, NodeState
+from nanum.core import Gpu, JobId, JobKind, Lab, Limits, Node, NodeState
+from nanum.core import Job as CoreJob
+from nanum.jobfields import Job, spec
 from nanum.server.needs import job_labels, node_labels
 from nanum.server.schemas import iso
-from nanum.store import LabRow, NodeRow
+from nanum.store import JobRow, LabRow, NodeRow, table
 
 #: The node columns `core_node` reads beside its inventory.
 FLEET_COLUMNS = (NodeRow.owner, NodeRow.labels, NodeRow.gpu_model, NodeRow.gpu_health)
@@ -54,9 +58,9 @@ def core_lab(row: LabRow, used_gpu_hours: float = 0.0, decayed_usage: float = 0.
     )
 
 
-def core_job(row: Any, user: str, lab: str) -> Job:
+def core_job(row: Any, user: str, lab: str) -> CoreJob:
     """`row` is a JobRow or any row with the same column names."""
-    return Job(
+    return CoreJob(
         id=JobId(row.id),
         user=user,
         lab=lab,
@@ -91,62 +95,56 @@ def _needs(row: Any) -> dict[str, Any]:
     return {"labels": labels | constraints, "label_reasons": reasons}
 
 
+# -- a job's API body -------------------------------------------------------------------------------------------
+
+
+def _if_none(key: str) -> Any:
+    """What field `key` shows for a row holding None there (a row older than its column): the default `Job`
+    declares for it, or None."""
+    default = spec(Job, key).default
+    return None if default is ... else default
+
+
+#: Every key a job's body has, in the order `Job` declares them; the `NotRequired` ones are added where they apply.
+_SHOWN = tuple(k for k in Job.__annotations__ if k in Job.__required_keys__)
+#: The keys `job_out` computes from the row's other columns (or is given: the user's and the lab's names).
+_COMPUTED = frozenset({"user", "lab", "estimated_start", "over_reservation", "allocation", "submit_time",
+                       "start_time", "end_time", "env", "lost_gpu_hours", "last_checkpoint", "hint"})
+#: The keys shown as stored, in the JobRow column of the same name.
+_AS_STORED = tuple(k for k in _SHOWN if k in table(JobRow).columns and k not in _COMPUTED)
+_read_stored = operator.attrgetter(*_AS_STORED)
+#: (key, what it shows instead of None, whether that is a list or dict to copy for each body)
+_DEFAULTS = tuple((k, d, isinstance(d, list | dict)) for k in _AS_STORED if (d := _if_none(k)) is not None)
+#: The keys filled in later, where they apply (budget warnings, predictions): their default until then.
+_LATER = {k: _if_none(k) for k in _SHOWN if k not in _COMPUTED and k not in _AS_STORED}
+
+
 def job_out(row: Any, user: str, lab: str) -> dict[str, Any]:
-    """The API body of a job (shaped as `JobOut`). `row` is a JobRow or a row with the same columns; being read
-    from the store it is trusted, so the body is a plain dict, rendered without validating it again."""
+    """The API body of a job (`nanum.jobfields.Job`): every column of a name `Job` declares, as stored, and the
+    fields computed from the others. `row` is a JobRow or a row with the same columns; being read from the store
+    it is trusted, so the body is a plain dict, rendered without validating it again."""
+    out = dict.fromkeys(_SHOWN)
+    out.update(zip(_AS_STORED, _read_stored(row), strict=True))
+    for key, default, fresh in _DEFAULTS:
+        if out[key] is None:
+            out[key] = copy(default) if fresh else default
+    out.update(_LATER)
     pending = row.state == "pending"
-    return {
-        "id": row.id,
-        "name": row.name,
-        "user": user,
-        "lab": lab,
-        "state": row.state,
-        "reason": row.reason,
-        "reason_code": row.reason_code,
-        "estimated_start": iso(row.estimated_start) if pending else None,
-        "gpus": row.gpus,
-        "nodes": row.nodes,
-        "gpu_model": row.gpu_model,
-        "gpu_memory_mb": row.gpu_memory_mb,
-        "constraints": row.constraints or [],
-        "torchrun": bool(row.torchrun),
-        "cpus": row.cpus,
-        "memory_mb": row.memory_mb,
-        "time_limit_s": row.time_limit_s,
-        "priority": row.priority,
-        "tier": row.tier or 0,
-        "kind": row.kind,
-        "preemptible": row.preemptible,
-        "requeue": row.requeue is not False,
-        "borrowing": row.borrowing,
-        "over_reservation": bool(row.over_reservation) and row.state == "running",
-        "burst": row.burst,
-        "allocation": [] if pending else [{"node": a["node"], "gpus": a["gpus"]} for a in row.allocation or ()],
-        "submit_time": iso(row.submit_time),
-        "start_time": iso(row.start_time),
-        "end_time": iso(row.end_time),
-        "exit_code": row.exit_code,
-        "command": row.command,
-        "workdir": row.workdir,
-        "env": row.env or {},
-        "environment": getattr(row, "environment", None),
-        "datasets": getattr(row, "datasets", None) or {},
-        "runs": row.runs,
-        "preemptions": row.preemptions or 0,
-        "lost_gpu_hours": round((row.lost_gpu_seconds or 0.0) / 3600.0, 6),
-        "last_checkpoint": iso(row.last_checkpoint),
-        "hint": hint(row.reason_code, row.reason, lab) if pending else None,
-        "budget_warning": None,
-        "predicted_runtime_s": None,
-        "prediction_basis": None,
-        "array_id": row.array_id,
-        "array_task": row.array_task,
-        "array_limit": row.array_limit,
-        "after": row.after,
-        "keep_if_unmet": bool(row.keep_if_unmet),
-        "retries": row.retries or 0,
-        "exits": row.exits or [],
-    }
+    out.update(
+        user=user,
+        lab=lab,
+        estimated_start=iso(row.estimated_start) if pending else None,
+        over_reservation=bool(row.over_reservation) and row.state == "running",
+        allocation=[] if pending else [{"node": a["node"], "gpus": a["gpus"]} for a in row.allocation or ()],
+        submit_time=iso(row.submit_time),
+        start_time=iso(row.start_time),
+        end_time=iso(row.end_time),
+        env=row.env or {},
+        lost_gpu_hours=round((row.lost_gpu_seconds or 0.0) / 3600.0, 6),
+        last_checkpoint=iso(row.last_checkpoint),
+        hint=hint(row.reason_code, row.reason, lab) if pending else None,
+    )
+    return out
 
 
 def hint(code: str | None, reason: str | None, lab: str) -> str | None:

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from nanum.core import JobId, Limits, User, impossible
 from nanum.core.bursts import BURST_GAP, joins
+from nanum.jobfields import JobRequest
 from nanum.server.arrays import parse_array
 from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
@@ -30,53 +31,29 @@ INSERT_JOB = table(JobRow).insert().returning(table(JobRow).c.id)
 LOG_CHUNK = 1 << 20
 
 
+#: Submitted fields the service turns into other columns itself (`_row_values`); every other one is stored as
+#: sent, in the JobRow column of its name.
+_NOT_AS_SENT = frozenset({"lab", "array", "after", "after_ok", "after_failed", "after_any", "environment",
+                          "datasets"})
+_AS_SENT = frozenset(k for k in JobRequest.__annotations__ if k in table(JobRow).columns and k not in _NOT_AS_SENT)
+
+
 def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> tuple[dict[str, Any], bool]:
     """Queue a job for `caller`; returns it and whether it is new. Raises BadRequest when no node or limit could
     ever satisfy it. A `client_request_id` the caller already used returns that job, not new: the UNIQUE
     (user_id, client_request_id) decides between two such requests at once, and the loser returns the winner's."""
-    if spec.client_request_id is not None and (first := _requested(ctx, caller, spec.client_request_id)):
+    request = spec.request
+    request_id = request["client_request_id"]
+    if request_id is not None and (first := _requested(ctx, caller, request_id)):
         return first, False
-    refuse_tier(caller, spec.tier, 0)
-    lab = lab_for(ctx, caller, spec.lab)
+    refuse_tier(caller, request["tier"], 0)
+    lab = lab_for(ctx, caller, request["lab"])
     now = ctx.clock()
-    values: dict[str, Any] = dict(
-        name=spec.name or PurePath(spec.command[0]).name,
-        user_id=caller.id,
-        lab_id=lab.id,
-        command=spec.command,
-        workdir=spec.workdir or "~",
-        env=spec.env,
-        gpus=spec.gpus,
-        nodes=spec.nodes,
-        gpu_model=spec.gpu_model,
-        gpu_memory_mb=spec.gpu_memory_mb,
-        constraints=sorted(set(spec.constraints)) or None,
-        torchrun=spec.torchrun,
-        cpus=spec.cpus,
-        memory_mb=spec.memory_mb,
-        time_limit_s=spec.time_limit_s,
-        priority=spec.priority,
-        tier=spec.tier,
-        kind=spec.kind,
-        preemptible=spec.preemptible if spec.preemptible is not None else spec.kind == "batch",
-        state="pending",
-        reason="waiting for the scheduler",
-        reason_code="queued",
-        borrowing=False,
-        allocation=[],
-        submit_time=now,
-        runs=0,
-        attained_gpu_seconds=0.0,
-        client_request_id=spec.client_request_id,
-        requeue=spec.requeue,
-        session_secret=secrets.token_urlsafe(32) if spec.kind in ("notebook", "shell") else None,
-    )
-    tasks, limit = parse_array(spec.array) if spec.array is not None else ([], None)
-    values.update(after=spec.dependencies() or None, keep_if_unmet=spec.keep_if_unmet, retries=spec.retries,
-                  array_limit=limit)
+    tasks, limit = parse_array(request["array"]) if request["array"] is not None else ([], None)
+    values = _row_values(request, caller, lab.id, now) | {"after": spec.dependencies() or None, "array_limit": limit}
     row = JobRow(**values)
     refuse_impossible(ctx, row, caller, lab.lab.name)
-    values.update(environments.for_job(ctx, caller, lab.id, spec.environment, spec.datasets))
+    values.update(environments.for_job(ctx, caller, lab.id, request["environment"], request["datasets"]))
     row.environment, row.environment_spec, row.datasets = (
         values["environment"], values["environment_spec"], values["datasets"])
     try:
@@ -90,14 +67,31 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> tuple[dict[st
             else:
                 row.id = s.connection().execute(INSERT_JOB, values).scalar_one()
             lifecycle.event(s, row.id, now, "submitted", f"by {caller.name}" + (
-                f" as array {row.id} of {len(tasks)} tasks ({spec.array})" if tasks else ""))
+                f" as array {row.id} of {len(tasks)} tasks ({request['array']})" if tasks else ""))
     except IntegrityError:
-        first = _requested(ctx, caller, spec.client_request_id) if spec.client_request_id is not None else None
+        first = _requested(ctx, caller, request_id) if request_id is not None else None
         if first is None:
             raise
         return first, False
-    ctx.signals.poke(new_gpu_job=spec.gpus > 0)
+    ctx.signals.poke(new_gpu_job=request["gpus"] > 0)
     return job_out(row, caller.name, lab.lab.name), True
+
+
+def _row_values(request: JobRequest, caller: Caller, lab_id: int, now: float) -> dict[str, Any]:
+    """A new job's columns: the fields submitted as sent, the defaults that depend on others, and its first
+    state (pending, queued)."""
+    values: dict[str, Any] = {key: value for key, value in request.items() if key in _AS_SENT}
+    kind = request["kind"]
+    values.update(
+        name=request["name"] or PurePath(request["command"][0]).name,
+        workdir=request["workdir"] or "~",
+        constraints=sorted(set(request["constraints"])) or None,
+        preemptible=request["preemptible"] if request["preemptible"] is not None else kind == "batch",
+        session_secret=secrets.token_urlsafe(32) if kind in ("notebook", "shell") else None,
+        user_id=caller.id, lab_id=lab_id, state="pending", reason="waiting for the scheduler", reason_code="queued",
+        borrowing=False, allocation=[], submit_time=now, runs=0, attained_gpu_seconds=0.0,
+    )
+    return values
 
 
 def _wait_reason(s: Session, values: dict[str, Any], after: list[list[str]]) -> None:

@@ -177,4 +177,4 @@ async def submit(request: Request, who: WebCaller) -> Response:
         return await _page(request, who, form, chosen, str(exc), 422)
     except ApiError as exc:
         return await _page(request, who, form, chosen, exc.detail, exc.status)
-    return RedirectResponse(_landing(spec.kind, job_id), status_code=303)
+    return RedirectResponse(_landing(spec.request["kind"], job_id), status_code=303)
