@@ -82,13 +82,16 @@ class Timeline:
         bisect.insort(self.bucket(self._nodes[node].key), (time, node, delta, why))
 
     def extend(self, items: Iterable[Event]) -> None:
-        touched = set()
+        nodes = self._nodes
+        touched: dict[Key, list[Event]] = {}
         for item in items:
-            key = self._nodes[item[1]].key
-            self.bucket(key).append(item)
-            touched.add(key)
-        for key in touched:
-            self._lists[key].sort()
+            key = nodes[item[1]].key
+            events = touched.get(key)
+            if events is None:
+                events = touched[key] = self.bucket(key)
+            events.append(item)
+        for events in touched.values():
+            events.sort()
 
     def events(self, keys: list[Key]) -> Iterable[Event]:
         """The events of the nodes in `keys`' buckets, in time order."""

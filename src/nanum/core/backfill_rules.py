@@ -10,7 +10,9 @@ later job of that partition the cycle asks the policy's backfill rule (`Policy.b
 - `none`: strict order; every later job of the partition waits behind the first blocked one.
 
 Each rule answers two questions: where the job starts now (`place`), and, when it does not start, why it waits
-behind the first blocked job (`waits`; None when the reason is a lack of free GPUs, explained by the cycle).
+behind the first blocked job (`waits`; None when the reason is a lack of free GPUs, explained by the cycle). The
+answer leaves out the job's place in the queue, which the cycle puts before it, so that the jobs of a long queue
+share it (`nanum.core.explain`).
 """
 
 from __future__ import annotations
@@ -38,12 +40,12 @@ class Easy:
             return found, True, True  # would delay the reservation: starts, and yields when it is due
         return around, True, False
 
-    def waits(self, c: CycleState, part: Partition, blocker: JobId, place: str, fits_now: bool) -> Reason | None:
+    def waits(self, c: CycleState, part: Partition, blocker: JobId, fits_now: bool) -> Reason | None:
         if not fits_now:
             return None
         held = part.shown
         when = f", reserved to start in {human(held.start - c.snap.now)}" if held else ""
-        return Reason(Code.BACKFILL, f"{place}; starting now would delay job {blocker}{when}")
+        return Reason(Code.BACKFILL, f"starting now would delay job {blocker}{when}")
 
 
 class NoBackfill:
@@ -51,8 +53,8 @@ class NoBackfill:
               borrows: bool) -> tuple[tuple[Placement, ...] | None, bool, bool]:
         return None, False, False
 
-    def waits(self, c: CycleState, part: Partition, blocker: JobId, place: str, fits_now: bool) -> Reason | None:
-        return Reason(Code.QUEUED, f"{place}; waiting behind job {blocker}")
+    def waits(self, c: CycleState, part: Partition, blocker: JobId, fits_now: bool) -> Reason | None:
+        return Reason(Code.QUEUED, f"waiting behind job {blocker}")
 
 
 #: every backfill rule a policy may name.

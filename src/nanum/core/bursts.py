@@ -77,9 +77,16 @@ class Siblings:
 
     @classmethod
     def of(cls, running: Iterable[Running]) -> Siblings:
+        """What `add` of every run gives, in one pass (a cycle without a cache builds it for every running job)."""
         held = cls()
+        members = held._members
         for run in running:
-            held.add(run)
+            job = run.job
+            burst = job.id if job.burst is None else job.burst  # `burst_of`
+            group = members.get(burst)
+            if group is None:
+                group = members[burst] = {}
+            group[job.id] = job.attained_gpu_seconds - run.start_time * job.total_gpus
         return held
 
     def add(self, run: Running) -> None:
@@ -99,7 +106,7 @@ class Siblings:
     def service(self, job: Job, now: float) -> float | None:
         """The most GPU-seconds a running sibling of `job` (not `job` itself) has received by `now`; None if none
         runs. Members have `job`'s request, so its GPU count."""
-        burst = burst_of(job)
+        burst = job.id if job.burst is None else job.burst  # `burst_of`, written out: asked for every waiting job
         members = self._members.get(burst)
         if members is None or (len(members) == 1 and job.id in members):
             return None

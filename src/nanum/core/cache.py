@@ -33,22 +33,30 @@ from nanum.core.bursts import Siblings
 from nanum.core.classes import RunClasses
 from nanum.core.model import JobId, Node, Running, Snapshot
 from nanum.core.preempt import ClassOrder
-from nanum.core.quota import Usage, limited
+from nanum.core.quota import Admission, Usage
 from nanum.core.state import ClusterState
 
+INF = float("inf")
 
-def run_ends(run: Running, state: ClusterState) -> list[Event]:
-    """(expected end, node index, GPUs freed, why) for each node of a running job; none when its end is unknown."""
-    if run.expected_end is None:
+
+def run_ends(run: Running, state: ClusterState, floor: float = -INF) -> list[Event]:
+    """(expected end, node index, GPUs freed, why) for each node of a running job; none when its end is unknown.
+    An end before `floor` is given as `floor`."""
+    end = run.expected_end
+    if end is None:
         return []
-    limit = run.job.time_limit
-    at_limit = limit is not None and abs(run.start_time + limit - run.expected_end) < 1.0
-    why = f"job {run.job.id} {'reaches its time limit' if at_limit else 'is expected to end'}"
+    job = run.job
+    limit = job.time_limit
+    if limit is not None and abs(run.start_time + limit - end) < 1.0:
+        why = f"job {job.id} reaches its time limit"
+    else:
+        why = f"job {job.id} is expected to end"
+    end = max(end, floor)
     out: list[Event] = []
-    for p in run.placements:
+    for p in run.placements:  # a loop, not a comprehension: this runs for every running job of a fresh cycle
         nf = state.by_name.get(p.node)
         if nf is not None:
-            out.append((run.expected_end, nf.index, len(p.gpus), why))
+            out.append((end, nf.index, len(p.gpus), why))
     return out
 
 
@@ -75,7 +83,7 @@ class CycleCache:
         self._now = float("-inf")
         self._came: dict[int, Running] | None = None  # what `expect` was told since the last `prepare`
         self._gone: dict[int, Running] = {}
-        self._limited: tuple[object, object, frozenset[str]] | None = None
+        self._admission: tuple[object, object, str, Admission] | None = None
 
     def prepare(self, snapshot: Snapshot) -> tuple[ClusterState, Usage]:
         """The cycle state and usage for `snapshot`, as `ClusterState.build` and `Usage.of` would give them."""
@@ -92,13 +100,14 @@ class CycleCache:
         return state, Usage(Counter(usage.lab_gpus), Counter(usage.lab_jobs), Counter(usage.user_gpus),
                             Counter(usage.user_jobs))
 
-    def limited(self, snapshot: Snapshot) -> frozenset[str]:
-        """`nanum.core.quota.limited(snapshot)`, remembered while the driver passes the same labs and users
-        mappings (the simulator does between its usage readings)."""
-        held = self._limited
-        if held is None or held[0] is not snapshot.labs or held[1] is not snapshot.users:
-            held = self._limited = (snapshot.labs, snapshot.users, limited(snapshot))
-        return held[2]
+    def admission(self, snapshot: Snapshot) -> Admission:
+        """`Admission.of(snapshot)`, remembered while the driver passes the same labs and users mappings (the
+        simulator does between its usage readings) and the same month."""
+        held = self._admission
+        if (held is None or held[0] is not snapshot.labs or held[1] is not snapshot.users
+                or held[2] != snapshot.month):
+            held = self._admission = (snapshot.labs, snapshot.users, snapshot.month, Admission.of(snapshot))
+        return held[3]
 
     def expect(self, came: Iterable[Running] = (), gone: Iterable[Running] = ()) -> None:
         """Tell the next `prepare` which running jobs came and which went since the snapshot it was last given,

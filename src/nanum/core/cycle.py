@@ -21,14 +21,14 @@ from typing import Protocol, cast
 from nanum.core.backfill import Reservation, Timeline, reserve
 from nanum.core.cache import CycleCache, run_ends
 from nanum.core.classes import RunClasses
-from nanum.core.decision import Decisions, Pending, Preempt, Reason, Start
+from nanum.core.decision import Decisions, Pending, Preempt, Reason, Start, pending
 from nanum.core.model import Job, JobId, NodeState, Placement, Running, Snapshot, serves
 from nanum.core.placement import PlacementPolicy
 from nanum.core.policy import Policy
 from nanum.core.predict import Predictor, expected_runtime, overdue_end, planned_end
 from nanum.core.preempt import ClassOrder
-from nanum.core.quota import Usage, limited, victim_key
-from nanum.core.state import ClusterState
+from nanum.core.quota import Admission, Usage, victim_key
+from nanum.core.state import ClusterState, NodeFree
 
 Keys = list[tuple[str | None, str]]
 
@@ -48,6 +48,8 @@ class Partition:
     reservations: list[Reservation] = field(default_factory=list)
     head: Job | None = None  # the first blocked job
     shown: Reservation | None = None  # the head's start estimate as shown (see `CycleState.reserve`)
+    #: it has its head, and no later job gets a reservation or an estimate: most of a long queue.
+    settled: bool = False
 
 
 def partition_of(lab: str, lend: bool, owners: set[str] | frozenset[str]) -> str | None:
@@ -66,9 +68,10 @@ class BackfillRule(Protocol):
         the reservation, and whether it starts over the reservation."""
         ...
 
-    def waits(self, c: CycleState, part: Partition, blocker: JobId, place: str, fits_now: bool) -> Reason | None:
-        """Why a later job that did not start waits behind the first blocked job `blocker`; None when it simply
-        does not fit. `place` is its place in the queue ("next in line", "3 jobs ahead")."""
+    def waits(self, c: CycleState, part: Partition, blocker: JobId, fits_now: bool) -> Reason | None:
+        """Why a later job that did not start waits behind the first blocked job `blocker`, without its place in
+        the queue (the cycle writes "3 jobs ahead; " before it); None when it simply does not fit. The answer may
+        depend only on `part` and `fits_now`: the cycle gives it to every such job of the partition."""
         ...
 
 
@@ -96,8 +99,8 @@ class CycleState:
             self.usage = Usage.of(snapshot.running)
             self.total_gpus = sum(len(n.gpus) for n in snapshot.nodes)
             self.owners = {n.owner for n in snapshot.nodes if n.owner is not None}
-        #: labs and users with any limit or budget: only their jobs need `admit`.
-        self.limited = cache.limited(snapshot) if cache is not None else limited(snapshot)
+        #: `admit` for this cycle's labs and users (`nanum.core.quota.Admission`).
+        self.admission = cache.admission(snapshot) if cache is not None else Admission.of(snapshot)
         self.starts: list[Start] = []
         self.preemptions: list[Preempt] = []
         self.pending: list[Pending] = []
@@ -111,7 +114,9 @@ class CycleState:
         #: answers that depend only on the nodes, not on what runs: they live as long as the state (see CycleCache).
         self._never: dict[tuple[object, ...], int] = self.state.static.setdefault("could_fit", {})
         self._never_any: dict[tuple[object, ...], bool] = self.state.static.setdefault("never_fits", {})
-        self.room: dict[tuple[object, ...], str] = {}
+        #: why a job without an estimate waits, less its place in the queue, per (shape, capacity version, fits
+        #: now, first blocked): the long queue of a few shapes formats one reason each (`nanum.core.explain`).
+        self.why: dict[tuple[Shape, int, bool, bool], Reason] = {}
         self._shapes: dict[tuple[object, ...], Shape] = {}
         self._runtimes: dict[JobId, float | None] = {}
         self._fit: dict[tuple[object, ...], tuple[Placement, ...] | None] = {}
@@ -122,6 +127,8 @@ class CycleState:
         self.no_preempt: set[tuple[object, ...]] = set()
         self.reclaimable: tuple[list[Running], dict[int, int]] | None = None
         self.lower: dict[tuple[object, ...], tuple[list[Running], dict[int, int]]] = {}
+        #: per (index above, buckets, GPUs per node): the victims of the index that could free enough there.
+        self.near: dict[tuple[int, tuple[tuple[str | None, str], ...], int], list[Running]] = {}
         #: (shape, borrowing, class) of jobs that fit nowhere and no step could help: every later job with the same
         #: key is blocked too. Free GPUs only become fewer during a cycle, and the steps' answers depend only on the
         #: key and are remembered for the cycle anyway; so a long queue of such jobs costs one lookup each. Not a
@@ -173,13 +180,23 @@ class CycleState:
         hit = self._never.get(cache_key)
         if hit is None:
             hit = self._never[cache_key] = sum(
-                1 for nf in self.state.nodes
-                if nf.key == key and nf.node.state is NodeState.UP and len(nf.node.gpus) >= job.gpus
+                1 for nf in self._nodes_of(key)
+                if nf.node.state is NodeState.UP and len(nf.node.gpus) >= job.gpus
                 and (not nf.node.cpus or job.cpus <= nf.node.cpus)
                 and (not nf.node.memory_mb or job.memory_mb <= nf.node.memory_mb)
                 and serves(nf.node, job)
             )
         return hit
+
+    def _nodes_of(self, key: tuple[str | None, str]) -> list[NodeFree]:
+        """The nodes of bucket `key` (pool, model), up or not, in node order (grouped once per state)."""
+        groups = self.state.static.get("nodes_of")
+        if groups is None:
+            groups = self.state.static["nodes_of"] = {}
+            for nf in self.state.nodes:
+                groups.setdefault(nf.key, []).append(nf)
+        found: list[NodeFree] = groups.get(key, [])
+        return found
 
     # -- what was decided ------------------------------------------------------------------------------------------
 
@@ -209,7 +226,7 @@ class CycleState:
 
     def wait(self, job: Job, why: Reason, estimate: float | None = None, ahead: int | None = None) -> bool:
         if self.explain:
-            self.pending.append(Pending(job_id=job.id, reason=why, estimated_start=estimate, ahead=ahead))
+            self.pending.append(pending(job.id, why, estimate, ahead))
             parts = self._parts
             if job.lab not in parts:
                 parts[job.lab] = partition_of(job.lab, self.policy.lend, self.owners)
@@ -223,6 +240,8 @@ class CycleState:
         Backfill plans with the GPUs of a run past its expected end as free now: they may be freed any moment.
         The estimate shown (with `explain`) instead expects such a run to end at its `overdue_end`, so it moves on
         while the run does; otherwise it is the reservation itself."""
+        if part.settled:
+            return False, None, None
         first = part.head is None
         if first:
             part.head = job
@@ -242,6 +261,7 @@ class CycleState:
             shown = reserve(job, self.state, self._overdue_timeline(), shape.keys, self.snap.now) or res
         if first:
             part.shown = shown
+        part.settled = not part.reservations or len(part.reservations) >= self.policy.estimate_depth
         return first, res, shown
 
     def _overdue_timeline(self) -> Timeline:
@@ -301,12 +321,13 @@ class CycleState:
                 for start in self.starts if start.expected_end is not None for p in start.placements)
         return self._timeline
 
-    def _running_ends(self, running: Iterable[Running]) -> Iterable[tuple[float, int, int, str]]:
-        now = self.snap.now
+    def _running_ends(self, running: Iterable[Running]) -> list[tuple[float, int, int, str]]:
+        now, state, victims = self.snap.now, self.state, self.victims
+        ends: list[tuple[float, int, int, str]] = []
         for run in running:
-            if run.job.id not in self.victims:
-                for end, idx, gpus, why in run_ends(run, self.state):
-                    yield (max(end, now), idx, gpus, why)
+            if run.job.id not in victims:
+                ends += run_ends(run, state, now)
+        return ends
 
     def over_runs(self) -> list[Running]:
         """Running jobs started over a reservation, cheapest victim first; built on first need."""

@@ -19,27 +19,40 @@ from __future__ import annotations
 
 from nanum.core.backfill import Reservation
 from nanum.core.cycle import CycleState, Keys, Partition, Shape
-from nanum.core.decision import Code, Reason
+from nanum.core.decision import Code, Reason, pending, reason
 from nanum.core.model import Job
 from nanum.core.placement import fits
 
 
 def explain(c: CycleState, job: Job, shape: Shape, part: Partition, ahead: int, fits_now: bool, first: bool,
-            res: Reservation | None) -> bool:
+            res: Reservation | None) -> None:
     """Record why `job` waits (see the module docstring); `ahead` jobs of its partition wait before it."""
-    now = c.snap.now
-    blocker = part.head.id if part.head is not None else job.id
-    place = "next in line" if ahead == 0 else "1 job ahead" if ahead == 1 else f"{ahead} jobs ahead"
     if res is not None:
-        when = f"{'reserved to start' if first else 'expected to start'} in {human(res.start - now)}"
+        when = f"{'reserved to start' if first else 'expected to start'} in {human(res.start - c.snap.now)}"
         code = Code.RESERVED if first else Code.QUEUED
-        return c.wait(job, Reason(code, f"{place}; {when} when {res.cause}"), res.start, ahead)
-    if not first and (behind := c.backfill.waits(c, part, blocker, place, fits_now)) is not None:
-        return c.wait(job, behind, None, ahead)
-    room = c.room.get((shape, c.state.version))
-    if room is None:
-        room = c.room[(shape, c.state.version)] = no_room(c, job, shape.keys)
-    return c.wait(job, Reason(Code.RESOURCES, f"{place}; {room}"), None, ahead)
+        c.wait(job, Reason(code, f"{place(ahead)}; {when} when {res.cause}"), res.start, ahead)
+        return
+    key = (shape, c.state.version, fits_now, first)
+    why = c.why.get(key)
+    if why is None:
+        why = c.why[key] = _why(c, job, shape, part, fits_now, first)
+    # Most of a long queue ends here: the reason its shape shares, after its own place (`c.wait`, written out).
+    c.pending.append(pending(job.id, reason(why.code, f"{place(ahead)}; {why.message}"), None, ahead))
+    c.waiting[shape.part] += 1
+
+
+def _why(c: CycleState, job: Job, shape: Shape, part: Partition, fits_now: bool, first: bool) -> Reason:
+    """Why a job without an estimate waits, less its place in the queue: the same for every such job of its shape
+    until the free GPUs change (the first blocked job of a partition never changes within a cycle)."""
+    blocker = part.head.id if part.head is not None else job.id
+    if not first and (behind := c.backfill.waits(c, part, blocker, fits_now)) is not None:
+        return behind
+    return Reason(Code.RESOURCES, no_room(c, job, shape.keys))
+
+
+def place(ahead: int) -> str:
+    """A job's place in its partition's queue: "next in line", "1 job ahead", "3 jobs ahead"."""
+    return "next in line" if ahead == 0 else "1 job ahead" if ahead == 1 else f"{ahead} jobs ahead"
 
 
 def no_room(c: CycleState, job: Job, keys: Keys) -> str:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import ClassVar, Protocol
 
 from nanum.core.bursts import SIBLING_SHARE, Siblings
@@ -225,13 +226,21 @@ def by_user_priority(queue: list[Job]) -> list[Job]:
         return queue
     places: dict[tuple[str, int], list[int]] = {}
     for pos, job in enumerate(queue):
-        places.setdefault((job.user, job.tier), []).append(pos)
+        spots = places.get((job.user, job.tier))
+        if spots is None:
+            places[(job.user, job.tier)] = [pos]
+        else:
+            spots.append(pos)
     out = list(queue)
     for spots in places.values():
-        mine = sorted((queue[pos] for pos in spots), key=lambda j: -j.priority)  # stable: ties keep their order
-        for pos, job in zip(spots, mine, strict=True):
-            out[pos] = job
+        if len(spots) > 1:
+            mine = sorted((queue[pos] for pos in spots), key=_priority, reverse=True)  # stable: ties keep their order
+            for pos, job in zip(spots, mine, strict=True):
+                out[pos] = job
     return out
+
+
+_priority = attrgetter("priority")
 
 
 class Shortest:

@@ -9,7 +9,7 @@ The cycle, in order:
 
 `consider` takes one job through numbered steps; the first that settles the job ends its turn:
 
-1. admit: budgets and limits (`nanum.core.quota.admit`), and a job that must not be preempted never borrows;
+1. admit: budgets and limits (`nanum.core.quota.Admission`), and a job that must not be preempted never borrows;
 2. could ever fit: a request no up node could hold, whatever runs there, waits with the reason;
 3. stuck: a job of the same shape, borrowing and class already fit nowhere and no step could help it;
 4. place: it fits now (behind the first blocked job of its partition, as the policy's backfill rule allows) and
@@ -32,7 +32,7 @@ from nanum.core.model import Job, Placement, Snapshot
 from nanum.core.ordering import OrderContext
 from nanum.core.policy import Policy
 from nanum.core.predict import Predictor
-from nanum.core.quota import admit, impossible, would_borrow
+from nanum.core.quota import impossible, would_borrow
 from nanum.core.steps import STEPS, Step
 
 __all__ = ["partition_of", "schedule"]
@@ -62,63 +62,66 @@ def schedule(
         if arrange is not None:
             queue = arrange(queue)
     # 2. Owners first: jobs within their lab's guarantee (or in labs without one).
-    borrowers = [job for job in queue if not consider(c, steps, job, borrowing=False)]
+    usage, labs = c.usage, snapshot.labs
+    borrowers: list[Job] = []
+    for job in queue:
+        if would_borrow(job, usage, labs):
+            borrowers.append(job)
+        else:
+            consider(c, steps, job, False)
     # 3. Then borrowers, on what is left.
     for job in borrowers:
-        consider(c, steps, job, borrowing=True)
+        consider(c, steps, job, True)
     # 4. Reasons and estimates were collected along the way.
     return c.decisions()
 
 
-def consider(c: CycleState, steps: tuple[Step, ...], job: Job, *, borrowing: bool) -> bool:
-    """Start, preempt for, or explain `job` (see the module docstring). False only when pass one defers it as a
-    borrower. In pass two (`borrowing`) the job is known to borrow: its lab's usage has only grown since pass one."""
-    borrows = borrowing or would_borrow(job, c.usage, c.snap.labs)
-    if borrows and not borrowing:
-        return False
+def consider(c: CycleState, steps: tuple[Step, ...], job: Job, borrows: bool) -> None:
+    """Start, preempt for, or explain `job` (see the module docstring). In pass one (`borrows` False) the job would
+    not borrow; in pass two it is known to borrow: its lab's usage has only grown since pass one."""
     # 1. Admit.
-    if (borrows or job.lab in c.limited or job.user in c.limited) and (why := _refused(c, job, borrows)) is not None:
-        return c.wait(job, why)
+    why = c.admission.refuse(job, c.usage)
+    if why is None and borrows and not job.preemptible:
+        why = _never_borrows(c, job)
+    if why is not None:
+        c.wait(job, why)
+        return
     # 2. Could it ever fit?
     shape = c.shape(job)
     if shape.never:
         why = impossible(job, c.snap.nodes, c.snap.labs, c.policy.lend)
-        return c.wait(job, why or Reason(Code.NODE_DOWN, "every node that could run it is down or draining"))
+        c.wait(job, why or Reason(Code.NODE_DOWN, "every node that could run it is down or draining"))
+        return
     part = c.partitions.get(shape.part)
     if part is None:
         part = c.partitions[shape.part] = Partition()
     # 3. Stuck like a job before it?
     stuck = (shape, borrows, c.classes.level(job, job.attained_gpu_seconds) if c.classes else 0)
     if stuck in c.stuck:
-        return _blocked(c, job, shape, part, False)
+        _blocked(c, job, shape, part, False)
+        return
     # 4. Place it, with backfill.
     placement, fits_now, over = _try_place(c, job, shape, part, borrows)
     if placement is not None:
         c.start(job, placement, borrows, part, over)
-        return True
+        return
     # 5. The policy's steps for a blocked job.
     first = part.head is None
     for step in steps:
-        if step(c, job, shape, first=first, borrows=borrows, borrowing=borrowing):
-            return True
+        if step(c, job, shape, first=first, borrows=borrows, borrowing=borrows):
+            return
     # 6. Blocked: reserve, estimate, explain.
     if not fits_now and c.place(job, shape) is None:
         c.stuck.add(stuck)
-    return _blocked(c, job, shape, part, fits_now)
+    _blocked(c, job, shape, part, fits_now)
 
 
-def _refused(c: CycleState, job: Job, borrows: bool) -> Reason | None:
-    """Why limits or budgets keep `job` from starting at all this cycle; None when they do not."""
-    if job.lab in c.limited or job.user in c.limited:
-        why = admit(job, c.usage, c.snap.labs, c.snap.users, c.snap.month)
-        if why is not None:
-            return why
-    if borrows and not job.preemptible:
-        lab = c.snap.labs[job.lab]
-        return Reason(Code.LAB_LIMIT, (
-            f"lab {job.lab} is at its guarantee of {lab.guaranteed_gpus} GPUs "
-            f"({c.usage.lab_gpus[job.lab]} in use); a job that must not be preempted never borrows"))
-    return None
+def _never_borrows(c: CycleState, job: Job) -> Reason:
+    """Why `job`, which would borrow, does not: it must not be preempted."""
+    lab = c.snap.labs[job.lab]
+    return Reason(Code.LAB_LIMIT, (
+        f"lab {job.lab} is at its guarantee of {lab.guaranteed_gpus} GPUs "
+        f"({c.usage.lab_gpus[job.lab]} in use); a job that must not be preempted never borrows"))
 
 
 def _try_place(
@@ -133,8 +136,9 @@ def _try_place(
     return c.backfill.place(c, job, shape, part, borrows)
 
 
-def _blocked(c: CycleState, job: Job, shape: Shape, part: Partition, fits_now: bool) -> bool:
+def _blocked(c: CycleState, job: Job, shape: Shape, part: Partition, fits_now: bool) -> None:
     """Reserve `job`'s start if it is its partition's first blocked job (or estimate it), then say why it waits:
     behind the jobs of its partition considered before it that wait too (owners' before borrowers')."""
-    first, _, shown = c.reserve(job, shape, part)
-    return not c.explain or explain(c, job, shape, part, c.waiting[shape.part], fits_now, first, shown)
+    first, _, shown = (False, None, None) if part.settled else c.reserve(job, shape, part)
+    if c.explain:
+        explain(c, job, shape, part, c.waiting[shape.part], fits_now, first, shown)

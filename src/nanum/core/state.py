@@ -77,22 +77,16 @@ class ClusterState:
     def build(cls, nodes: tuple[Node, ...], running: tuple[Running, ...]) -> ClusterState:
         state = cls(nodes=[], by_name={})
         state.max_gpus_per_node = max((len(n.gpus) for n in nodes), default=0)
+        by_name = state.by_name
         for i, node in enumerate(nodes):
-            free = {g.index for g in node.gpus} - node.busy_gpus
-            nf = NodeFree(
-                index=i,
-                node=node,
-                free=free,
-                cpus=node.cpus or None,
-                memory_mb=node.memory_mb or None,
-                islands={g.index: g.island for g in node.gpus},
-                key=(node.owner, node.gpu_model),
-            )
+            islands = {g.index: g.island for g in node.gpus}
+            nf = NodeFree(i, node, set(islands).difference(node.busy_gpus), node.cpus or None,
+                          node.memory_mb or None, islands, (node.owner, node.gpu_model))
             state.nodes.append(nf)
-            state.by_name[node.name] = nf
+            by_name[node.name] = nf
         for run in running:
             for p in run.placements:
-                held = state.by_name.get(p.node)
+                held = by_name.get(p.node)
                 if held is not None:
                     held.free.difference_update(p.gpus)
                     if held.cpus is not None:

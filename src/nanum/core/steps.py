@@ -50,7 +50,9 @@ def reclaim(c: CycleState, job: Job, shape: Shape, *, first: bool, borrows: bool
     if borrowing or lab is None or lab.guaranteed_gpus is None or shape in c.no_reclaim:
         return False
     borrowers, reach = _reclaim_index(c)
-    chosen = _victims_for(c, job, shape.keys, (r for r in borrowers if r.job.lab != job.lab), reach)
+    near = _near(c, borrowers, reach, shape.keys, job.gpus)
+    chosen = _victims_for(c, job, shape.keys, (r for r in borrowers if r.job.lab != job.lab), reach,
+                          (r for r in near if r.job.lab != job.lab))
     if chosen is None:
         c.no_reclaim.add(shape)
         return False
@@ -94,10 +96,10 @@ def preempt_lower(c: CycleState, job: Job, shape: Shape, *, first: bool, borrows
     if (mine, shape, borrows) in c.no_preempt:
         return False
     runs, reach = _lower_index(c, mine, job, False)
-    chosen = _victims_for(c, job, shape.keys, runs, reach)
+    chosen = _victims_for(c, job, shape.keys, runs, reach, _near(c, runs, reach, shape.keys, job.gpus))
     if chosen is not None and borrows and _would_come_back_first(c, job, chosen[1]):
         runs, reach = _lower_index(c, mine, job, True)
-        chosen = _victims_for(c, job, shape.keys, runs, reach)
+        chosen = _victims_for(c, job, shape.keys, runs, reach, _near(c, runs, reach, shape.keys, job.gpus))
     if chosen is None:
         c.no_preempt.add((mine, shape, borrows))
         return False
@@ -118,15 +120,20 @@ STEPS: dict[str, Step] = {"reclaim": reclaim, "take-back": take_back, "preempt":
 # -- choosing victims ------------------------------------------------------------------------------------------------
 
 def _victims_for(c: CycleState, job: Job, keys: list[tuple[str | None, str]], runs: Iterable[Running],
-                 reach: dict[int, int]) -> tuple[list[int], list[Running]] | None:
+                 reach: dict[int, int], near: Iterable[Running] | None = None,
+                 ) -> tuple[list[int], list[Running]] | None:
     """Walk `runs` (cheapest victim first), counting what each frees on its nodes, until enough nodes would fit
     `job`: the chosen node indices and the victims on them, or None when even all of them are not enough. `reach`
-    bounds, per node, free GPUs plus what all of `runs` there could free."""
+    bounds, per node, free GPUs plus what all of `runs` there could free. `near`, when given, is `runs` less those
+    the walk would pass over (`_near`): walked instead, unless enough nodes fit already, when the first run of
+    `runs` is looked at all the same."""
     allowed = set(keys)
     state = c.state
     fitting: list[int] = []
     if job.nodes > 1:  # a single-node job that fit somewhere would have been placed already
         fitting = [nf.index for nf in state.candidates(keys, job.gpus, True) if fits(nf, job, None)]
+    if near is not None and len(fitting) < job.nodes:
+        runs = near
     freed: dict[int, list[int]] = {}  # node index -> [GPUs, CPUs, MiB] the victims so far would free
     taken: dict[int, list[Running]] = {}
     for run in runs:
@@ -189,6 +196,26 @@ def _lower_index(c: CycleState, level: int, job: Job, borrowers_only: bool) -> t
     if hit is None:
         runs = list(c.run_classes().victims(job.lab, level, borrowers_only))
         hit = c.lower[key] = (runs, _reach(c, runs))
+    return hit
+
+
+def _near(c: CycleState, runs: list[Running], reach: dict[int, int], keys: list[tuple[str | None, str]],
+          gpus: int) -> list[Running]:
+    """The runs of a cycle-long index (`_reclaim_index`, `_lower_index`) that `_victims_for` may count for a job of
+    `gpus` GPUs per node in `keys`' buckets: those with a node there that `reach` says could free that many. It
+    passes over all others, so it chooses the same victims from these alone. Cached per (index, buckets, GPUs); a
+    run on a node the cluster no longer has stays in, as `_victims_for` reads every node of the runs it is given."""
+    key = (id(runs), tuple(keys), gpus)
+    hit = c.near.get(key)
+    if hit is None:
+        hit = c.near[key] = []
+        by_name, allowed = c.state.by_name, set(keys)
+        for run in runs:
+            for p in run.placements:
+                nf = by_name.get(p.node)
+                if nf is None or (nf.key in allowed and reach.get(nf.index, 0) >= gpus):
+                    hit.append(run)
+                    break
     return hit
 
 
