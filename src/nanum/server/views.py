@@ -12,7 +12,7 @@ from nanum.core import Job as CoreJob
 from nanum.jobfields import Job, spec
 from nanum.server.needs import job_labels, node_labels
 from nanum.server.schemas import iso
-from nanum.store import JobRow, LabRow, NodeRow, table
+from nanum.store import JobRow, NodeRow, table
 
 #: The node columns `core_node` reads beside its inventory.
 FLEET_COLUMNS = (NodeRow.owner, NodeRow.labels, NodeRow.gpu_model, NodeRow.gpu_health)
@@ -44,7 +44,8 @@ def core_node(
     )
 
 
-def core_lab(row: LabRow, used_gpu_hours: float = 0.0, decayed_usage: float = 0.0) -> Lab:
+def core_lab(row: Any, used_gpu_hours: float = 0.0, decayed_usage: float = 0.0) -> Lab:
+    """`row` is a LabRow or any row with the same column names."""
     limits = Limits(
         max_gpus=row.max_gpus, max_running_jobs=row.max_running_jobs, monthly_gpu_hours=row.monthly_gpu_hours
     )
