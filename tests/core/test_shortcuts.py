@@ -103,20 +103,27 @@ def crowded(draw: st.DrawFn) -> Snapshot:
     return snap(nodes, tuple(pending), tuple(runs), labs=labs)
 
 
-# Lab c's 3-node job waits first; lab a's 2-node job fits on n0 and n1 but waits behind it (no backfill), and
-# `reclaim` walks b's borrowers with two nodes fitting already: it looks at the cheapest (on the H100 node, no use
-# to it) and stops. Only the walk over the runs that could help would reach the one on n3.
+# Lab c's 3-node job waits first; lab a's 2-node job fits on n0 and n1 but waits behind it (no backfill). A gang
+# that fits now has nothing to reclaim: both walks leave it alone, and it waits behind job 1 holding no GPU.
 GANG_BEHIND_THE_HEAD = snap(
     (node("n0"), node("n1"), node("n2", model="H100"), node("n3")),
     (job(1, 4, lab="c", nodes=3, gpu_model="A100"), job(2, 4, lab="a", nodes=2, gpu_model="A100")),
     (running(job(10, 4, lab="b", priority=0), {"n2": (0, 1, 2, 3)}, borrowing=True),
      running(job(11, 2, lab="b", priority=5), {"n3": (0, 1)}, borrowing=True)),
     labs=(lab("a", 16), lab("b", 0), lab("c")))
+# The same with a borrower on n1, so the gang fits on n0 alone: the walk over every borrower passes over the
+# cheapest (on the H100 node, no use to it) and stops at the one on n3; the walk over those that could help
+# starts there.
+GANG_HALF_FITTING = snap(
+    GANG_BEHIND_THE_HEAD.nodes, GANG_BEHIND_THE_HEAD.pending,
+    (*GANG_BEHIND_THE_HEAD.running, running(job(12, 1, lab="b", priority=9), {"n1": (0,)}, borrowing=True)),
+    labs=tuple(GANG_BEHIND_THE_HEAD.labs.values()))
 
 
 @settings(max_examples=250, deadline=None)
 @given(st.one_of(clusters(), crowded()), policies)
 @example(GANG_BEHIND_THE_HEAD, Policy(order="fifo", backfill="none"))
+@example(GANG_HALF_FITTING, Policy(order="fifo", backfill="none"))
 def test_the_shortcuts_change_no_start_preemption_reason_or_estimate(snapshot: Snapshot, policy: Policy) -> None:
     assert schedule(snapshot, policy) == _without_shortcuts(snapshot, policy)
 

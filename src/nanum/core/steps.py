@@ -45,10 +45,17 @@ def reclaim(c: CycleState, job: Job, shape: Shape, *, first: bool, borrows: bool
     Borrowers of other labs are taken in `victim_key` order, counting what each frees on its nodes, until enough
     nodes would fit the job: so the chosen nodes are those whose most expensive victim is cheapest. Only the victims
     on the chosen nodes are preempted. A failure is remembered for the rest of the cycle: borrowers only ever become
-    fewer and free GPUs scarcer."""
+    fewer and free GPUs scarcer.
+
+    A gang that fits now (it waits only behind its partition's first blocked job, as the backfill rule says) has no
+    borrower to reclaim from: it falls through to the next step and waits with the backfill rule's reason. It must
+    not hold the free GPUs either: with no victim to stop, nothing would free more of them for it, and they would
+    only be kept from the jobs after it."""
     lab = c.snap.labs.get(job.lab)
     if borrowing or lab is None or lab.guaranteed_gpus is None or shape in c.no_reclaim:
         return False
+    if job.nodes > 1 and c.place(job, shape) is not None:
+        return False  # not remembered: a gang of this shape may no longer fit later in the cycle
     borrowers, reach = _reclaim_index(c)
     near = _near(c, borrowers, reach, shape.keys, job.gpus)
     chosen = _victims_for(c, job, shape.keys, (r for r in borrowers if r.job.lab != job.lab), reach,
@@ -125,14 +132,19 @@ def _victims_for(c: CycleState, job: Job, keys: list[tuple[str | None, str]], ru
     """Walk `runs` (cheapest victim first), counting what each frees on its nodes, until enough nodes would fit
     `job`: the chosen node indices and the victims on them, or None when even all of them are not enough. `reach`
     bounds, per node, free GPUs plus what all of `runs` there could free. `near`, when given, is `runs` less those
-    the walk would pass over (`_near`): walked instead, unless enough nodes fit already, when the first run of
-    `runs` is looked at all the same."""
+    the walk would pass over (`_near`): walked instead.
+
+    A gang first counts the nodes it fits on now; if they are enough already, no victim is needed and the answer
+    is None (no step asks for such a gang), so the victims are never an empty list. A single-node job's walk counts
+    every node, one it fits on now included."""
     allowed = set(keys)
     state = c.state
     fitting: list[int] = []
-    if job.nodes > 1:  # a single-node job that fit somewhere would have been placed already
+    if job.nodes > 1:
         fitting = [nf.index for nf in state.candidates(keys, job.gpus, True) if fits(nf, job, None)]
-    if near is not None and len(fitting) < job.nodes:
+        if len(fitting) >= job.nodes:
+            return None
+    if near is not None:
         runs = near
     freed: dict[int, list[int]] = {}  # node index -> [GPUs, CPUs, MiB] the victims so far would free
     taken: dict[int, list[Running]] = {}
