@@ -11,7 +11,7 @@ import pytest
 from nanum.server.app import create_app
 from nanum.server.context import ServerContext
 from nanum.server.schemas import UserIn
-from nanum.server.services import accounts
+from nanum.server.services import accounts, charging
 from nanum.server.settings import ServerSettings
 from nanum.store import Database
 from tests.server.asgiclient import AsgiClient, serve
@@ -48,6 +48,12 @@ def auth(token: str) -> dict[str, str]:
 
 def tick(client: AsgiClient) -> None:
     client.app.state.scheduler.tick()
+
+
+def settle(db: Database, half_life: float) -> int:
+    """What the scheduler's next tick settles: the runs not yet charged to their labs and users."""
+    with db.write() as s:
+        return charging.settle(s, half_life)
 
 
 def submit(client: AsgiClient, token: str = ALICE, **body: object) -> dict[str, object]:

@@ -8,11 +8,13 @@ from datetime import datetime
 
 import pytest
 
+from nanum.core import HistoryPredictor
+from nanum.server import snapshot
 from nanum.server.context import ServerContext
-from nanum.server.services import charging, lifecycle
+from nanum.server.services import lifecycle
 from nanum.store import JobRow
 from tests.server.asgiclient import AsgiClient
-from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, submit, tick
+from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, settle, submit, tick
 from tests.server.fakeagent import FakeAgent
 
 
@@ -266,10 +268,15 @@ def test_fair_share_usage_decays_with_the_servers_half_life(ctx: ServerContext) 
         s.add(job_row)
         s.flush()
         lifecycle.charge(s, job_row, now, outcome="completed")
-    with ctx.db.read() as s:  # the lab is charged by the scheduler's next tick, not by the heartbeat
+    with ctx.db.read() as s:  # the lab is charged by the scheduler's next tick, not by the heartbeat ...
         assert s.scalars(select(LabRow.decayed_usage).where(LabRow.name == "vision")).one() == 100.0
-    assert charging.settle(ctx.db, 10.0) == 1  # half-life 10 s: 100 then counts 50
-    assert charging.settle(ctx.db, 10.0) == 0  # a segment is charged once
+        # ... and a cycle before that counts the run all the same
+        seen = snapshot.build(s, now, 60.0, HistoryPredictor(), None, 10.0).snapshot
+    assert seen.labs["vision"].decayed_usage == pytest.approx(50.0 + 3.0)
+    assert seen.users["alice"].decayed_usage == pytest.approx(3.0)
+    assert seen.labs["vision"].used_gpu_hours == pytest.approx(3.0 / 3600)
+    assert settle(ctx.db, 10.0) == 1  # half-life 10 s: 100 then counts 50
+    assert settle(ctx.db, 10.0) == 0  # a segment is charged once
     with ctx.db.read() as s:
         lab = s.scalars(select(LabRow).where(LabRow.name == "vision")).one()
         assert lab.decayed_usage == pytest.approx(50.0 + 3.0)
@@ -397,7 +404,7 @@ def test_runs_of_one_lab_ending_at_once_are_all_charged(ctx: ServerContext) -> N
         t.start()
     for t in threads:
         t.join(timeout=30)
-    assert charging.settle(ctx.db, 1e9) == 4
+    assert settle(ctx.db, 1e9) == 4
     with ctx.db.read() as s:
         lab = s.scalars(select(LabRow).where(LabRow.name == "vision")).one()
         assert lab.decayed_usage == pytest.approx(4 * 10.0, rel=1e-6)

@@ -20,6 +20,7 @@ from nanum.server.settings import ServerSettings
 from nanum.store import Base, Database, upgrade
 from nanum.store.migrate import current_revision, downgrade, head_revision
 from tests.server.asgiclient import serve
+from tests.server.conftest import settle
 from tests.server.fakeagent import FakeAgent
 from tests.store.databases import BACKENDS, create_pg_schema, drop_pg_schema, pg_schema_database
 
@@ -161,8 +162,6 @@ def test_a_database_from_the_first_schema_upgrades_to_head_keeping_its_rows_and_
 
 
 def test_runs_charged_before_segments_were_settled_by_the_scheduler_are_not_charged_again(empty: Database) -> None:
-    from nanum.server.services import charging
-
     upgrade(empty, FIRST)
     _populate_first_schema(empty)
     upgrade(empty, "0017_tier")
@@ -171,6 +170,6 @@ def test_runs_charged_before_segments_were_settled_by_the_scheduler_are_not_char
             "INSERT INTO segments (job_id, user_id, lab_id, gpus, start, \"end\", outcome, lost_gpu_seconds) "
             f"VALUES (1, 2, 1, 1, {NOW - 7200}, {NOW - 3600}, 'completed', 0)")
     upgrade(empty)
-    assert charging.settle(empty, 3600.0) == 0
+    assert settle(empty, 3600.0) == 0
     with empty.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT gpu_seconds FROM usage").scalars().all() == [3600.0]

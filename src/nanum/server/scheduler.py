@@ -162,9 +162,8 @@ class Scheduler:
                 return None
             began = time.perf_counter()
             self.ctx.last_seen.flush(self.ctx.db)  # the sweep then reads exact times for nodes heard here
-            charging.settle(self.ctx.db, self.ctx.settings.half_life_s)  # ended runs, in their labs' usage
-            # Taken after both, so that a job started by this tick never seems to start before one it replaces
-            # ended (a run's end is written by its heartbeat, which may commit while they wait for the write lock).
+            # Taken after the flush, so that a job started by this tick never seems to start before one it replaces
+            # ended (a run's end is written by its heartbeat, which may commit while the flush waits for the lock).
             now = time.time() if now is None else now
             plan = self._read(now)
             self.core.sync(plan.snapshot)
@@ -238,6 +237,7 @@ class Scheduler:
                 woken |= stopped
                 result.preempted += bool(stopped)
             self._show_reasons(s, plan, decisions.pending, now)
+            charging.settle(s, self.ctx.settings.half_life_s)  # late: labs' and users' rows stay locked briefly
             self.budgets.check(s, plan.snapshot, now)
         return result, woken
 

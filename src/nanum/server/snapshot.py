@@ -42,8 +42,8 @@ from nanum.core import (
     expected_end,
 )
 from nanum.core.fairshare import DEFAULT_HALF_LIFE
-from nanum.server.services import eligibility
-from nanum.server.services.lifecycle import month_of, month_start
+from nanum.server.services import charging, eligibility
+from nanum.server.services.lifecycle import by_month, month_of, month_start
 from nanum.server.views import FLEET_COLUMNS, core_job, core_lab, core_node
 from nanum.store import AllocationRow, JobRow, LabRow, NodeLiveRow, NodeRow, UsageRow, UserRow
 
@@ -90,6 +90,8 @@ PENDING_COLUMNS = (JobRow.reason, JobRow.reason_code, JobRow.estimated_start,
 #: while it waits): its attained service changes only when a run ends (a preempted job is pending again with the
 #: same runs).
 JobCache = dict[tuple[Any, ...], Job]
+#: GPU-seconds by (kind, name): ("lab", LAB) or ("user", USER).
+Seconds = defaultdict[tuple[str, str], float]
 
 
 @dataclass(slots=True)
@@ -170,13 +172,14 @@ def build(
     nodes = _nodes(cache, node_rows, now, timeout, busy)
     owned = _owned_gpus(nodes)
     usage = _month_usage(s, now)
+    ended = _ended_uncharged(s, now, half_life, usage)
     snapshot = Snapshot(
         now=now,
         nodes=nodes,
         pending=tuple(job(r) for r in pending_rows),
         running=running,
-        labs=_labs(labs.values(), usage, running, running_rows, now, half_life, owned),
-        users=_users(users.values(), usage, running, running_rows, now, half_life),
+        labs=_labs(labs.values(), usage, ended, running, running_rows, now, half_life, owned),
+        users=_users(users.values(), usage, ended, running, running_rows, now, half_life),
         month=time.strftime("%B", time.gmtime(now)),
     )
     shown = {r.id: (r.reason, r.reason_code, r.estimated_start) for r in pending_rows}
@@ -241,9 +244,27 @@ def _state(row: Any, now: float, timeout: float) -> NodeState:
     return NodeState.UP if fresh and row.state == "up" else NodeState.DOWN
 
 
-def _month_usage(s: Session, now: float) -> Counter[tuple[str, str]]:
+def _month_usage(s: Session, now: float) -> Seconds:
+    """This month's GPU-seconds stored, by (kind, name)."""
     rows = s.execute(select(UsageRow.kind, UsageRow.name, UsageRow.gpu_seconds).where(UsageRow.month == month_of(now)))
-    return Counter({(kind, name): seconds for kind, name, seconds in rows})
+    out: Seconds = defaultdict(float)
+    out.update(((kind, name), seconds) for kind, name, seconds in rows)
+    return out
+
+
+def _ended_uncharged(s: Session, now: float, half_life: float, usage: Seconds
+                     ) -> Seconds:
+    """Runs that ended but are not yet charged to their lab and user (`charging.unsettled`): this month's part of
+    each is added to `usage`, and what each adds to decayed usage by `now` is returned, by (kind, name)."""
+    decayed: Seconds = defaultdict(float)
+    month = month_of(now)
+    for r in charging.unsettled(s):
+        used = r.gpus * (r.end - r.start)
+        this_month = sum(seconds for m, seconds in by_month(r.gpus, r.start, r.end) if m == month)
+        for key in (("lab", r.lab), ("user", r.user)):
+            decayed[key] += decay(used, now - r.end, half_life)
+            usage[key] += this_month
+    return decayed
 
 
 def _uncharged(running: tuple[Running, ...], rows: Any, now: float) -> list[tuple[Running, float, float]]:
@@ -271,7 +292,8 @@ def _uncharged_by(
 
 def _labs(
     rows: Any,
-    usage: Counter[tuple[str, str]],
+    usage: Seconds,
+    ended: Seconds,
     running: tuple[Running, ...],
     run_rows: Any,
     now: float,
@@ -287,7 +309,7 @@ def _labs(
         core = core_lab(
             lab,
             (usage[("lab", lab.name)] + month[lab.name]) / 3600.0,
-            decay(lab.decayed_usage, now - lab.decayed_at, half_life) + extra[lab.name],
+            decay(lab.decayed_usage, now - lab.decayed_at, half_life) + extra[lab.name] + ended[("lab", lab.name)],
         )
         if owned is not None and core.guaranteed_gpus is None:
             core = replace(core, guaranteed_gpus=owned[lab.name])
@@ -308,7 +330,8 @@ def _owned_gpus(nodes: tuple[Node, ...]) -> Counter[str] | None:
 
 def _users(
     rows: Any,
-    usage: Counter[tuple[str, str]],
+    usage: Seconds,
+    ended: Seconds,
     running: tuple[Running, ...],
     run_rows: Any,
     now: float,
@@ -322,7 +345,8 @@ def _users(
                 max_gpus=u.max_gpus, max_running_jobs=u.max_running_jobs, monthly_gpu_hours=u.monthly_gpu_hours
             ),
             used_gpu_hours=(usage[("user", u.name)] + month[u.name]) / 3600.0,
-            decayed_usage=decay(u.decayed_usage, now - u.decayed_at, half_life) + extra[u.name],
+            decayed_usage=(decay(u.decayed_usage, now - u.decayed_at, half_life) + extra[u.name]
+                           + ended[("user", u.name)]),
         )
         for u in rows
     }

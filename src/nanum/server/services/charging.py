@@ -4,9 +4,10 @@
 A heartbeat that ends a run only inserts its segment (`lifecycle.charge`). The rows charged here are shared by
 every job of a lab, so a heartbeat that updated them held them locked until it committed while every other node
 ending a job of that lab waited in line (at 300 nodes, scheduling cycles of 20 s behind those waits). Instead
-the scheduling leader settles all new segments at the start of each tick, in one short transaction: it is the one
-writer of these rows besides an admin's edits, and the tick that follows reads usage with every ended run in it.
-A segment is settled exactly once: it is charged and marked in the same transaction.
+the scheduling leader settles all new segments in each tick's write transaction (which it commits anyway): it is
+the one writer of these rows besides an admin's edits. Until then a snapshot counts the unsettled segments beside
+the usage stored (`unsettled`), so no tick decides on usage that misses a run. A segment is settled exactly
+once: it is charged and marked in the same transaction.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from sqlalchemy.orm import Session
 from nanum.core import decay
 from nanum.server.services.lifecycle import by_month
 from nanum.store import LabRow, SegmentRow, UsageRow, UserRow, table
-from nanum.store.db import Database
 
 __all__ = ["settle"]
 
@@ -29,27 +29,36 @@ __all__ = ["settle"]
 BATCH = 5000
 
 
-def settle(db: Database, half_life: float) -> int:
-    """Charge every unsettled segment to its lab and user, and mark it settled. Returns how many it settled."""
-    with db.read() as s:
-        if s.scalar(select(SegmentRow.id).where(SegmentRow.settled.is_(False)).limit(1)) is None:
-            return 0  # the common idle tick takes no write lock
-    with db.write() as s:
-        rows = s.execute(
-            select(SegmentRow.id, SegmentRow.lab_id, SegmentRow.user_id, SegmentRow.gpus, SegmentRow.start,
-                   SegmentRow.end)
-            .where(SegmentRow.settled.is_(False))
-            .order_by(SegmentRow.id)
-            .limit(BATCH)
-            .with_for_update(skip_locked=True)
-        ).all()
-        if not rows:
-            return 0
-        charged = [r for r in rows if r.end > r.start and r.gpus > 0]
-        _charge(s, LabRow, "lab", {r.lab_id for r in charged}, [(r.lab_id, r) for r in charged], half_life)
-        _charge(s, UserRow, "user", {r.user_id for r in charged}, [(r.user_id, r) for r in charged], half_life)
-        s.execute(update(SegmentRow).where(SegmentRow.id.in_([r.id for r in rows])).values(settled=True))
-        return len(rows)
+def settle(s: Session, half_life: float) -> int:
+    """Charge every unsettled segment to its lab and user, and mark it settled, in the transaction of `s` (the
+    scheduler's write). Returns how many it settled."""
+    rows = s.execute(
+        select(SegmentRow.id, SegmentRow.lab_id, SegmentRow.user_id, SegmentRow.gpus, SegmentRow.start,
+               SegmentRow.end)
+        .where(SegmentRow.settled.is_(False))
+        .order_by(SegmentRow.id)
+        .limit(BATCH)
+        .with_for_update(skip_locked=True)
+    ).all()
+    if not rows:
+        return 0
+    charged = [r for r in rows if r.end > r.start and r.gpus > 0]
+    _charge(s, LabRow, "lab", {r.lab_id for r in charged}, [(r.lab_id, r) for r in charged], half_life)
+    _charge(s, UserRow, "user", {r.user_id for r in charged}, [(r.user_id, r) for r in charged], half_life)
+    s.execute(update(SegmentRow).where(SegmentRow.id.in_([r.id for r in rows])).values(settled=True))
+    return len(rows)
+
+
+def unsettled(s: Session) -> list[Any]:
+    """The runs not yet charged to their owners: (lab, user, gpus, start, end) of each unsettled segment, for a
+    snapshot to count beside the usage stored."""
+    return list(s.execute(
+        select(LabRow.name.label("lab"), UserRow.name.label("user"), SegmentRow.gpus, SegmentRow.start,
+               SegmentRow.end)
+        .join(LabRow, LabRow.id == SegmentRow.lab_id)
+        .join(UserRow, UserRow.id == SegmentRow.user_id)
+        .where(SegmentRow.settled.is_(False), SegmentRow.end > SegmentRow.start)
+    ).all())
 
 
 def _charge(s: Session, model: type[LabRow] | type[UserRow], kind: str, ids: set[int], owed: list[tuple[int, Any]],
