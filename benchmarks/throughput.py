@@ -15,7 +15,8 @@ Figures, each printed beside Slurm 22.05 (sbatch) and Debian's task-spooler (`ts
      array submitted in one request (`--cli-only` prints just these);
   5. draining `--jobs` trivial jobs (`true`, 1 GPU each) on 8 GPUs: from the first submission until the last
      job is recorded completed, all submitted at once; and a check that none was lost.
-Targets (issue): >= 500 submissions/s via the API, median submit-to-start < 100 ms, the drain < 26 s.
+Targets: >= 500 submissions/s via the API; median submit-to-start <= 10 ms; the drain at >= 250 jobs/s (1,000
+jobs in 4 s), every state change still durable.
 
 Every job asks for `cpus=0` so that GPUs are the only limit, as in the 8-GPU-slot setups Slurm and ts were
 measured with (a 2-core test machine would otherwise run only two 1-CPU jobs at a time).
@@ -378,9 +379,11 @@ def main() -> None:
     print(f"{'nanum --help / nanum ps':<34} {help_s * 1000:>6.0f} ms / {ps_s * 1000:.0f} ms")
     print_cli(cli_figs, args.loop_jobs)
     print("(x: how many times nanum's figure beats the other; below 1 means slower)")
+    rate = args.jobs / drain_s
+    print(f"{'  drain rate':<34} {rate:>7.0f} jobs/s")
     print(f"targets: API >= 500/s {'met' if api >= 500 else 'MISSED'}; "
-          f"median start < 100 ms {'met' if figures['latency_median_s'] < 0.1 else 'MISSED'}; "
-          f"drain < 26 s {'met' if drain_s < 26 else 'MISSED'}; nothing lost {'yes' if not lost else 'NO'}")
+          f"median start <= 10 ms {'met' if figures['latency_median_s'] <= 0.01 else 'MISSED'}; "
+          f"drain >= 250 jobs/s {'met' if rate >= 250 else 'MISSED'}; nothing lost {'yes' if not lost else 'NO'}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
 
