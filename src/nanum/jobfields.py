@@ -40,7 +40,9 @@ from nanum.server.limits import (
 )
 
 __all__ = [
+    "LABEL_PATTERN",
     "MAX_TIER",
+    "NAME_PATTERN",
     "TIER_HELP",
     "Allocation",
     "Command",
@@ -86,6 +88,7 @@ TIER_HELP = ("0..9, set by admins only: every queue order puts a higher tier fir
              "decides inside a tier")
 #: A node label `key=value`, as `nanum node set --label` sets it and `--constraint` asks for it.
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,62}=[A-Za-z0-9_./-]{0,63}$"
+#: A name of a user, lab, node, environment or dataset.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 #: The name of an environment or a dataset.

@@ -9,11 +9,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from nanum.jobfields import LABEL_PATTERN, NAME_PATTERN
 from nanum.server.inputs import ApiIn
 from nanum.server.limits import MAX_GPU_HOURS, MAX_GRACE_S, MAX_QUOTA, MAX_WEIGHT
 
-Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
-NodeName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+Name = Annotated[str, Field(min_length=1, max_length=64, pattern=NAME_PATTERN)]
+NodeName = Annotated[str, Field(min_length=1, max_length=128, pattern=NAME_PATTERN)]
 
 
 def iso(t: float | None) -> str | None:
@@ -27,8 +28,6 @@ def iso(t: float | None) -> str | None:
         return None
 
 
-#: A node label `key=value`, as `nanum node set --label` sets it and `--constraint` asks for it.
-LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,62}=[A-Za-z0-9_./-]{0,63}$"
 Constraint = Annotated[str, Field(max_length=128, pattern=LABEL_PATTERN)]
 
 
