@@ -256,8 +256,12 @@ class Agent:
 
     def _wait_for(self, version: int, statuses: list[JobStatus], chunks: list[LogChunk]) -> float:
         """How long the server may hold this heartbeat: not at all when there is news or an ended job's log
-        still to send, briefly while running jobs write output (so `nanum logs -f` keeps up), else long."""
-        if version != self._sent_version:
+        still to send, briefly while running jobs write output (so `nanum logs -f` keeps up), else long.
+
+        A job that started is not news that needs an answer: the server decided it, and records the job's status
+        from a held heartbeat as from any other. Holding that heartbeat saves a round trip per start, and the
+        server's time while the new job's processes start on the same machine."""
+        if version != self._sent_version and any(s.state != "running" for s in statuses):
             return 0.0
         unsent = self._logs.unsent(statuses, chunks)
         if any(s.state != "running" for s in unsent):
