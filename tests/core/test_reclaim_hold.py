@@ -50,3 +50,15 @@ def test_a_gang_that_fits_behind_the_first_blocked_job_reclaims_nothing(
     assert [s.job_id for s in d.starts] == started
     if not started:
         assert d.pending_by_id()[3].reason == Reason(Code.QUEUED, "2 jobs ahead; waiting behind job 1")
+
+
+def test_a_borrower_on_a_node_that_left_the_cluster_frees_nothing_and_stops_no_cycle() -> None:
+    # Node gone was removed while lab b's borrower still runs there (its agent has not yet reported it stopped).
+    # Lab a's job 1 is within its guarantee but does not fit s0's 2 free GPUs; the only borrower is on the node
+    # that left, so no reclaim can help it: the cycle explains it instead of failing on the unknown node.
+    cluster = (node("s0"),)
+    runs = (running(job(10, 2, lab="a"), {"s0": (0, 1)}),
+            running(job(11, 2, lab="b"), {"gone": (0, 1)}, borrowing=True))
+    d = schedule(snap(cluster, (job(1, 4, lab="a"),), runs, labs=(lab("a", 8), lab("b", 0))), Policy(lend=True))
+    assert d.starts == () and d.preemptions == ()
+    assert d.pending_by_id()[1].reason.code is not Code.RECLAIMING

@@ -152,8 +152,8 @@ def _victims_for(c: CycleState, job: Job, keys: list[tuple[str | None, str]], ru
         if run.job.id in c.victims:
             continue
         for p in run.placements:
-            nf = state.by_name[p.node]
-            if nf.key not in allowed or reach.get(nf.index, 0) < job.gpus or nf.index in fitting:
+            nf = state.by_name.get(p.node)  # None: a node this cycle does not see (removed), which frees nothing
+            if nf is None or nf.key not in allowed or reach.get(nf.index, 0) < job.gpus or nf.index in fitting:
                 continue
             extra = freed.setdefault(nf.index, [0, 0, 0])
             extra[0] += len(p.gpus)
