@@ -14,7 +14,7 @@ import pytest
 from nanum.server.app import create_app
 from nanum.server.context import ServerContext
 from nanum.server.schemas import UserIn
-from nanum.server.services import accounts
+from nanum.server.services import accounts, logins
 from nanum.server.settings import LdapSettings, ServerSettings
 from nanum.store import Database
 from tests.directory import Directory
@@ -35,7 +35,12 @@ def directory(tmp_path: Path) -> Iterator[Directory]:
 
 
 @pytest.fixture
-def client(database: Database, tmp_path: Path, directory: Directory) -> Iterator[AsgiClient]:
+def client(database: Database, tmp_path: Path, directory: Directory, monkeypatch: pytest.MonkeyPatch
+           ) -> Iterator[AsgiClient]:
+    # A server's failed logins are counted per directory URL and name for its lifetime: a test's directory may get
+    # the port an earlier test's had, and must not inherit that test's failures.
+    monkeypatch.setattr(logins, "_failures", {})
+    monkeypatch.setattr(logins, "_checked", {})
     ldap = LdapSettings(url=directory.url, base=directory.base, bind_dn=directory.admin_dn,
                         bind_password=directory.admin_password, group_lab=GROUP_LAB, recheck_s=0,
                         token_lifetime_s=7 * 86400)
