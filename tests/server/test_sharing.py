@@ -11,7 +11,7 @@ import pytest
 from nanum.core import HistoryPredictor
 from nanum.server import snapshot
 from nanum.server.context import ServerContext
-from nanum.server.services import lifecycle
+from nanum.server.services import budgets, lifecycle
 from nanum.store import JobRow
 from tests.server.asgiclient import AsgiClient
 from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, settle, submit, tick
@@ -272,6 +272,7 @@ def test_fair_share_usage_decays_with_the_servers_half_life(ctx: ServerContext) 
         assert s.scalars(select(LabRow.decayed_usage).where(LabRow.name == "vision")).one() == 100.0
         # ... and a cycle before that counts the run all the same
         seen = snapshot.build(s, now, 60.0, HistoryPredictor(), None, 10.0).snapshot
+        assert budgets.month_seconds(s, now)[("lab", "vision")] == pytest.approx(3.0)  # and so does its budget
     assert seen.labs["vision"].decayed_usage == pytest.approx(50.0 + 3.0)
     assert seen.users["alice"].decayed_usage == pytest.approx(3.0)
     assert seen.labs["vision"].used_gpu_hours == pytest.approx(3.0 / 3600)

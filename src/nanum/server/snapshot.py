@@ -43,7 +43,7 @@ from nanum.core import (
 )
 from nanum.core.fairshare import DEFAULT_HALF_LIFE
 from nanum.server.services import charging, eligibility
-from nanum.server.services.lifecycle import by_month, month_of, month_start
+from nanum.server.services.lifecycle import month_of, month_start
 from nanum.server.views import FLEET_COLUMNS, core_job, core_lab, core_node
 from nanum.store import AllocationRow, JobRow, LabRow, NodeLiveRow, NodeRow, UsageRow, UserRow
 
@@ -260,7 +260,7 @@ def _ended_uncharged(s: Session, now: float, half_life: float, usage: Seconds
     month = month_of(now)
     for r in charging.unsettled(s):
         used = r.gpus * (r.end - r.start)
-        this_month = sum(seconds for m, seconds in by_month(r.gpus, r.start, r.end) if m == month)
+        this_month = charging.in_month(r, month)
         for key in (("lab", r.lab), ("user", r.user)):
             decayed[key] += decay(used, now - r.end, half_life)
             usage[key] += this_month

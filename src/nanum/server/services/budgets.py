@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from nanum.core import Snapshot
 from nanum.server.context import ServerContext
-from nanum.server.services import audit
+from nanum.server.services import audit, charging
 from nanum.server.services.lifecycle import month_of, month_start
 from nanum.store import AuditRow, JobRow, LabRow, UsageRow, UserRow
 
@@ -107,12 +107,18 @@ def _load(ctx: ServerContext, now: float) -> dict[Key, Budget]:
 
 
 def month_seconds(s: Session, now: float) -> defaultdict[Key, float]:
-    """GPU-seconds of this month per (kind, name): charged runs plus the running jobs' time not charged yet."""
+    """GPU-seconds of this month per (kind, name): charged runs, ended runs the scheduler has yet to charge, and the
+    running jobs' time not charged yet."""
     used: defaultdict[Key, float] = defaultdict(float)
+    month = month_of(now)
     for kind, name, seconds in s.execute(
-        select(UsageRow.kind, UsageRow.name, UsageRow.gpu_seconds).where(UsageRow.month == month_of(now))
+        select(UsageRow.kind, UsageRow.name, UsageRow.gpu_seconds).where(UsageRow.month == month)
     ):
         used[(kind, name)] += seconds
+    for r in charging.unsettled(s):
+        this_month = charging.in_month(r, month)
+        used[("lab", r.lab)] += this_month
+        used[("user", r.user)] += this_month
     first = month_start(now)
     running = s.execute(
         select(JobRow.gpus, JobRow.nodes, JobRow.charged_until, JobRow.start_time, LabRow.name, UserRow.name)

@@ -61,6 +61,11 @@ def unsettled(s: Session) -> list[Any]:
     ).all())
 
 
+def in_month(run: Any, month: str) -> float:
+    """The GPU-seconds of an unsettled run (`unsettled`) that fall in `month` (YYYY-MM)."""
+    return sum(seconds for m, seconds in by_month(run.gpus, run.start, run.end) if m == month)
+
+
 def _charge(s: Session, model: type[LabRow] | type[UserRow], kind: str, ids: set[int], owed: list[tuple[int, Any]],
             half_life: float) -> None:
     """Add each segment to its owner's decayed usage, in the order the runs ended, and to the owner's months.
