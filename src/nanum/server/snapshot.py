@@ -42,6 +42,7 @@ from nanum.core import (
     expected_end,
 )
 from nanum.core.fairshare import DEFAULT_HALF_LIFE
+from nanum.server.jobrows import JobRows
 from nanum.server.services import charging, eligibility
 from nanum.server.services.lifecycle import month_of, month_start
 from nanum.server.views import FLEET_COLUMNS, core_job, core_lab, core_node
@@ -84,12 +85,14 @@ PENDING_COLUMNS = (JobRow.reason, JobRow.reason_code, JobRow.estimated_start,
                    # what `eligibility.blocked` needs to tell which of them the core may see
                    JobRow.after.is_not(None).label("has_after"), JobRow.array_id, JobRow.array_task,
                    JobRow.array_limit)
+ROW_COLUMNS = (*JOB_COLUMNS, *RUN_COLUMNS, *PENDING_COLUMNS, JobRow.state)
 
 
-#: Core jobs of the last tick by (id, runs, attained GPU-seconds, and what `nanum modify` and `nanum top` change
-#: while it waits): its attained service changes only when a run ends (a preempted job is pending again with the
-#: same runs).
-JobCache = dict[tuple[Any, ...], Job]
+#: Core jobs of the last tick by id: the row it was made from, what of that row it depends on (runs, attained
+#: GPU-seconds, and what `nanum modify` and `nanum top` change while it waits), and the job. A row written for
+#: something else (its shown reason) keeps the job: its attained service changes only when a run ends (a preempted
+#: job is pending again with the same runs).
+JobCache = dict[int, tuple[Any, tuple[Any, ...], Job]]
 #: GPU-seconds by (kind, name): ("lab", LAB) or ("user", USER).
 Seconds = defaultdict[tuple[str, str], float]
 
@@ -104,6 +107,8 @@ class SnapshotCache:
     node_tuple: tuple[Node, ...] = ()
     #: per running job: what its `Running` is made of, and the run
     runs: dict[int, tuple[tuple[Any, ...], Running]] = field(default_factory=dict)
+    #: the pending and running jobs' rows, read as they change
+    rows: JobRows = field(default_factory=lambda: JobRows(ROW_COLUMNS))
 
 
 @dataclass(slots=True)
@@ -126,10 +131,8 @@ def build(
     # Plain rows, not ORM objects: loading every user and lab as an object was most of a tick's read at 300 nodes.
     users = {u.id: u for u in s.execute(select(*USER_COLUMNS))}
     labs = {lab.id: lab for lab in s.execute(select(*LAB_COLUMNS))}
-    running_rows = s.execute(select(*JOB_COLUMNS, *RUN_COLUMNS).where(JobRow.state == "running")).all()
-    pending_rows = s.execute(
-        select(*JOB_COLUMNS, *PENDING_COLUMNS).where(JobRow.state == "pending").order_by(JobRow.id)
-    ).all()
+    cache = cache if cache is not None else SnapshotCache()
+    running_rows, pending_rows = cache.rows.read(s)
     # dependencies, array limits, disabled accounts: not the core's to schedule
     blocked = eligibility.blocked(s, pending_rows, {u.id for u in users.values() if u.disabled})
     waiting_rows = [r for r in pending_rows if r.id in blocked]
@@ -151,13 +154,18 @@ def build(
         if node_id in names:
             held[job_id].append(Placement(names[node_id], tuple(sorted(gpus))))
 
-    cache = cache if cache is not None else SnapshotCache()
     last_jobs, jobs = cache.jobs, {}
 
     def job(row: Any) -> Job:
-        key = (row.id, row.runs, row.attained_gpu_seconds, row.submit_time, row.priority, row.tier, row.gpus,
+        kept = last_jobs.get(row.id)
+        if kept is not None and kept[0] is row:  # not written since the last tick
+            jobs[row.id] = kept
+            return kept[2]
+        key = (row.runs, row.attained_gpu_seconds, row.submit_time, row.priority, row.tier, row.gpus,
                row.time_limit_s, row.lab_id, row.name)
-        found = jobs[key] = last_jobs.get(key) or _core_job(row, users[row.user_id].name, labs[row.lab_id].name)
+        found = kept[2] if kept is not None and kept[1] == key else _core_job(
+            row, users[row.user_id].name, labs[row.lab_id].name)
+        jobs[row.id] = (row, key, found)
         return found
 
     running = _runs(cache, [(job(r), r) for r in running_rows], held, predictor)

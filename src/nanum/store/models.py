@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Float,
     ForeignKey,
@@ -169,6 +170,7 @@ class JobRow(Base):
         Index("ix_jobs_user_submit", "user_id", "submit_time"),  # a new job's burst: its user's latest jobs
         UniqueConstraint("user_id", "client_request_id", name="uq_jobs_user_request"),
         Index("ix_jobs_array", "array_id", "array_task"),
+        Index("ix_jobs_rev", "rev"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -216,6 +218,11 @@ class JobRow(Base):
     queued_at: Mapped[float | None] = mapped_column(Float)
     #: The first job of the burst it was submitted in (nanum.core.bursts); None: it is that first job, or alone.
     burst: Mapped[int | None] = mapped_column(Integer)
+    #: Written by the database on every insert and update of the row (triggers of migration 0019), never by nanum:
+    #: a write counter on SQLite, the writing transaction's id on PostgreSQL. The scheduler reads only the rows
+    #: written since its last tick (`nanum.server.jobrows`). A migration that rebuilds this table on SQLite (batch
+    #: mode) drops the triggers and must create them again (`nanum.store.revs`).
+    rev: Mapped[int] = mapped_column(BigInteger, server_default="0")
     #: The id the client gave its submission, unique per user: sent again, it returns this job (idempotency).
     client_request_id: Mapped[str | None] = mapped_column(String(64))
     #: An array task: its array's id (the first task's job id), its index, and how many tasks may run at once.

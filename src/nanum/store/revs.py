@@ -1,0 +1,65 @@
+"""Job revisions: the database stamps every job row it inserts or updates, so a reader can ask for the rows
+written since it last looked (`JobRow.rev >= mark`) instead of reading them all.
+
+- SQLite has one writer at a time: a counter in `job_revs` goes up by one for each row written, and the row gets
+  the new value. A reader's next mark is the counter as its transaction sees it, plus one.
+- PostgreSQL runs writers side by side, and a counter taken early may commit late. There the row gets the id of
+  the transaction that wrote it (`pg_current_xact_id()`: the top-level one, also inside a savepoint). Every
+  transaction with an id below a reader's snapshot's `xmin` had ended when the snapshot was taken, so its writes
+  are in it; the next mark is that `xmin`. Rows written by transactions the snapshot already saw between `xmin`
+  and the newest are read once more, which is harmless.
+
+Triggers do the stamping, so no write path of nanum can forget it. A migration that rebuilds `jobs` on SQLite
+(batch mode: copy, drop, rename) drops them with the old table and must call `create` again.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, text
+
+SQLITE = (
+    "CREATE TABLE IF NOT EXISTS job_revs (n BIGINT NOT NULL)",
+    "INSERT INTO job_revs (n) SELECT coalesce(max(rev), 0) FROM jobs WHERE NOT EXISTS (SELECT 1 FROM job_revs)",
+    # recursive triggers are off: the UPDATE in a trigger's body does not fire it again
+    """CREATE TRIGGER IF NOT EXISTS jobs_rev_insert AFTER INSERT ON jobs BEGIN
+        UPDATE job_revs SET n = n + 1;
+        UPDATE jobs SET rev = (SELECT n FROM job_revs) WHERE id = NEW.id;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS jobs_rev_update AFTER UPDATE ON jobs BEGIN
+        UPDATE job_revs SET n = n + 1;
+        UPDATE jobs SET rev = (SELECT n FROM job_revs) WHERE id = NEW.id;
+    END""",
+)
+POSTGRES = (
+    """CREATE OR REPLACE FUNCTION nanum_job_rev() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        NEW.rev := pg_current_xact_id()::text::bigint;
+        RETURN NEW;
+    END $$""",
+    "DROP TRIGGER IF EXISTS jobs_rev ON jobs",
+    "CREATE TRIGGER jobs_rev BEFORE INSERT OR UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION nanum_job_rev()",
+)
+
+
+def create(conn: Connection) -> None:
+    """Create the triggers (again) on this connection's database."""
+    for statement in SQLITE if conn.dialect.name == "sqlite" else POSTGRES:
+        conn.execute(text(statement))
+
+
+def drop(conn: Connection) -> None:
+    if conn.dialect.name == "sqlite":
+        for statement in ("DROP TRIGGER IF EXISTS jobs_rev_insert", "DROP TRIGGER IF EXISTS jobs_rev_update",
+                          "DROP TABLE IF EXISTS job_revs"):
+            conn.execute(text(statement))
+    else:
+        conn.execute(text("DROP TRIGGER IF EXISTS jobs_rev ON jobs"))
+        conn.execute(text("DROP FUNCTION IF EXISTS nanum_job_rev()"))
+
+
+def mark(conn: Connection) -> int:
+    """Where the next read of this reader starts: every row written after this transaction's snapshot has a
+    `rev` at least this. Call it first in the transaction, before the rows are read (see the module docstring)."""
+    if conn.dialect.name == "sqlite":
+        return int(conn.execute(text("SELECT n FROM job_revs")).scalar_one()) + 1
+    return int(conn.execute(text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")).scalar_one())

@@ -1,0 +1,69 @@
+"""Job revisions (`nanum.store.revs`), on SQLite and PostgreSQL: the scheduler reads only the job rows written since
+its last read, so every way of writing a job must be seen by the next read, including a write that was still in
+flight while the last read ran."""
+
+from __future__ import annotations
+
+from sqlalchemy import select, update
+
+from nanum.server.jobrows import JobRows
+from nanum.store import Database, JobRow, table
+from tests.store.test_schema import _seed
+
+COLUMNS = (JobRow.id, JobRow.state, JobRow.name, JobRow.priority)
+
+
+def _read(db: Database, rows: JobRows) -> dict[int, tuple[str, str, int]]:
+    with db.read() as s:
+        if db.is_postgres:
+            s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+        running, pending = rows.read(s)
+    return {r.id: (r.state, r.name, r.priority) for r in [*running, *pending]}
+
+
+def test_each_way_of_writing_a_job_reaches_the_next_read(database: Database) -> None:
+    _, first, second, _ = _seed(database)
+    rows = JobRows(COLUMNS)
+    assert _read(database, rows) == {first: ("running", "j0", 0), second: ("running", "j1", 0)}
+    unchanged = rows.rows[second]
+    with database.write() as s:  # a core statement, an ORM change and one inside a savepoint
+        s.execute(update(JobRow).where(JobRow.id == first).values(state="pending", name="requeued"))
+        job = s.get(JobRow, second)
+        assert job is not None
+        job.priority = 5
+    assert _read(database, rows) == {first: ("pending", "requeued", 0), second: ("running", "j1", 5)}
+    assert rows.rows[second] is not unchanged
+    kept = rows.rows[first]
+    with database.write() as s, s.begin_nested():
+        s.connection().execute(table(JobRow).update().where(JobRow.id == second).values(state="completed"))
+    assert _read(database, rows) == {first: ("pending", "requeued", 0)}
+    assert rows.rows[first] is kept  # not written since: the very same row
+
+
+def test_a_write_still_in_flight_during_a_read_is_in_the_next_one(database: Database) -> None:
+    _, first, _, _ = _seed(database)
+    rows = JobRows(COLUMNS)
+    _read(database, rows)
+    with database.write() as s:
+        s.execute(update(JobRow).where(JobRow.id == first).values(name="renamed"))
+        s.flush()
+        assert _read(database, rows)[first][1] == "j0"  # not committed yet: the read cannot see it
+    assert _read(database, rows)[first][1] == "renamed"
+
+
+def test_a_new_job_and_a_read_with_nothing_written(database: Database) -> None:
+    _, first, _, _ = _seed(database)
+    rows = JobRows(COLUMNS)
+    _read(database, rows)
+    before = dict(rows.rows)
+    _read(database, rows)
+    assert rows.rows == before and all(rows.rows[k] is before[k] for k in before)
+    with database.write() as s:
+        row = s.get(JobRow, first)
+        assert row is not None
+        values = {c.key: getattr(row, c.key) for c in JobRow.__table__.columns if c.key not in ("id", "rev")}
+        new = s.connection().execute(table(JobRow).insert().values(**{**values, "state": "pending", "name": "new"})
+                                     .returning(table(JobRow).c.id)).scalar_one()
+    assert _read(database, rows)[new] == ("pending", "new", 0)
+    with database.read() as s:
+        assert s.scalar(select(JobRow.rev).where(JobRow.id == new)) > 0
