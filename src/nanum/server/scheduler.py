@@ -5,7 +5,8 @@ It runs on events (submit, cancel, an exit reported, a node change: `Signals.pok
 
 1. take leadership (PostgreSQL: a session advisory lock, so one server schedules when several share a database);
 2. read a `Snapshot` (`nanum.server.snapshot.build`) in a read-only transaction, and feed the run-time predictor
-   the jobs that completed since the last tick;
+   the jobs that completed since the last tick; of the jobs, only the rows written since the last tick are read
+   (`nanum.server.jobrows`), the others are kept from it;
 3. `Incremental.sync(snapshot)`: the core takes in what changed since the last tick; then `Incremental.cycle`
    (the core's `schedule`, with the state it carries from tick to tick). Every tick cycles, though nothing may be
    `due` to start: the cycle also explains every pending job (its reason, place and estimated start), and those
