@@ -8,6 +8,7 @@ row that did not change is the very same object as at the last tick (the snapsho
 
 from __future__ import annotations
 
+from collections import namedtuple
 from typing import Any
 
 from sqlalchemy import select
@@ -23,25 +24,47 @@ class JobRows:
 
     def __init__(self, columns: tuple[Any, ...]) -> None:
         self.columns = columns
-        self.rows: dict[int, Any] = {}
+        self.running: dict[int, Any] = {}
+        #: in id order (the queue's order of submission)
+        self.pending: dict[int, Any] = {}
         self.mark: int | None = None
+        self._record: Any = None
+
+    @property
+    def rows(self) -> dict[int, Any]:
+        return self.running | self.pending
 
     def read(self, s: Session) -> tuple[list[Any], list[Any]]:
         """(running rows, pending rows in id order) as of `s`'s snapshot (a repeatable read on PostgreSQL)."""
         mark = revs.mark(s.connection())
         which = JobRow.state.in_(ACTIVE) if self.mark is None else JobRow.rev >= self.mark
-        query = select(*self.columns).where(which)
-        rows = self.rows
-        for row in s.execute(query):
-            if row.state in ACTIVE:
-                rows[row.id] = row
+        running, pending = self.running, self.pending
+        last = next(reversed(pending), 0)
+        unordered = False
+        result = s.execute(select(*self.columns).where(which))
+        if self._record is None:
+            self._record = namedtuple("JobRecord", result.keys())  # type: ignore[misc]
+        record = self._record._make
+        for found in result:
+            row = record(found)  # a plain tuple: reading its fields at every tick is several times cheaper
+            job_id, state = row.id, row.state
+            if state == "pending":
+                running.pop(job_id, None)
+                if job_id not in pending and job_id < last:
+                    unordered = True  # back in the queue (requeued): its place is by id
+                last = max(last, job_id)
+                pending[job_id] = row  # a row already there keeps its place
+            elif state == "running":
+                pending.pop(job_id, None)
+                running[job_id] = row
             else:
-                rows.pop(row.id, None)
+                pending.pop(job_id, None)
+                running.pop(job_id, None)
+        if unordered:
+            self.pending = pending = dict(sorted(pending.items(), key=_first))
         self.mark = mark
-        running = [r for r in rows.values() if r.state == "running"]
-        pending = sorted((r for r in rows.values() if r.state == "pending"), key=_id)
-        return running, pending
+        return list(running.values()), list(pending.values())
 
 
-def _id(row: Any) -> int:
-    return int(row.id)
+def _first(item: tuple[int, Any]) -> int:
+    return item[0]

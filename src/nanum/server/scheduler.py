@@ -279,8 +279,11 @@ class Scheduler:
         rows = []
         for p in sorted(pending, key=lambda p: p.job_id):  # rows locked in id order (see `_apply`)
             new = (p.reason.message, p.reason.code.value, p.estimated_start)
-            old = plan.shown.get(p.job_id)
-            if old is None or not _changed(old, new, now - self._shown_at.get(p.job_id, 0.0), now):
+            row = plan.shown.get(p.job_id)
+            if row is None:
+                continue
+            old = (row.reason, row.reason_code, row.estimated_start)
+            if not _changed(old, new, now - self._shown_at.get(p.job_id, 0.0), now):
                 continue
             self._shown_at[p.job_id] = now
             rows.append({"jid": p.job_id, "r": new[0], "c": new[1], "e": new[2]})

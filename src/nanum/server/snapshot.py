@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
@@ -115,7 +115,9 @@ class SnapshotCache:
 class Plan:
     snapshot: Snapshot
     node_ids: dict[str, int]
-    shown: dict[int, tuple[str | None, str | None, float | None]] = field(default_factory=dict)
+    #: the pending jobs' rows by id, with the reason and estimate each shows now (`reason`, `reason_code`,
+    #: `estimated_start`)
+    shown: Mapping[int, Any] = field(default_factory=dict)
     #: Pending jobs held back by dependencies or array limits: not the core's to schedule, but predicted all the same.
     waiting: tuple[Job, ...] = ()
 
@@ -190,9 +192,8 @@ def build(
         users=_users(users.values(), usage, ended, running, running_rows, now, half_life),
         month=time.strftime("%B", time.gmtime(now)),
     )
-    shown = {r.id: (r.reason, r.reason_code, r.estimated_start) for r in pending_rows}
     waiting = tuple(job(r) for r in waiting_rows)
-    return Plan(snapshot, {r.name: r.id for r in node_rows}, shown, waiting)
+    return Plan(snapshot, {r.name: r.id for r in node_rows}, cache.rows.pending, waiting)
 
 
 def _nodes(cache: SnapshotCache, rows: Any, now: float, timeout: float, busy: dict[str, set[int]]) -> tuple[Node, ...]:
@@ -379,7 +380,7 @@ def learn(s: Session, predictor: HistoryPredictor, after: float, limit: int = 50
 
 def _core_job(row: Any, user: str, lab: str) -> Job:
     """`core_job` for a row of `JOB_COLUMNS`, whose JSON columns come as text."""
-    values = dict(row._mapping)
+    values = row._asdict()
     for key in _JSON_COLUMNS:
         text = values.get(key)
         values[key] = json.loads(text) if text else None
