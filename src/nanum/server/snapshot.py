@@ -48,6 +48,8 @@ from nanum.server.services.lifecycle import month_of, month_start
 from nanum.server.views import FLEET_COLUMNS, core_job, core_lab, core_node
 from nanum.store import AllocationRow, JobRow, LabRow, NodeLiveRow, NodeRow, UsageRow, UserRow
 
+#: What a core job is made of: the columns `views.core_job` reads, and its runs. A row whose part here is unchanged
+#: keeps its core job from tick to tick.
 JOB_COLUMNS = (
     JobRow.id,
     JobRow.runs,
@@ -86,12 +88,11 @@ PENDING_COLUMNS = (JobRow.reason, JobRow.reason_code, JobRow.estimated_start,
                    JobRow.after.is_not(None).label("has_after"), JobRow.array_id, JobRow.array_task,
                    JobRow.array_limit)
 ROW_COLUMNS = (*JOB_COLUMNS, *RUN_COLUMNS, *PENDING_COLUMNS, JobRow.state)
+CORE_WIDTH = len(JOB_COLUMNS)
 
 
-#: Core jobs of the last tick by id: the row it was made from, what of that row it depends on (runs, attained
-#: GPU-seconds, and what `nanum modify` and `nanum top` change while it waits), and the job. A row written for
-#: something else (its shown reason) keeps the job: its attained service changes only when a run ends (a preempted
-#: job is pending again with the same runs).
+#: Core jobs of the last tick by id: the row it was made from, the part of that row the job is made of (its
+#: `JOB_COLUMNS`), and the job. A row written for something else (its shown reason) keeps the job.
 JobCache = dict[int, tuple[Any, tuple[Any, ...], Job]]
 #: GPU-seconds by (kind, name): ("lab", LAB) or ("user", USER).
 Seconds = defaultdict[tuple[str, str], float]
@@ -163,8 +164,7 @@ def build(
         if kept is not None and kept[0] is row:  # not written since the last tick
             jobs[row.id] = kept
             return kept[2]
-        key = (row.runs, row.attained_gpu_seconds, row.submit_time, row.priority, row.tier, row.gpus,
-               row.time_limit_s, row.lab_id, row.name)
+        key = row[:CORE_WIDTH]  # what the core job is made of (`JOB_COLUMNS`), not the reason it shows
         found = kept[2] if kept is not None and kept[1] == key else _core_job(
             row, users[row.user_id].name, labs[row.lab_id].name)
         jobs[row.id] = (row, key, found)
