@@ -202,7 +202,7 @@ def _nodes(cache: SnapshotCache, rows: Any, now: float, timeout: float, busy: di
     last, found = cache.nodes, {}
     for r in rows:
         key = (r.inventory, _state(r, now, timeout), frozenset(busy.get(r.name, ())),
-               repr(tuple(getattr(r, c.key) for c in FLEET_COLUMNS)))
+               tuple(getattr(r, c.key) for c in FLEET_COLUMNS))  # compared, never hashed: JSON values do
         held = last.get(r.name)
         if held is None or held[0] != key:
             held = (key, core_node(r.name, json.loads(r.inventory), key[1], key[2], r))
