@@ -85,7 +85,7 @@ def _quiet(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, now: float) -> Ou
     if any(j.state != "running" for j in hb.jobs) or ctx.last_seen.behind():
         return None
     with ctx.db.read() as s:
-        node = s.get(NodeRow, who.id)
+        node = s.execute(select(*_QUIET_NODE).where(NodeRow.id == who.id)).first()  # a plain row: no ORM object
         if node is None or node.state == "down" or node.accepted_gpus is None:
             return None
         if hb.gpu_problems and any(str(p.index) not in (node.gpu_health or {}) for p in hb.gpu_problems):
@@ -101,13 +101,18 @@ def _quiet(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, now: float) -> Ou
         version = node.desired_version or 0  # read before the desired jobs: a change between is seen as one
         desired = _recalled(ctx, node.id, version, held)
         if desired is None:
-            desired = desired_jobs(ctx, s, node, held)
+            desired = desired_jobs(ctx, s, who, held)
             _remember(ctx, node.id, version, held, desired)
         paths = environments.check_paths(ctx, s)
     ctx.last_seen.heard(who.id, now)
     runs = {job_id: (row.runs or 0, row.nodes > 1) for job_id, row in jobs.items()}  # as `joblogs.runs_on` finds them
     known = runs if all(c.job_id in runs for c in hb.logs) else None
     return _outcome(ctx, who, hb, desired, [], paths, set(), False, version, known)
+
+
+#: What `_quiet` reads of the node.
+_QUIET_NODE = (NodeRow.id, NodeRow.state, NodeRow.accepted_gpus, NodeRow.unaccepted_gpus, NodeRow.gpu_health,
+               NodeRow.inventory, NodeRow.desired_version)
 
 
 def _remember(ctx: ServerContext, node_id: int, version: int, held: dict[int, list[int]],
@@ -280,7 +285,7 @@ def _release_unheld(
     return bool(jobs)
 
 
-def desired_jobs(ctx: ServerContext, s: Session, node: NodeRow,
+def desired_jobs(ctx: ServerContext, s: Session, node: NodeRow | NodeCaller,
                  held: dict[int, list[int]] | None = None) -> list[JobLaunch]:
     """Every job that should be running on `node` now, with what its agent needs to launch it. `held`: the GPUs
     held there by job, when the caller has just read them."""
