@@ -4,6 +4,8 @@ flight while the last read ran."""
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import select, update
 
 from nanum.server.jobrows import JobRows
@@ -67,3 +69,49 @@ def test_a_new_job_and_a_read_with_nothing_written(database: Database) -> None:
     assert _read(database, rows)[new] == ("pending", "new", 0)
     with database.read() as s:
         assert s.scalar(select(JobRow.rev).where(JobRow.id == new)) > 0
+
+
+STATES = ("pending", "running", "completed", "failed", "cancelled")
+#: One write: (job index, new state or None to add a job, new priority).
+Write = tuple[int, str | None, int]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rounds=st.lists(st.lists(st.tuples(st.integers(0, 9), st.none() | st.sampled_from(STATES),
+                                          st.integers(0, 3)), max_size=6), min_size=1, max_size=6))
+def test_reading_what_changed_matches_reading_everything(database: Database, rounds: list[list[Write]]) -> None:
+    """Any mix of new jobs, state changes (requeues included) and edits, read round by round as the scheduler
+    does, gives the same running and pending rows, in the same order, as a full read at the end of each round."""
+    with database.read() as s:  # the database lives on from one example to the next
+        first = s.scalar(select(JobRow.id).order_by(JobRow.id).limit(1))
+    if first is None:
+        _, first, _, _ = _seed(database)
+    rows = JobRows(COLUMNS)
+    _read(database, rows)
+    with database.read() as s:
+        template = s.get(JobRow, first)
+        assert template is not None
+        values = {c.key: getattr(template, c.key) for c in JobRow.__table__.columns if c.key not in ("id", "rev")}
+    for writes in rounds:
+        with database.write() as s:
+            ids = list(s.scalars(select(JobRow.id).order_by(JobRow.id)))
+            for index, state, priority in writes:
+                if state is None:
+                    s.execute(table(JobRow).insert().values(**{**values, "state": "pending", "priority": priority}))
+                else:
+                    s.execute(update(JobRow).where(JobRow.id == ids[index % len(ids)])
+                              .values(state=state, priority=priority))
+        running, pending = _read_lists(database, rows)
+        with database.read() as s:
+            active = s.execute(select(*COLUMNS).where(JobRow.state.in_(("pending", "running"))).order_by(JobRow.id))
+            expected = [tuple(r) for r in active]
+        assert sorted(running) == [r for r in expected if r[1] == "running"]
+        assert pending == [r for r in expected if r[1] == "pending"]
+
+
+def _read_lists(db: Database, rows: JobRows) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    with db.read() as s:
+        if db.is_postgres:
+            s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+        running, pending = rows.read(s)
+    return [tuple(r) for r in running], [tuple(r) for r in pending]
