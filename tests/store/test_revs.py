@@ -27,19 +27,19 @@ def test_each_way_of_writing_a_job_reaches_the_next_read(database: Database) -> 
     _, first, second, _ = _seed(database)
     rows = JobRows(COLUMNS)
     assert _read(database, rows) == {first: ("running", "j0", 0), second: ("running", "j1", 0)}
-    unchanged = rows.rows[second]
+    unchanged = rows.running[second]
     with database.write() as s:  # a core statement, an ORM change and one inside a savepoint
         s.execute(update(JobRow).where(JobRow.id == first).values(state="pending", name="requeued"))
         job = s.get(JobRow, second)
         assert job is not None
         job.priority = 5
     assert _read(database, rows) == {first: ("pending", "requeued", 0), second: ("running", "j1", 5)}
-    assert rows.rows[second] is not unchanged
-    kept = rows.rows[first]
+    assert rows.running[second] is not unchanged
+    kept = rows.pending[first]
     with database.write() as s, s.begin_nested():
         s.connection().execute(table(JobRow).update().where(JobRow.id == second).values(state="completed"))
     assert _read(database, rows) == {first: ("pending", "requeued", 0)}
-    assert rows.rows[first] is kept  # not written since: the very same row
+    assert rows.pending[first] is kept  # not written since: the very same row
 
 
 def test_a_write_still_in_flight_during_a_read_is_in_the_next_one(database: Database) -> None:
@@ -57,9 +57,10 @@ def test_a_new_job_and_a_read_with_nothing_written(database: Database) -> None:
     _, first, _, _ = _seed(database)
     rows = JobRows(COLUMNS)
     _read(database, rows)
-    before = dict(rows.rows)
+    before = {**rows.running, **rows.pending}
     _read(database, rows)
-    assert rows.rows == before and all(rows.rows[k] is before[k] for k in before)
+    after = {**rows.running, **rows.pending}
+    assert after == before and all(after[k] is before[k] for k in before)
     with database.write() as s:
         row = s.get(JobRow, first)
         assert row is not None

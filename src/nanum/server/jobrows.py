@@ -30,10 +30,6 @@ class JobRows:
         self.mark: int | None = None
         self._record: Any = None
 
-    @property
-    def rows(self) -> dict[int, Any]:
-        return self.running | self.pending
-
     def read(self, s: Session) -> tuple[list[Any], list[Any]]:
         """(running rows, pending rows in id order) as of `s`'s snapshot (a repeatable read on PostgreSQL)."""
         mark = revs.mark(s.connection())
@@ -61,10 +57,6 @@ class JobRows:
                 pending.pop(job_id, None)
                 running.pop(job_id, None)
         if unordered:
-            self.pending = pending = dict(sorted(pending.items(), key=_first))
+            self.pending = pending = dict(sorted(pending.items()))  # by id: ids are unique, rows never compared
         self.mark = mark
         return list(running.values()), list(pending.values())
-
-
-def _first(item: tuple[int, Any]) -> int:
-    return item[0]

@@ -279,7 +279,7 @@ class Scheduler:
         rows = []
         for p in sorted(pending, key=lambda p: p.job_id):  # rows locked in id order (see `_apply`)
             new = (p.reason.message, p.reason.code.value, p.estimated_start)
-            row = plan.shown.get(p.job_id)
+            row = plan.pending_rows.get(p.job_id)
             if row is None:
                 continue
             old = (row.reason, row.reason_code, row.estimated_start)

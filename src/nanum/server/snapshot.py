@@ -118,7 +118,7 @@ class Plan:
     node_ids: dict[str, int]
     #: the pending jobs' rows by id, with the reason and estimate each shows now (`reason`, `reason_code`,
     #: `estimated_start`)
-    shown: Mapping[int, Any] = field(default_factory=dict)
+    pending_rows: Mapping[int, Any] = field(default_factory=dict)
     #: Pending jobs held back by dependencies or array limits: not the core's to schedule, but predicted all the same.
     waiting: tuple[Job, ...] = ()
 
