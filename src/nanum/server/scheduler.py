@@ -54,6 +54,8 @@ REASON_REFRESH_S = 10.0
 #: estimate hours away does not need every second's shift written, and a busy queue's estimates all shift at
 #: every tick (thousands of rows per tick on a large queue).
 ESTIMATE_SLACK = 0.05
+#: A tick that took this long (seconds) is followed by a pause as long, so the request threads get their turn.
+PACE_FROM_S = 0.05
 
 
 @dataclass(slots=True)
@@ -149,8 +151,11 @@ class Scheduler:
                     await asyncio.to_thread(self.tick)
                 except Exception:
                     log.exception("scheduling tick failed; retrying on the next one")
-                # Leave the other threads at least as much time as the tick took.
-                await asyncio.sleep(min(time.monotonic() - began, 0.25))
+                # After a long tick, leave the other threads at least as much time as it took. A short one
+                # holds nothing up, and waiting after it would delay the next submission's start.
+                took = time.monotonic() - began
+                if took >= PACE_FROM_S:
+                    await asyncio.sleep(min(took, 0.25))
         finally:
             self.leadership.release()
 
