@@ -44,6 +44,17 @@ def test_index_uses_the_most_specific_history() -> None:
     assert p.gittins_index(job(2, user="bob"), 0.0) == pytest.approx(1 / (9 * HOUR))
 
 
+def test_the_index_forgets_jobs_older_than_its_service_window() -> None:
+    # Five 10 GPU-hour jobs, then five 1 GPU-hour ones: a window of five knows only the recent kind.
+    recent = HistoryPredictor(service_window=5)
+    everything = HistoryPredictor(service_window=10)
+    for i, hours in enumerate([10.0] * 5 + [1.0] * 5):
+        for p in (recent, everything):
+            p.observe(job(1000 + i), hours * HOUR)
+    assert recent.gittins_index(job(1), 0.0) == pytest.approx(1 / HOUR)
+    assert everything.gittins_index(job(1), 0.0) == pytest.approx(0.5 / HOUR)
+
+
 @settings(deadline=None)  # a slow machine is not a wrong index
 @given(st.lists(st.floats(1.0, 1e6), min_size=5, max_size=60), st.floats(0.0, 2e6))
 def test_index_is_positive_and_at_most_one_over_the_shortest_remaining(runs: list[float], attained: float) -> None:

@@ -54,12 +54,12 @@ _UNKNOWN: Hashable = object()
 
 class HistoryPredictor:
     """Mean of the last `window` run times per key, most specific key first; the service distribution of the
-    last `SERVICE_WINDOW` jobs per key for `gittins_index`."""
+    last `service_window` jobs per key for `gittins_index`."""
 
     name = "history"
 
-    def __init__(self, window: int = 20) -> None:
-        self._window = window
+    def __init__(self, window: int = 20, service_window: int = SERVICE_WINDOW) -> None:
+        self._window, self._service_window = window, service_window
         self._runs: dict[Hashable, deque[float]] = {}
         self._sums: dict[Hashable, float] = {}
         self._memo: dict[tuple[str, str, str, int], float | None] = {}  # forgotten at every observation
@@ -96,7 +96,7 @@ class HistoryPredictor:
         for key in set(self._service_keys(job)):  # a job without a name has its ("ug", ...) key twice
             service = service_of.get(key)
             if service is None:
-                service = service_of[key] = deque(maxlen=SERVICE_WINDOW)
+                service = service_of[key] = deque(maxlen=self._service_window)
             service.append(run_time * job.total_gpus)
             if len(service) == MIN_SAMPLES:
                 self._chosen.clear()
