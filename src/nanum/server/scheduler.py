@@ -117,6 +117,8 @@ class Scheduler:
         self._ticked = False
         self._shown_at: dict[int, float] = {}
         self._lock = threading.Lock()
+        #: a new job asked for a tick while one ran (`poke`)
+        self._asked_during_tick = False
         self.budgets = budgets.Watch()
         self._poked: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -128,10 +130,16 @@ class Scheduler:
 
     def poke(self, new_gpu_job: bool = False) -> None:
         """Run a tick soon. Safe from any thread. A new job that needs GPUs while none is free waits for the
-        timer tick: it could not start, and a large queue makes every tick cost something. Not while a tick runs:
-        it may have read the cluster before GPUs came free (a node that just came up), and its answer is not in."""
-        if new_gpu_job and self._ticked and not self._lock.locked() and not self.core.free_gpus():
-            return
+        timer tick: it could not start, and a large queue makes every tick cost something. While a tick runs, the
+        question waits for its answer (it may have read the cluster before GPUs came free, a node that just came
+        up): the tick looks once it has applied its decisions. A stream of submissions to a full cluster so does
+        not keep the scheduler ticking back to back."""
+        if new_gpu_job and self._ticked:
+            if self._lock.locked():
+                self._asked_during_tick = True
+                return
+            if not self.core.free_gpus():
+                return
         loop, poked = self._loop, self._poked
         if loop is not None and poked is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop is closing
@@ -184,8 +192,11 @@ class Scheduler:
             self.last = result
             if self.on_tick is not None:
                 self.on_tick(result)
-
-            return result
+        # Looked at once the lock is released, so that a job submitted during any tick is looked at after it.
+        if self._asked_during_tick:
+            self._asked_during_tick = False
+            self.poke(new_gpu_job=True)
+        return result
 
     def _read(self, now: float) -> snapshot.Plan:
         with self.ctx.db.read() as s:
