@@ -161,6 +161,10 @@ def test_jobs_submitted_together_with_one_request_form_a_burst(client: AsgiClien
     assert [burst[i] for i in sweep] == [None, sweep[0], sweep[0]]
     assert burst[other_name] is None and burst[other_user] is None
     assert [job(client, i)["burst"] for i in sweep] == [None, sweep[0], sweep[0]]  # and the API says so
+    # A GPU model is part of the request: A100 jobs form their own burst, which a job of any model does not join.
+    a100 = [submit(client, command=["python", "train.py"], gpu_model="A100")["id"] for _ in range(2)]
+    anything = submit(client, command=["python", "train.py"])["id"]
+    assert [job(client, i)["burst"] for i in [*a100, anything]] == [None, a100[0], sweep[0]]
     # The scheduler sees them as one burst.
     with ctx.db.read() as s:
         plan = snapshot.build(s, time.time(), ctx.settings.node_timeout_s, HistoryPredictor())

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -26,6 +26,17 @@ from nanum.server.views import core_job, job_out
 from nanum.store import JobRow, LabRow, SegmentRow, UserRow, table
 
 INSERT_JOB = table(JobRow).insert().returning(table(JobRow).c.id)
+#: Statements of every submission, built once (building one costs about as much as running it).
+_REQUESTED = select(JobRow.id).where(JobRow.user_id == bindparam("user"),
+                                     JobRow.client_request_id == bindparam("request"))
+_LATEST_ALIKE = (
+    select(JobRow.id, JobRow.burst, JobRow.submit_time)
+    .where(JobRow.user_id == bindparam("user"), JobRow.gpus == bindparam("gpus"), JobRow.nodes == bindparam("nodes"),
+           JobRow.gpu_model.is_not_distinct_from(bindparam("model")), JobRow.name == bindparam("name"),
+           JobRow.submit_time >= bindparam("since"))
+    .order_by(JobRow.submit_time.desc(), JobRow.id.desc())
+    .limit(1)
+)
 
 #: The most log bytes one read returns; the reply's offset says where to continue.
 LOG_CHUNK = 1 << 20
@@ -126,9 +137,7 @@ def _insert_array(s: Session, row: JobRow, values: dict[str, Any], tasks: list[i
 def _requested(ctx: ServerContext, caller: Caller, request_id: str) -> dict[str, Any] | None:
     """The caller's job submitted with `request_id`, as `get_job` shows it; None when there is none."""
     with ctx.db.read() as s:
-        found = s.scalar(
-            select(JobRow.id).where(JobRow.user_id == caller.id, JobRow.client_request_id == request_id)
-        )
+        found = s.connection().execute(_REQUESTED, {"user": caller.id, "request": request_id}).scalar()
     return None if found is None else get_job(ctx, caller, found)
 
 
@@ -136,14 +145,9 @@ def _burst(s: Session, row: JobRow) -> int | None:
     """The burst `row` joins, by the core's rule (`nanum.core.bursts.joins`) applied to its user's latest job with
     the same request (`nanum.core.bursts.request`: GPUs, nodes, GPU model, name); only jobs within BURST_GAP are
     read, since no older one can be joined."""
-    last = s.execute(
-        select(JobRow.id, JobRow.burst, JobRow.submit_time)
-        .where(JobRow.user_id == row.user_id, JobRow.gpus == row.gpus, JobRow.nodes == row.nodes,
-               JobRow.gpu_model.is_(None) if row.gpu_model is None else JobRow.gpu_model == row.gpu_model,
-               JobRow.name == row.name, JobRow.submit_time >= row.submit_time - BURST_GAP)
-        .order_by(JobRow.submit_time.desc(), JobRow.id.desc())
-        .limit(1)
-    ).first()
+    last = s.connection().execute(_LATEST_ALIKE, {
+        "user": row.user_id, "gpus": row.gpus, "nodes": row.nodes, "model": row.gpu_model, "name": row.name,
+        "since": row.submit_time - BURST_GAP}).first()
     found = None if last is None else (JobId(last.id), None if last.burst is None else JobId(last.burst),
                                        float(last.submit_time))
     burst = joins(found, row.submit_time)
