@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Text, cast, select
+from sqlalchemy import Text, bindparam, cast, select
 from sqlalchemy.orm import Session
 
 from nanum.core import (
@@ -236,7 +236,7 @@ def _busy_outside(
     s: Session, names: dict[int, str], running: tuple[Running, ...], busy: dict[str, set[int]], since: float
 ) -> None:
     """Add the free GPUs on which a fresh reading found a process that no job owns (someone bypassing nanum)."""
-    rogue = s.execute(select(NodeLiveRow.node_id, NodeLiveRow.rogue).where(NodeLiveRow.time >= since)).all()
+    rogue = s.connection().execute(_ROGUE_SINCE, {"since": since}).all()
     if not any(gpus for _, gpus in rogue):
         return
     held = {(p.node, g) for run in running for p in run.placements for g in p.gpus}
@@ -255,7 +255,7 @@ def _state(row: Any, now: float, timeout: float) -> NodeState:
 
 def _month_usage(s: Session, now: float) -> Seconds:
     """This month's GPU-seconds stored, by (kind, name)."""
-    rows = s.execute(select(UsageRow.kind, UsageRow.name, UsageRow.gpu_seconds).where(UsageRow.month == month_of(now)))
+    rows = s.connection().execute(_MONTH_USAGE, {"month": month_of(now)})
     out: Seconds = defaultdict(float)
     out.update(((kind, name), seconds) for kind, name, seconds in rows)
     return out
@@ -363,19 +363,25 @@ def _users(
 
 def learn(s: Session, predictor: HistoryPredictor, after: float, limit: int = 5000) -> float:
     """Feed the predictor the jobs that completed after `after`; returns the new watermark."""
-    rows = s.execute(
-        select(*JOB_COLUMNS, JobRow.start_time, JobRow.end_time, UserRow.name.label("user_name"),
-               LabRow.name.label("lab_name"))
-        .join(UserRow, UserRow.id == JobRow.user_id)
-        .join(LabRow, LabRow.id == JobRow.lab_id)
-        .where(JobRow.state == "completed", JobRow.end_time > after)
-        .order_by(JobRow.end_time.desc())
-        .limit(limit)
-    ).all()
+    rows = s.connection().execute(_COMPLETED_SINCE, {"after": after, "limit": limit}).all()
     for row in reversed(rows):
         if row.start_time is not None:
             predictor.observe(_core_job(row, row.user_name, row.lab_name), row.end_time - row.start_time)
     return max((r.end_time for r in rows), default=after)
+
+
+#: Statements of every tick, built once (building one costs about as much as running it).
+_COMPLETED_SINCE = (
+    select(*JOB_COLUMNS, JobRow.start_time, JobRow.end_time, UserRow.name.label("user_name"),
+           LabRow.name.label("lab_name"))
+    .join(UserRow, UserRow.id == JobRow.user_id)
+    .join(LabRow, LabRow.id == JobRow.lab_id)
+    .where(JobRow.state == "completed", JobRow.end_time > bindparam("after"))
+    .order_by(JobRow.end_time.desc())
+    .limit(bindparam("limit"))
+)
+_MONTH_USAGE = select(UsageRow.kind, UsageRow.name, UsageRow.gpu_seconds).where(UsageRow.month == bindparam("month"))
+_ROGUE_SINCE = select(NodeLiveRow.node_id, NodeLiveRow.rogue).where(NodeLiveRow.time >= bindparam("since"))
 
 
 def _core_job(row: Any, user: str, lab: str) -> Job:

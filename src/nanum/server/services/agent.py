@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from nanum.protocol import EnvironmentSpec, Heartbeat, HeartbeatReply, JobLaunch, JobStatus
@@ -220,12 +220,14 @@ def _record_node(ctx: ServerContext, s: Session, node: NodeRow, hb: Heartbeat, n
     return changed or came_up
 
 
+#: Built once (building it costs about as much as running it): a heartbeat that writes reads it twice.
+_HELD = select(AllocationRow.job_id, AllocationRow.gpu_index).where(AllocationRow.node_id == bindparam("node"))
+
+
 def _held(s: Session, node_id: int) -> dict[int, list[int]]:
     """GPUs held on the node by job; a job that needs no GPU there maps to an empty list."""
     held: dict[int, list[int]] = defaultdict(list)
-    for job_id, gpu in s.execute(
-        select(AllocationRow.job_id, AllocationRow.gpu_index).where(AllocationRow.node_id == node_id)
-    ):
+    for job_id, gpu in s.connection().execute(_HELD, {"node": node_id}):
         gpus = held[job_id]
         if gpu is not None:
             gpus.append(gpu)

@@ -32,33 +32,21 @@ BATCH = 5000
 def settle(s: Session, half_life: float) -> int:
     """Charge every unsettled segment to its lab and user, and mark it settled, in the transaction of `s` (the
     scheduler's write). Returns how many it settled."""
-    rows = s.execute(
-        select(SegmentRow.id, SegmentRow.lab_id, SegmentRow.user_id, SegmentRow.gpus, SegmentRow.start,
-               SegmentRow.end)
-        .where(SegmentRow.settled.is_(False))
-        .order_by(SegmentRow.id)
-        .limit(BATCH)
-        .with_for_update(skip_locked=True)
-    ).all()
+    conn = s.connection()
+    rows = conn.execute(_TO_SETTLE).all()
     if not rows:
         return 0
     charged = [r for r in rows if r.end > r.start and r.gpus > 0]
     _charge(s, LabRow, "lab", {r.lab_id for r in charged}, [(r.lab_id, r) for r in charged], half_life)
     _charge(s, UserRow, "user", {r.user_id for r in charged}, [(r.user_id, r) for r in charged], half_life)
-    s.execute(update(SegmentRow).where(SegmentRow.id.in_([r.id for r in rows])).values(settled=True))
+    conn.execute(_MARK_SETTLED, {"ids": [r.id for r in rows]})
     return len(rows)
 
 
 def unsettled(s: Session) -> list[Any]:
     """The runs not yet charged to their owners: (lab, user, gpus, start, end) of each unsettled segment, for a
     snapshot to count beside the usage stored."""
-    return list(s.execute(
-        select(LabRow.name.label("lab"), UserRow.name.label("user"), SegmentRow.gpus, SegmentRow.start,
-               SegmentRow.end)
-        .join(LabRow, LabRow.id == SegmentRow.lab_id)
-        .join(UserRow, UserRow.id == SegmentRow.user_id)
-        .where(SegmentRow.settled.is_(False), SegmentRow.end > SegmentRow.start)
-    ).all())
+    return list(s.connection().execute(_UNSETTLED).all())
 
 
 def in_month(run: Any, month: str) -> float:
@@ -72,9 +60,8 @@ def _charge(s: Session, model: type[LabRow] | type[UserRow], kind: str, ids: set
     Rows are locked in id order (FOR NO KEY UPDATE: a new segment's foreign-key check, KEY SHARE, still passes)."""
     if not ids:
         return
-    rows = {row.id: [row.name, row.decayed_usage, row.decayed_at] for row in s.execute(
-        select(model.id, model.name, model.decayed_usage, model.decayed_at)
-        .where(model.id.in_(sorted(ids))).order_by(model.id).with_for_update(key_share=True))}
+    rows = {row.id: [row.name, row.decayed_usage, row.decayed_at]
+            for row in s.connection().execute(_OWNERS[kind], {"ids": sorted(ids)})}
     months: dict[tuple[str, str], float] = defaultdict(float)
     for owner_id, seg in sorted(owed, key=lambda pair: (pair[0], pair[1].end)):
         row = rows.get(owner_id)
@@ -108,3 +95,24 @@ def _add_usage(s: Session, month: str, kind: str, name: str, seconds: float) -> 
 
 USAGE = table(UsageRow)
 _UPSERTS: dict[str, Any] = {}
+
+# Statements of every tick, built once (building one costs about as much as running it).
+_TO_SETTLE = (
+    select(SegmentRow.id, SegmentRow.lab_id, SegmentRow.user_id, SegmentRow.gpus, SegmentRow.start, SegmentRow.end)
+    .where(SegmentRow.settled.is_(False))
+    .order_by(SegmentRow.id)
+    .limit(BATCH)
+    .with_for_update(skip_locked=True)
+)
+_MARK_SETTLED = update(SegmentRow).where(SegmentRow.id.in_(bindparam("ids", expanding=True))).values(settled=True)
+_UNSETTLED = (
+    select(LabRow.name.label("lab"), UserRow.name.label("user"), SegmentRow.gpus, SegmentRow.start, SegmentRow.end)
+    .join(LabRow, LabRow.id == SegmentRow.lab_id)
+    .join(UserRow, UserRow.id == SegmentRow.user_id)
+    .where(SegmentRow.settled.is_(False), SegmentRow.end > SegmentRow.start)
+)
+_OWNERS = {
+    kind: select(model.id, model.name, model.decayed_usage, model.decayed_at)
+    .where(model.id.in_(bindparam("ids", expanding=True))).order_by(model.id).with_for_update(key_share=True)
+    for kind, model in (("lab", LabRow), ("user", UserRow))
+}

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from nanum.store import JobRow, UserRow
@@ -254,14 +254,17 @@ def dependents(s: Session, job: JobRow) -> list[JobRow]:
     names = {str(job.id)}
     if job.array_id is not None:
         names |= {str(job.array_id), f"{job.array_id}_{job.array_task}"}
-    rows = s.scalars(
-        select(JobRow)
-        .where(JobRow.state.in_(("pending", "held")), JobRow.after.is_not(None), JobRow.id > min(
-            job.id, job.array_id or job.id))
-        .order_by(JobRow.id)
-        .with_for_update()
-    ).all()
+    rows = s.scalars(_DEPENDENTS, {"after_id": min(job.id, job.array_id or job.id)}).all()
     return [r for r in rows if any(target in names for _, target in r.after or ())]
+
+
+#: Built once (building it costs about as much as running it): every job that ends looks for its dependents.
+_DEPENDENTS = (
+    select(JobRow)
+    .where(JobRow.state.in_(("pending", "held")), JobRow.after.is_not(None), JobRow.id > bindparam("after_id"))
+    .order_by(JobRow.id)
+    .with_for_update()
+)
 
 
 def settle(s: Session, job: JobRow, now: float, cancel: Any) -> None:

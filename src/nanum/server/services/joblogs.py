@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from nanum.protocol import LogChunk
 from nanum.server.context import ServerContext
@@ -53,13 +53,18 @@ def write_logs(ctx: ServerContext, node: str, chunks: list[LogChunk], mentioned:
 _LOG_LOCK = threading.Lock()
 
 
+#: Built once: every heartbeat that carries output asks.
+_RUNS = select(JobRow.id, JobRow.allocation, JobRow.runs, JobRow.nodes).where(
+    JobRow.id.in_(bindparam("ids", expanding=True)))
+
+
 def runs_on(ctx: ServerContext, node: str, ids: set[int]) -> dict[int, tuple[int, bool]]:
     """Job id → (run number, whether it runs on several nodes), for those of `ids` whose current allocation is on
     `node`."""
     if not ids:
         return {}
     with ctx.db.read() as s:
-        rows = s.execute(select(JobRow.id, JobRow.allocation, JobRow.runs, JobRow.nodes).where(JobRow.id.in_(ids)))
+        rows = s.connection().execute(_RUNS, {"ids": sorted(ids)})
         return {job_id: (runs or 0, nodes > 1) for job_id, alloc, runs, nodes in rows
                 if any(a.get("node") == node for a in alloc or ())}
 
