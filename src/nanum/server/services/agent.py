@@ -56,7 +56,7 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         held = _held(s, node.id)
         acks, woken, freed = _record_jobs(s, node, hb, held, now)
         poke = poke or bool(acks) or bool(woken) or freed
-        version = s.scalar(select(NodeRow.desired_version).where(NodeRow.id == node.id)) or 0
+        version = s.connection().execute(_DESIRED_VERSION, {"node": node.id}).scalar() or 0
         held_now = _held(s, node.id)  # as the jobs' reports left them
         desired = desired_jobs(ctx, s, node, held_now)
         _remember(ctx, node.id, version, held_now, desired)
@@ -85,7 +85,7 @@ def _quiet(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, now: float) -> Ou
     if any(j.state != "running" for j in hb.jobs) or ctx.last_seen.behind():
         return None
     with ctx.db.read() as s:
-        node = s.execute(select(*_QUIET_NODE).where(NodeRow.id == who.id)).first()  # a plain row: no ORM object
+        node = s.connection().execute(_QUIET_NODE, {"node": who.id}).first()  # a plain row: no ORM object
         if node is None or node.state == "down" or node.accepted_gpus is None:
             return None
         if hb.gpu_problems and any(str(p.index) not in (node.gpu_health or {}) for p in hb.gpu_problems):
@@ -110,9 +110,11 @@ def _quiet(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, now: float) -> Ou
     return _outcome(ctx, who, hb, desired, [], paths, set(), False, version, known)
 
 
-#: What `_quiet` reads of the node.
-_QUIET_NODE = (NodeRow.id, NodeRow.state, NodeRow.accepted_gpus, NodeRow.unaccepted_gpus, NodeRow.gpu_health,
-               NodeRow.inventory, NodeRow.desired_version)
+#: What `_quiet` reads of the node (statements every heartbeat runs are built once: building one costs about as
+#: much as running it).
+_QUIET_NODE = select(NodeRow.id, NodeRow.state, NodeRow.accepted_gpus, NodeRow.unaccepted_gpus, NodeRow.gpu_health,
+                     NodeRow.inventory, NodeRow.desired_version).where(NodeRow.id == bindparam("node"))
+_DESIRED_VERSION = select(NodeRow.desired_version).where(NodeRow.id == bindparam("node"))
 
 
 def _remember(ctx: ServerContext, node_id: int, version: int, held: dict[int, list[int]],
@@ -134,17 +136,19 @@ def _held_key(held: dict[int, list[int]]) -> HeldGpus:
     return tuple(sorted((job_id, tuple(sorted(gpus))) for job_id, gpus in held.items()))
 
 
+_HELD_JOBS = (
+    select(AllocationRow.gpu_index, JobRow.id, JobRow.state, JobRow.stop, JobRow.pid, JobRow.session_address,
+           JobRow.last_checkpoint, JobRow.runs, JobRow.nodes)
+    .join(JobRow, JobRow.id == AllocationRow.job_id)
+    .where(AllocationRow.node_id == bindparam("node"))
+)
+
+
 def _held_jobs(s: Session, node_id: int) -> tuple[dict[int, list[int]], dict[int, Any]]:
     """`_held`, and what a heartbeat may change of each job holding GPUs here, in one query."""
     held: dict[int, list[int]] = defaultdict(list)
     jobs: dict[int, Any] = {}
-    query = (
-        select(AllocationRow.gpu_index, JobRow.id, JobRow.state, JobRow.stop, JobRow.pid, JobRow.session_address,
-               JobRow.last_checkpoint, JobRow.runs, JobRow.nodes)
-        .join(JobRow, JobRow.id == AllocationRow.job_id)
-        .where(AllocationRow.node_id == node_id)
-    )
-    for row in s.execute(query):
+    for row in s.connection().execute(_HELD_JOBS, {"node": node_id}):
         gpus = held[row.id]
         if row.gpu_index is not None:
             gpus.append(row.gpu_index)
@@ -287,6 +291,15 @@ def _release_unheld(
     return bool(jobs)
 
 
+_DESIRED = (
+    select(JobRow, UserRow.name, UserRow.unix_user, LabRow.grace_s)
+    .join(UserRow, UserRow.id == JobRow.user_id)
+    .join(LabRow, LabRow.id == JobRow.lab_id)
+    .where(JobRow.id.in_(bindparam("ids", expanding=True)), JobRow.state == "running", JobRow.stop.is_(None))
+    .order_by(JobRow.id)
+)
+
+
 def desired_jobs(ctx: ServerContext, s: Session, node: NodeRow | NodeCaller,
                  held: dict[int, list[int]] | None = None) -> list[JobLaunch]:
     """Every job that should be running on `node` now, with what its agent needs to launch it. `held`: the GPUs
@@ -294,14 +307,7 @@ def desired_jobs(ctx: ServerContext, s: Session, node: NodeRow | NodeCaller,
     held = _held(s, node.id) if held is None else held
     if not held:
         return []
-    query = (
-        select(JobRow, UserRow.name, UserRow.unix_user, LabRow.grace_s)
-        .join(UserRow, UserRow.id == JobRow.user_id)
-        .join(LabRow, LabRow.id == JobRow.lab_id)
-        .where(JobRow.id.in_(list(held)), JobRow.state == "running", JobRow.stop.is_(None))
-        .order_by(JobRow.id)
-    )
-    rows = s.execute(query).all()
+    rows = s.execute(_DESIRED, {"ids": list(held)}).all()
     hosts = _hosts(s, rows)
     default = ctx.settings.grace_s
     return [
