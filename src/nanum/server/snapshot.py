@@ -132,24 +132,20 @@ def build(
     half_life: float = DEFAULT_HALF_LIFE,
 ) -> Plan:
     # Plain rows, not ORM objects: loading every user and lab as an object was most of a tick's read at 300 nodes.
-    users = {u.id: u for u in s.execute(select(*USER_COLUMNS))}
-    labs = {lab.id: lab for lab in s.execute(select(*LAB_COLUMNS))}
+    conn = s.connection()
+    users = {u.id: u for u in conn.execute(_USERS)}
+    labs = {lab.id: lab for lab in conn.execute(_LABS)}
     cache = cache if cache is not None else SnapshotCache()
     running_rows, pending_rows = cache.rows.read(s)
     # dependencies, array limits, disabled accounts: not the core's to schedule
     blocked = eligibility.blocked(s, pending_rows, {u.id for u in users.values() if u.disabled})
     waiting_rows = [r for r in pending_rows if r.id in blocked]
     pending_rows = [r for r in pending_rows if r.id not in blocked]
-    node_rows = s.execute(
-        select(NodeRow.id, NodeRow.name, cast(NodeRow.inventory, Text).label("inventory"), NodeRow.state,
-               NodeRow.last_seen, *FLEET_COLUMNS)
-        .where(NodeRow.inventory.is_not(None))
-        .order_by(NodeRow.name)
-    ).all()
+    node_rows = conn.execute(_NODES).all()
     names = {r.id: r.name for r in node_rows}
     held: dict[int, list[Placement]] = defaultdict(list)
     by_job: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for job_id, node_id, gpu in s.execute(select(AllocationRow.job_id, AllocationRow.node_id, AllocationRow.gpu_index)):
+    for job_id, node_id, gpu in conn.execute(_ALLOCATIONS):
         gpus = by_job[(job_id, node_id)]  # a job that needs no GPU on the node still holds its CPUs and memory
         if gpu is not None:
             gpus.append(gpu)
@@ -371,6 +367,15 @@ def learn(s: Session, predictor: HistoryPredictor, after: float, limit: int = 50
 
 
 #: Statements of every tick, built once (building one costs about as much as running it).
+_USERS = select(*USER_COLUMNS)
+_LABS = select(*LAB_COLUMNS)
+_NODES = (
+    select(NodeRow.id, NodeRow.name, cast(NodeRow.inventory, Text).label("inventory"), NodeRow.state,
+           NodeRow.last_seen, *FLEET_COLUMNS)
+    .where(NodeRow.inventory.is_not(None))
+    .order_by(NodeRow.name)
+)
+_ALLOCATIONS = select(AllocationRow.job_id, AllocationRow.node_id, AllocationRow.gpu_index)
 _COMPLETED_SINCE = (
     select(*JOB_COLUMNS, JobRow.start_time, JobRow.end_time, UserRow.name.label("user_name"),
            LabRow.name.label("lab_name"))
