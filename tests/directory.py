@@ -94,6 +94,7 @@ class Directory:
                 self.proc.wait(timeout=10)
             if self.proc.poll() is None:
                 self.proc.kill()
+                self.proc.wait(timeout=10)  # reaped: no process left behind for the interpreter to warn about
 
     def _answers(self) -> bool:
         with socket.socket() as s:

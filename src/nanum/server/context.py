@@ -28,12 +28,14 @@ V = TypeVar("V")
 
 
 class TtlCache(Generic[K, V]):
-    """A thread-safe map whose entries expire `ttl` seconds after they were stored."""
+    """A thread-safe map whose entries expire `ttl` seconds after they were stored. `get_or_load` loads a missing or
+    expired entry once however many threads ask for it at the same time."""
 
     def __init__(self, ttl: float, maxsize: int = 10_000) -> None:
         self.ttl, self.maxsize = ttl, maxsize
         self._items: dict[K, tuple[float, V]] = {}
         self._lock = threading.Lock()
+        self._loading: dict[K, threading.Lock] = {}
 
     def get(self, key: K) -> V | None:
         item = self._items.get(key)
@@ -42,11 +44,35 @@ class TtlCache(Generic[K, V]):
         return item[1]
 
     def get_or_load(self, key: K, load: Callable[[], V]) -> V:
-        value = self.get(key)
-        if value is None:
+        """The entry, loaded if missing or expired. While one thread loads an expired entry, the others are given
+        the expired value; where there is none (never loaded, or cleared), they wait for the load. (At 1,000
+        nodes, ten submissions at once each reading the whole fleet when its entry expired took a sixth of the
+        server's time.)"""
+        item = self._items.get(key)
+        if item is not None and item[0] >= time.monotonic():
+            return item[1]
+        with self._lock:
+            loading = self._loading.get(key)
+            mine = loading is None
+            if mine:
+                loading = self._loading[key] = threading.Lock()
+                loading.acquire()
+        assert loading is not None
+        if not mine:
+            if item is not None:
+                return item[1]
+            with loading:  # released once the value is in
+                pass
+            value = self.get(key)
+            return value if value is not None else self.get_or_load(key, load)
+        try:
             value = load()
             self.put(key, value)
-        return value
+            return value
+        finally:
+            with self._lock:
+                del self._loading[key]
+            loading.release()
 
     def put(self, key: K, value: V) -> None:
         with self._lock:
@@ -66,6 +92,9 @@ class Caches:
     #: node is removed or given a new token; another server sharing the database, within the minute)
     node_tokens: TtlCache[str, object] = field(default_factory=lambda: TtlCache(60.0))
     nodes: TtlCache[str, object] = field(default_factory=lambda: TtlCache(5.0))
+    #: the core nodes `nodes` was last loaded with, by name, each with the row it was made from: a reload makes new
+    #: ones only for the rows that changed (`nanum.server.services.catalog`)
+    node_objects: dict[str, tuple[tuple[object, ...], object]] = field(default_factory=dict)
     labs: TtlCache[str, object] = field(default_factory=lambda: TtlCache(5.0))
     budgets: TtlCache[str, object] = field(default_factory=lambda: TtlCache(3.0))
     #: each node's desired jobs as last sent, by node id, with the node's desired version and the GPUs its jobs

@@ -1,0 +1,69 @@
+"""The server's read caches: an entry many threads ask for at once is loaded once, and an expired one keeps
+serving while its successor loads."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from nanum.server.context import TtlCache
+
+
+def test_threads_asking_at_once_load_a_missing_entry_once() -> None:
+    cache: TtlCache[str, int] = TtlCache(60.0)
+    loads = 0
+    gate = threading.Event()
+
+    def load() -> int:
+        nonlocal loads
+        loads += 1
+        gate.wait(5)
+        return 42
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = [pool.submit(cache.get_or_load, "all", load) for _ in range(8)]
+        time.sleep(0.2)  # every thread is waiting on the one load by now
+        gate.set()
+        assert [a.result(timeout=10) for a in answers] == [42] * 8
+    assert loads == 1
+
+
+def test_an_expired_entry_serves_while_one_thread_loads_its_successor() -> None:
+    cache: TtlCache[str, int] = TtlCache(0.05)
+    cache.put("all", 1)
+    time.sleep(0.1)  # expired
+    started, gate = threading.Event(), threading.Event()
+
+    def slow() -> int:
+        started.set()
+        gate.wait(5)
+        return 2
+
+    with ThreadPoolExecutor(1) as pool:
+        loading = pool.submit(cache.get_or_load, "all", slow)
+        assert started.wait(5)
+        assert cache.get_or_load("all", lambda: 99) == 1  # not a second load: the last value meanwhile
+        gate.set()
+        assert loading.result(timeout=10) == 2
+    assert cache.get_or_load("all", lambda: 99) == 2
+
+
+def test_a_failed_load_is_tried_again_by_the_next_caller() -> None:
+    cache: TtlCache[str, int] = TtlCache(60.0)
+
+    def broken() -> int:
+        raise RuntimeError("database away")
+
+    with pytest.raises(RuntimeError, match="database away"):
+        cache.get_or_load("all", broken)
+    assert cache.get_or_load("all", lambda: 7) == 7
+
+
+def test_a_cleared_entry_is_loaded_anew() -> None:
+    cache: TtlCache[str, int] = TtlCache(60.0)
+    assert cache.get_or_load("all", lambda: 1) == 1
+    cache.clear()
+    assert cache.get_or_load("all", lambda: 2) == 2
