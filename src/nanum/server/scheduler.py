@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import anyio.to_thread
 from sqlalchemy import bindparam, func, or_, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
@@ -55,14 +54,8 @@ REASON_REFRESH_S = 10.0
 #: estimate hours away does not need every second's shift written, and a busy queue's estimates all shift at
 #: every tick (thousands of rows per tick on a large queue).
 ESTIMATE_SLACK = 0.05
-#: A tick that took this long (seconds) is followed by a pause `PACE` times as long (at most `PACE_MAX_S`), so the
-#: requests get their turn: costly ticks take at most a third of the server's time.
+#: A tick that took this long (seconds) is followed by a pause as long, so the request threads get their turn.
 PACE_FROM_S = 0.05
-PACE = 2.0
-PACE_MAX_S = 0.5
-#: After a tick that used this much CPU time (seconds), the next one goes first (see `Scheduler.run`). A cheaper
-#: tick loses little to the requests, and holding them up for it slowed a one-node queue's intake.
-FIRST_FROM_S = 0.02
 
 
 @dataclass(slots=True)
@@ -72,8 +65,6 @@ class TickResult:
     requeued_nodes: int = 0
     pending: int = 0
     seconds: float = 0.0
-    #: the tick's own CPU time (its thread's)
-    cpu_seconds: float = 0.0
 
 
 class Leadership:
@@ -155,16 +146,8 @@ class Scheduler:
                 loop.call_soon_threadsafe(poked.set)
 
     async def run(self) -> None:
-        """Tick on every poke and at least every `tick_interval_s`, until cancelled.
-
-        Where ticks are costly (`FIRST_FROM_S`), requests wait for a worker thread while one runs: the pool
-        shrinks to one (those already in a thread finish). Request threads and the tick share one interpreter
-        lock, and under load ten threads of heartbeats and submissions took turns with a tick, stretching it
-        six-fold (46 ms of its own CPU time, 286 ms from start to end, at 300 nodes). Every job's start waits for
-        a tick, so it goes first; a long tick is followed by a pause twice as long, in which requests have the
-        interpreter."""
+        """Tick on every poke and at least every `tick_interval_s`, until cancelled."""
         self._loop, self._poked = asyncio.get_running_loop(), asyncio.Event()
-        workers = anyio.to_thread.current_default_thread_limiter()
         interval = self.ctx.settings.tick_interval_s
         try:
             while True:
@@ -172,20 +155,15 @@ class Scheduler:
                     await asyncio.wait_for(self._poked.wait(), timeout=interval)
                 self._poked.clear()
                 began = time.monotonic()
-                threads = workers.total_tokens
-                if self.last is not None and self.last.cpu_seconds >= FIRST_FROM_S:
-                    workers.total_tokens = 1
                 try:
                     await asyncio.to_thread(self.tick)
                 except Exception:
                     log.exception("scheduling tick failed; retrying on the next one")
-                finally:
-                    workers.total_tokens = threads
-                # After a long tick, leave the requests twice the time it took. A short one holds nothing up, and
-                # waiting after it would delay the next submission's start.
+                # After a long tick, leave the other threads at least as much time as it took. A short one
+                # holds nothing up, and waiting after it would delay the next submission's start.
                 took = time.monotonic() - began
                 if took >= PACE_FROM_S:
-                    await asyncio.sleep(min(PACE * took, PACE_MAX_S))
+                    await asyncio.sleep(min(took, 0.25))
         finally:
             self.leadership.release()
 
@@ -196,7 +174,7 @@ class Scheduler:
         with self._lock:
             if not self.leadership.held():
                 return None
-            began, cpu = time.perf_counter(), time.thread_time()
+            began = time.perf_counter()
             self.ctx.last_seen.flush(self.ctx.db)  # the sweep then reads exact times for nodes heard here
             # Taken after the flush, so that a job started by this tick never seems to start before one it replaces
             # ended (a run's end is written by its heartbeat, which may commit while the flush waits for the lock).
@@ -210,7 +188,7 @@ class Scheduler:
             self._explain(plan)
             self._ticked = True
             self.ctx.signals.wake(woken)
-            result.seconds, result.cpu_seconds = time.perf_counter() - began, time.thread_time() - cpu
+            result.seconds = time.perf_counter() - began
             self.last = result
             if self.on_tick is not None:
                 self.on_tick(result)
