@@ -12,9 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from nanum.core import Policy, Prediction
+from nanum.core import Node, Policy, Prediction
 from nanum.protocol import JobLaunch
 from nanum.server.lastseen import LastSeen
 from nanum.server.settings import ServerSettings
@@ -94,7 +94,7 @@ class Caches:
     nodes: TtlCache[str, object] = field(default_factory=lambda: TtlCache(5.0))
     #: the core nodes `nodes` was last loaded with, by name, each with the row it was made from: a reload makes new
     #: ones only for the rows that changed (`nanum.server.services.catalog`)
-    node_objects: dict[str, tuple[tuple[object, ...], object]] = field(default_factory=dict)
+    node_objects: dict[str, tuple[tuple[Any, ...], Node]] = field(default_factory=dict)
     labs: TtlCache[str, object] = field(default_factory=lambda: TtlCache(5.0))
     budgets: TtlCache[str, object] = field(default_factory=lambda: TtlCache(3.0))
     #: each node's desired jobs as last sent, by node id, with the node's desired version and the GPUs its jobs

@@ -47,7 +47,7 @@ def _load_nodes(ctx: ServerContext) -> tuple[Node, ...]:
             kept = (key, core_node(r.name, json.loads(r.inventory), NodeState.UP, fleet=r))
         found[r.name] = kept
     ctx.caches.node_objects = found
-    return tuple(node for _, node in found.values())  # type: ignore[misc]
+    return tuple(node for _, node in found.values())
 
 
 _NODES = (
