@@ -171,6 +171,9 @@ class JobRow(Base):
         UniqueConstraint("user_id", "client_request_id", name="uq_jobs_user_request"),
         Index("ix_jobs_array", "array_id", "array_task"),
         Index("ix_jobs_rev", "rev"),
+        # a job that ends looks for the queued jobs that depend on it: few, however long the queue
+        Index("ix_jobs_dependent", "state", "id", postgresql_where=text('"after" IS NOT NULL'),
+              sqlite_where=text('"after" IS NOT NULL')),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
