@@ -254,16 +254,25 @@ def dependents(s: Session, job: JobRow) -> list[JobRow]:
     names = {str(job.id)}
     if job.array_id is not None:
         names |= {str(job.array_id), f"{job.array_id}_{job.array_task}"}
-    rows = s.scalars(_DEPENDENTS, {"after_id": min(job.id, job.array_id or job.id)}).all()
-    return [r for r in rows if any(target in names for _, target in r.after or ())]
+    # Most jobs have no dependents: a plain read finds that (or which) without loading or locking any row.
+    after_id = min(job.id, job.array_id or job.id)
+    found = [r.id for r in s.connection().execute(_WAITING_ON, {"after_id": after_id})
+             if any(target in names for _, target in r.after or ())]
+    if not found:
+        return []
+    rows = s.scalars(_DEPENDENTS, {"ids": found}).all()
+    # as locked: one may have started (or changed) meanwhile
+    return [r for r in rows if r.state in ("pending", "held") and any(target in names for _, target in r.after or ())]
 
 
-#: Built once (building it costs about as much as running it): every job that ends looks for its dependents.
-_DEPENDENTS = (
-    select(JobRow)
+#: Built once (building one costs about as much as running it): every job that ends looks for its dependents.
+_WAITING_ON = (
+    select(JobRow.id, JobRow.after)
     .where(JobRow.state.in_(("pending", "held")), JobRow.after.is_not(None), JobRow.id > bindparam("after_id"))
     .order_by(JobRow.id)
-    .with_for_update()
+)
+_DEPENDENTS = (
+    select(JobRow).where(JobRow.id.in_(bindparam("ids", expanding=True))).order_by(JobRow.id).with_for_update()
 )
 
 
