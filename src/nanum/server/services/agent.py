@@ -53,8 +53,8 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         if hb.gpu_problems and fleet.record_health(s, node, hb.gpu_problems, now):
             ctx.caches.nodes.clear()
             poke = True
-        held = _held(s, node.id)
-        acks, woken, freed = _record_jobs(s, node, hb, held, now)
+        held, stored = _held_jobs(s, node.id)
+        acks, woken, freed = _record_jobs(s, node, hb, held, stored, now)
         poke = poke or bool(acks) or bool(woken) or freed
         version = s.connection().execute(_DESIRED_VERSION, {"node": node.id}).scalar() or 0
         held_now = _held(s, node.id)  # as the jobs' reports left them
@@ -167,15 +167,18 @@ def _jobs_unchanged(hb: Heartbeat, held: dict[int, list[int]], jobs: dict[int, A
         row = jobs[job_id]
         if row.state != "running" or row.stop is not None:
             return False
-    for st in hb.jobs:
-        row = jobs[st.job_id]
-        if row.state != "running":
-            return False
-        if (st.pid is not None and st.pid != row.pid) or (st.address is not None and st.address != row.session_address):
-            return False
-        if st.checkpoint_at is not None and (row.last_checkpoint is None or st.checkpoint_at > row.last_checkpoint):
-            return False
-    return True
+    return all(_report_unchanged(st, held, jobs) for st in hb.jobs)
+
+
+def _report_unchanged(st: JobStatus, held: dict[int, list[int]], jobs: dict[int, Any]) -> bool:
+    """Whether this report is of a running job held here, with the pid, address and checkpoint already stored:
+    `_record_jobs` would change nothing for it."""
+    row = jobs.get(st.job_id)
+    if st.state != "running" or st.job_id not in held or row is None or row.state != "running":
+        return False
+    if (st.pid is not None and st.pid != row.pid) or (st.address is not None and st.address != row.session_address):
+        return False
+    return st.checkpoint_at is None or (row.last_checkpoint is not None and st.checkpoint_at <= row.last_checkpoint)
 
 
 def desired_reply(ctx: ServerContext, who: NodeCaller) -> HeartbeatReply:
@@ -239,13 +242,18 @@ def _held(s: Session, node_id: int) -> dict[int, list[int]]:
 
 
 def _record_jobs(
-    s: Session, node: NodeRow, hb: Heartbeat, held: dict[int, list[int]], now: float
+    s: Session, node: NodeRow, hb: Heartbeat, held: dict[int, list[int]], stored: dict[int, Any], now: float
 ) -> tuple[list[int], set[str], bool]:
-    ids = [st.job_id for st in hb.jobs]
+    """Record the agent's reports. `stored`: what `_held_jobs` read of the jobs held here; only the jobs whose
+    report may change them are loaded and locked (a node's other running jobs are most of its reports)."""
+    unchanged = {st.job_id for st in hb.jobs if _report_unchanged(st, held, stored)}
+    ids = [st.job_id for st in hb.jobs if st.job_id not in unchanged]
     rows = {j.id: j for j in s.scalars(_REPORTED, {"ids": ids})} if ids else {}
     acks: list[int] = []
     woken: set[str] = set()
     for st in hb.jobs:
+        if st.job_id in unchanged:
+            continue
         job = rows.get(st.job_id)
         if job is not None and st.state != "running" and st.run is not None and st.run != job.runs:
             # An earlier run's end, reported again while the agent uploads its log, after the job was requeued
