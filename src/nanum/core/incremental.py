@@ -61,9 +61,12 @@ class Incremental:
         #: skip cycles and partitions that decide nothing, and checkpoints until a cycle preempts (off: a cycle at
         #: every change, shown every pending job and checkpoint; the same decisions).
         self.skip = True
+        #: whether a cycle writes the pending jobs' reasons and estimates (`schedule`'s `explain`). A driver made
+        #: with `explain=True` may leave them out of some cycles; it is still shown every pending job.
+        self.explain = explain
         #: the seam to the core: one cycle for one snapshot (tests wrap it to compare with a cache-less cycle).
         self.decide: Callable[[Snapshot], Decisions] = lambda snap: schedule(
-            snap, policy, predictor, self.cache, explain=explain)
+            snap, policy, predictor, self.cache, explain=self.explain)
         self._source = checkpoints
         self._saved: dict[JobId, float] = {}
         self.pending: dict[JobId, Job] = {}

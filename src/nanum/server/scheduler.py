@@ -10,7 +10,7 @@ It runs on events (submit, cancel, an exit reported, a node change: `Signals.pok
 3. `Incremental.sync(snapshot)`: the core takes in what changed since the last tick; then `Incremental.cycle`
    (the core's `schedule`, with the state it carries from tick to tick). Every tick cycles, though nothing may be
    `due` to start: the cycle also explains every pending job (its reason, place and estimated start), and those
-   move whenever the queue does;
+   move whenever the queue does. A long queue is explained at most once a second (`EXPLAIN_EVERY_S`);
 4. apply in one short write transaction: requeue the jobs of nodes silent for longer than their agents' lease
    and the jobs' grace (their agents have stopped them by then: `nanum.agent.fence`); start jobs (state, allocation
    rows, event: each start only if the job is still pending, and the UNIQUE allocation rows make a GPU handed
@@ -56,6 +56,11 @@ REASON_REFRESH_S = 10.0
 ESTIMATE_SLACK = 0.05
 #: A tick that took this long (seconds) is followed by a pause as long, so the request threads get their turn.
 PACE_FROM_S = 0.05
+#: With this many pending jobs or more, a tick explains them (reasons, estimates, places in the queue) at most
+#: every `EXPLAIN_EVERY_S`: the other ticks only decide. Explaining 1,000 waiting jobs is about three quarters of
+#: the core's cycle, and while a queue drains ticks come many times a second.
+EXPLAIN_LONG_QUEUE = 200
+EXPLAIN_EVERY_S = 1.0
 
 
 @dataclass(slots=True)
@@ -115,6 +120,7 @@ class Scheduler:
         #: The core's incremental scheduler: it decides each tick, and knows after it whether a GPU is free.
         self.core = Incremental(ctx.policy, self.predictor, (), {}, explain=True)
         self._ticked = False
+        self._explained_at = float("-inf")
         self._shown_at: dict[int, float] = {}
         self._lock = threading.Lock()
         #: a new job asked for a tick while one ran (`poke`)
@@ -181,10 +187,14 @@ class Scheduler:
             now = time.time() if now is None else now
             plan = self._read(now)
             self.core.sync(plan.snapshot)
+            explain = self.core.explain = (len(plan.snapshot.pending) < EXPLAIN_LONG_QUEUE
+                                           or not now - EXPLAIN_EVERY_S < self._explained_at <= now)
             decisions = self.core.cycle(plan.snapshot)
-            result, woken = self._apply(plan, decisions, now)
+            result, woken = self._apply(plan, decisions, now, explain)
             self.core.applied(plan.snapshot, decisions)
-            self.ctx.places = {p.job_id: p.ahead + 1 for p in decisions.pending if p.ahead is not None}
+            if explain:
+                self._explained_at = now
+                self.ctx.places = {p.job_id: p.ahead + 1 for p in decisions.pending if p.ahead is not None}
             self._explain(plan)
             self._ticked = True
             self.ctx.signals.wake(woken)
@@ -227,8 +237,10 @@ class Scheduler:
             self._explained = {}
         self.ctx.predictions = out
 
-    def _apply(self, plan: snapshot.Plan, decisions: Decisions, now: float) -> tuple[TickResult, set[str]]:
-        result = TickResult(pending=len(decisions.pending))
+    def _apply(
+        self, plan: snapshot.Plan, decisions: Decisions, now: float, explained: bool = True
+    ) -> tuple[TickResult, set[str]]:
+        result = TickResult(pending=len(plan.snapshot.pending) - len(decisions.starts))
         with self.ctx.db.write() as s:
             woken, result.requeued_nodes = self._sweep(s, now)
             # Lock every node and job row this tick changes up front, nodes first, each in id order, as a heartbeat
@@ -253,7 +265,8 @@ class Scheduler:
                 stopped = _preempt(s, victim, now)
                 woken |= stopped
                 result.preempted += bool(stopped)
-            self._show_reasons(s, plan, decisions.pending, now)
+            if explained:  # else the reasons and estimates shown stay as the last tick that explained wrote them
+                self._show_reasons(s, plan, decisions.pending, now)
             charging.settle(s, self.ctx.settings.half_life_s)  # late: labs' and users' rows stay locked briefly
             self.budgets.check(s, plan.snapshot, now)
         return result, woken

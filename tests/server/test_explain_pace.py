@@ -1,0 +1,55 @@
+"""A long queue is explained (reasons, estimates, places) at most once a second: the ticks between only decide,
+so a queue that drains quickly is not re-explained many times a second. A short queue is explained at every tick."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from nanum.server import scheduler
+from tests.server.asgiclient import AsgiClient
+from tests.server.conftest import job, submit
+from tests.server.fakeagent import FakeAgent
+
+
+def tick_at(client: AsgiClient, now: float) -> None:
+    client.app.state.scheduler.tick(now=now)
+
+
+@pytest.fixture
+def now() -> float:
+    """The tests' clock starts at the real time: the node was heard from just now."""
+    return time.time()
+
+
+def test_a_long_queue_gets_its_reasons_at_most_once_a_second(
+    client: AsgiClient, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch, now: float
+) -> None:
+    monkeypatch.setattr(scheduler, "EXPLAIN_LONG_QUEUE", 3)
+    blocker = submit(client, gpus=4)
+    tick_at(client, now)
+    assert job(client, blocker["id"])["state"] == "running"
+    waiting = [submit(client, gpus=4) for _ in range(3)]
+    tick_at(client, now + 1)  # a second since the last explanation: explained
+    assert all(job(client, j["id"])["reason_code"] == "resources" for j in waiting)
+
+    late = submit(client, gpus=4)
+    tick_at(client, now + 1.5)  # four waiting, explained half a second ago: this tick only decides
+    assert job(client, late["id"])["reason"] == "waiting for the scheduler"
+    tick_at(client, now + 2.1)
+    shown = job(client, late["id"])
+    assert shown["reason_code"] == "resources", shown["reason"]
+    assert "3 jobs ahead" in shown["reason"]
+
+
+def test_a_short_queue_is_explained_at_every_tick(client: AsgiClient, agent: FakeAgent, now: float) -> None:
+    blocker = submit(client, gpus=4)
+    tick_at(client, now)
+    assert job(client, blocker["id"])["state"] == "running"
+    first = submit(client, gpus=4)
+    tick_at(client, now + 0.1)
+    second = submit(client, gpus=4)
+    tick_at(client, now + 0.2)
+    assert job(client, first["id"])["reason_code"] == "resources"
+    assert job(client, second["id"])["reason_code"] == "resources"
