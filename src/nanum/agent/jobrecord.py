@@ -125,7 +125,7 @@ class JobRecord:
 
     def save(self) -> None:
         """Write job.json atomically (a crash leaves the old or the new record, never half of one)."""
-        # field by field: `asdict` would deep-copy the launch only to leave it out (a third of a job's start)
+        # field by field: `asdict` would deep-copy the launch only to leave it out
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("launch", "dir")}
         data["launch"] = self.launch.model_dump(mode="json")
         tmp = self.dir / "job.json.tmp"

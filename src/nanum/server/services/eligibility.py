@@ -256,13 +256,17 @@ def dependents(s: Session, job: JobRow) -> list[JobRow]:
         names |= {str(job.array_id), f"{job.array_id}_{job.array_task}"}
     # Most jobs have no dependents: a plain read finds that (or which) without loading or locking any row.
     after_id = min(job.id, job.array_id or job.id)
-    found = [r.id for r in s.connection().execute(_WAITING_ON, {"after_id": after_id})
-             if any(target in names for _, target in r.after or ())]
+    found = [r.id for r in s.connection().execute(_WAITING_ON, {"after_id": after_id}) if _names(r.after, names)]
     if not found:
         return []
     rows = s.scalars(_DEPENDENTS, {"ids": found}).all()
     # as locked: one may have started (or changed) meanwhile
-    return [r for r in rows if r.state in ("pending", "held") and any(target in names for _, target in r.after or ())]
+    return [r for r in rows if r.state in ("pending", "held") and _names(r.after, names)]
+
+
+def _names(after: list[list[str]] | None, names: set[str]) -> bool:
+    """Whether dependencies `after` name any of `names`."""
+    return any(target in names for _, target in after or ())
 
 
 #: Built once (building one costs about as much as running it): every job that ends looks for its dependents.
