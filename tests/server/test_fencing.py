@@ -102,3 +102,29 @@ def test_a_no_requeue_job_its_agent_fenced_fails(client: AsgiClient, agent: Fake
     agent.beat()
     ended = job(client, j["id"])
     assert ended["state"] == "failed" and "--no-requeue" in ended["reason"]
+
+
+def test_a_job_being_stopped_when_its_node_goes_silent_keeps_that_in_its_history(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent
+) -> None:
+    """A job asked to stop (here: requeued by its owner) whose node then goes silent is requeued for the first
+    reason, but its history says the node was lost: whatever it did after that (it may even have finished) is
+    not known, which is why it runs again."""
+    from sqlalchemy import select
+
+    from nanum.store import EventRow
+
+    j = submit(client, gpus=1)
+    tick(client)
+    agent.beat()
+    assert client.post(f"/api/v1/jobs/{j['id']}/requeue", headers=auth(ADMIN)).status_code == 200
+    st = ctx.settings
+    client.app.state.scheduler.tick(now=time.time() + st.requeue_after_s(st.grace_s) + 1)  # it never got the stop
+    requeued = job(client, j["id"])
+    assert requeued["state"] == "pending" and requeued["runs"] == 1
+    with ctx.db.read() as s:
+        history = list(s.execute(select(EventRow.kind, EventRow.message).where(EventRow.job_id == j["id"])
+                                 .order_by(EventRow.id)))
+    kinds = [k for k, _ in history]
+    assert kinds[kinds.index("requeue-requested"):] == ["requeue-requested", "lost", "requeued"]
+    assert ("lost", "node gpu-01 stopped answering") in history

@@ -235,15 +235,21 @@ def node_lost(s: Session, node: NodeRow, now: float) -> set[str]:
     for job in s.scalars(select(JobRow).where(JobRow.id.in_(job_ids)).order_by(JobRow.id).with_for_update()):
         if job.state != "running":
             continue
+        was = job.stop
         if not job.requeue:
             why = f"node {node.name} stopped answering (submitted with --no-requeue: not run again)"
             if STRENGTH["fail"] > STRENGTH.get(job.stop or "", 0):
                 job.reason = why
             woken |= request_stop(s, job, "fail", now, why)
         else:
+            why = f"node {node.name} stopped answering"
             if job.stop is None and job.nodes == 1:
                 job.lost_from = job.allocation
-            woken |= request_stop(s, job, "lost", now, f"node {node.name} stopped answering")
+            woken |= request_stop(s, job, "lost", now, why)
+        if job.stop == was:
+            # It was already being stopped (preempted, cancelled, requeued): that reason decides its outcome, but
+            # its history still says that its node went silent, so whatever it did after is not known.
+            event(s, job.id, now, "lost", why)
         if not _holds_any(s, job.id):
             finalize(s, job, now)
     return woken
