@@ -1,7 +1,8 @@
 """Reading the cluster from the store into one `nanum.core.Snapshot` for a scheduling cycle.
 
 Nodes come from the agents' inventories; a node is up only if it was heard from within the node timeout. Running
-jobs carry their allocations and an expected end (start + time limit or predicted run time). GPUs still held by a
+jobs carry their allocations and an expected end (start + time limit or predicted run time, planned once when the
+run is first seen, as the simulator plans it at the start). GPUs still held by a
 job that is no longer running (a stopped gang waiting for its last part) count as busy, and so do free GPUs on
 which the node's latest reading found a process that no nanum job owns (`node_live.rogue`). Labs and users carry
 their limits, this month's GPU-hours and decayed usage, both including the running jobs' uncharged time.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
@@ -179,13 +180,14 @@ def build(
     owned = _owned_gpus(nodes)
     usage = _month_usage(s, now)
     ended = _ended_uncharged(s, now, half_life, usage)
+    uncharged = _uncharged(running, running_rows, now)
     snapshot = Snapshot(
         now=now,
         nodes=nodes,
         pending=tuple(job(r) for r in pending_rows),
         running=running,
-        labs=_labs(labs.values(), usage, ended, running, running_rows, now, half_life, owned),
-        users=_users(users.values(), usage, ended, running, running_rows, now, half_life),
+        labs=_labs(labs.values(), usage, ended, uncharged, now, half_life, owned),
+        users=_users(users.values(), usage, ended, uncharged, now, half_life),
         month=time.strftime("%B", time.gmtime(now)),
     )
     waiting = tuple(job(r) for r in waiting_rows)
@@ -212,13 +214,21 @@ def _nodes(cache: SnapshotCache, rows: Any, now: float, timeout: float, busy: di
 
 def _runs(cache: SnapshotCache, rows: list[tuple[Job, Any]], held: dict[int, list[Placement]],
           predictor: HistoryPredictor) -> tuple[Running, ...]:
-    """The running jobs, each reused from the last tick while what it is made of is the same."""
+    """The running jobs, each reused from the last tick while what it is made of is the same.
+
+    A run's expected end is planned once, when it is first seen with its start time, as the simulator plans it
+    when it starts the run: what the predictor learns later does not move it. Else every run of a kind would
+    change (and go through the core again) whenever a job of that kind ends, at every tick of a busy fleet."""
     last, found = cache.runs, {}
     for job, row in rows:
         start = row.start_time or 0.0
-        key = (job, tuple(held.get(row.id, ())), start, row.borrowing, expected_end(job, predictor, start),
-               row.last_checkpoint, row.over_reservation)
         kept = last.get(row.id)
+        if kept is not None and kept[0][0] is job and kept[0][2] == start:
+            end = kept[0][4]
+        else:
+            end = expected_end(job, predictor, start)
+        key = (job, tuple(held.get(row.id, ())), start, row.borrowing, end, row.last_checkpoint,
+               row.over_reservation)
         if kept is None or kept[0] != key:
             kept = (key, Running(job=job, placements=key[1], start_time=start, borrowing=row.borrowing,
                                  expected_end=key[4], last_checkpoint=row.last_checkpoint,
@@ -272,35 +282,29 @@ def _ended_uncharged(s: Session, now: float, half_life: float, usage: Seconds
     return decayed
 
 
-def _uncharged(running: tuple[Running, ...], rows: Any, now: float) -> list[tuple[Running, float, float]]:
-    """(run, GPU-seconds not yet charged, of which this month) for every running job."""
+def _uncharged(running: tuple[Running, ...], rows: Any, now: float) -> tuple[Seconds, Seconds]:
+    """GPU-seconds of the running jobs not yet charged, in all and of them this month, by (kind, name) as in
+    `_month_usage`: one pass over the runs for labs and users alike."""
     since = {r.id: r.charged_until or r.start_time or now for r in rows}
     first = month_start(now)
-    out = []
+    total: Seconds = defaultdict(float)
+    month: Seconds = defaultdict(float)
     for run in running:
-        start = since[run.job.id]
-        gpus = run.job.total_gpus
-        out.append((run, gpus * max(now - start, 0.0), gpus * max(now - max(start, first), 0.0)))
-    return out
-
-
-def _uncharged_by(
-    running: tuple[Running, ...], rows: Any, now: float, owner: Callable[[Running], str]
-) -> tuple[defaultdict[str, float], defaultdict[str, float]]:
-    """Uncharged GPU-seconds of running jobs summed per `owner` (lab or user): in all, and this month."""
-    extra, month = defaultdict[str, float](float), defaultdict[str, float](float)
-    for run, total, this_month in _uncharged(running, rows, now):
-        extra[owner(run)] += total
-        month[owner(run)] += this_month
-    return extra, month
+        job = run.job
+        start = since[job.id]
+        gpus = job.total_gpus
+        spent, this_month = gpus * max(now - start, 0.0), gpus * max(now - max(start, first), 0.0)
+        for key in (("lab", job.lab), ("user", job.user)):
+            total[key] += spent
+            month[key] += this_month
+    return total, month
 
 
 def _labs(
     rows: Any,
     usage: Seconds,
     ended: Seconds,
-    running: tuple[Running, ...],
-    run_rows: Any,
+    uncharged: tuple[Seconds, Seconds],
     now: float,
     half_life: float,
     owned: Counter[str] | None = None,
@@ -308,13 +312,14 @@ def _labs(
     """The labs with their usage. Once any node has an owner, a lab without a guarantee of its own is guaranteed
     the GPUs it owns (none when it owns no node), as in the simulator: owners lend their idle GPUs, and reclaim
     them from borrowers when their own jobs need them."""
-    extra, month = _uncharged_by(running, run_rows, now, lambda run: run.job.lab)
+    extra, month = uncharged
     out = {}
     for lab in rows:
+        key = ("lab", lab.name)
         core = core_lab(
             lab,
-            (usage[("lab", lab.name)] + month[lab.name]) / 3600.0,
-            decay(lab.decayed_usage, now - lab.decayed_at, half_life) + extra[lab.name] + ended[("lab", lab.name)],
+            (usage[key] + month[key]) / 3600.0,
+            decay(lab.decayed_usage, now - lab.decayed_at, half_life) + extra[key] + ended[key],
         )
         if owned is not None and core.guaranteed_gpus is None:
             core = replace(core, guaranteed_gpus=owned[lab.name])
@@ -337,20 +342,19 @@ def _users(
     rows: Any,
     usage: Seconds,
     ended: Seconds,
-    running: tuple[Running, ...],
-    run_rows: Any,
+    uncharged: tuple[Seconds, Seconds],
     now: float,
     half_life: float,
 ) -> dict[str, User]:
-    extra, month = _uncharged_by(running, run_rows, now, lambda run: run.job.user)
+    extra, month = uncharged
     return {
         u.name: User(
             name=u.name,
             limits=Limits(
                 max_gpus=u.max_gpus, max_running_jobs=u.max_running_jobs, monthly_gpu_hours=u.monthly_gpu_hours
             ),
-            used_gpu_hours=(usage[("user", u.name)] + month[u.name]) / 3600.0,
-            decayed_usage=(decay(u.decayed_usage, now - u.decayed_at, half_life) + extra[u.name]
+            used_gpu_hours=(usage[("user", u.name)] + month[("user", u.name)]) / 3600.0,
+            decayed_usage=(decay(u.decayed_usage, now - u.decayed_at, half_life) + extra[("user", u.name)]
                            + ended[("user", u.name)]),
         )
         for u in rows
