@@ -1,15 +1,16 @@
 """Job revisions (`nanum.store.revs`), on SQLite and PostgreSQL: the scheduler reads only the job rows written since
 its last read, so every way of writing a job must be seen by the next read, including a write that was still in
-flight while the last read ran."""
+flight while the last read ran; and every GPU a job takes or frees, since it reads only those jobs' allocations."""
 
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 
+from nanum.core.model import Placement
 from nanum.server.jobrows import JobRows
-from nanum.store import Database, JobRow, table
+from nanum.store import AllocationRow, Database, JobRow, NodeRow, table
 from tests.store.test_schema import _seed
 
 COLUMNS = (JobRow.id, JobRow.state, JobRow.name, JobRow.priority)
@@ -19,7 +20,7 @@ def _read(db: Database, rows: JobRows) -> dict[int, tuple[str, str, int]]:
     with db.read() as s:
         if db.is_postgres:
             s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-        running, pending = rows.read(s)
+        running, pending = rows.read(s, _names(s))
     return {r.id: (r.state, r.name, r.priority) for r in [*running, *pending]}
 
 
@@ -73,16 +74,18 @@ def test_a_new_job_and_a_read_with_nothing_written(database: Database) -> None:
 
 
 STATES = ("pending", "running", "completed", "failed", "cancelled")
-#: One write: (job index, new state or None to add a job, new priority).
-Write = tuple[int, str | None, int]
+#: One write: (job index, new state or None to add a job, new priority, GPU the job takes (0-3) or frees (4-7),
+#: or none (8)).
+Write = tuple[int, str | None, int, int]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rounds=st.lists(st.lists(st.tuples(st.integers(0, 9), st.none() | st.sampled_from(STATES),
-                                          st.integers(0, 3)), max_size=6), min_size=1, max_size=6))
+                                          st.integers(0, 3), st.integers(0, 8)), max_size=6), min_size=1, max_size=6))
 def test_reading_what_changed_matches_reading_everything(database: Database, rounds: list[list[Write]]) -> None:
-    """Any mix of new jobs, state changes (requeues included) and edits, read round by round as the scheduler
-    does, gives the same running and pending rows, in the same order, as a full read at the end of each round."""
+    """Any mix of new jobs, state changes (requeues included), edits and GPUs taken or freed, read round by round
+    as the scheduler does, gives the same running and pending rows, in the same order, and the same GPUs held, as
+    a full read at the end of each round."""
     with database.read() as s:  # the database lives on from one example to the next
         first = s.scalar(select(JobRow.id).order_by(JobRow.id).limit(1))
     if first is None:
@@ -96,13 +99,24 @@ def test_reading_what_changed_matches_reading_everything(database: Database, rou
     for writes in rounds:
         with database.write() as s:
             ids = list(s.scalars(select(JobRow.id).order_by(JobRow.id)))
-            for index, state, priority in writes:
+            node = s.scalar(select(NodeRow.id).order_by(NodeRow.id).limit(1))
+            for index, state, priority, gpu in writes:
+                job_id = ids[index % len(ids)]
                 if state is None:
                     s.execute(table(JobRow).insert().values(**{**values, "state": "pending", "priority": priority}))
+                elif gpu < 4:  # the job takes this GPU from whoever holds it; nothing else of it is written
+                    s.execute(delete(AllocationRow).where(AllocationRow.node_id == node,
+                                                          AllocationRow.gpu_index == gpu))
+                    s.execute(table(AllocationRow).insert().values(job_id=job_id, node_id=node, gpu_index=gpu))
+                elif gpu < 8:
+                    s.execute(delete(AllocationRow).where(AllocationRow.job_id == job_id,
+                                                          AllocationRow.gpu_index == gpu - 4))
                 else:
-                    s.execute(update(JobRow).where(JobRow.id == ids[index % len(ids)])
-                              .values(state=state, priority=priority))
+                    s.execute(update(JobRow).where(JobRow.id == job_id).values(state=state, priority=priority))
         running, pending = _read_lists(database, rows)
+        fresh = JobRows(COLUMNS)
+        _read_lists(database, fresh)
+        assert rows.held == fresh.held
         with database.read() as s:
             active = s.execute(select(*COLUMNS).where(JobRow.state.in_(("pending", "running"))).order_by(JobRow.id))
             expected = [tuple(r) for r in active]
@@ -114,5 +128,30 @@ def _read_lists(db: Database, rows: JobRows) -> tuple[list[tuple[object, ...]], 
     with db.read() as s:
         if db.is_postgres:
             s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-        running, pending = rows.read(s)
+        running, pending = rows.read(s, _names(s))
     return [tuple(r) for r in running], [tuple(r) for r in pending]
+
+
+def _names(s: object) -> dict[int, str]:
+    return {i: name for i, name in s.execute(select(NodeRow.id, NodeRow.name))}  # type: ignore[attr-defined]
+
+
+def test_gpus_taken_and_freed_reach_the_next_read_with_nothing_else_of_the_job_written(database: Database) -> None:
+    """A gang's part that exits frees its node's GPUs without writing the job's row: the read still sees it."""
+    node, first, second, _ = _seed(database)
+    rows = JobRows(COLUMNS)
+    with database.write() as s:
+        s.execute(table(AllocationRow).insert(), [{"job_id": first, "node_id": node, "gpu_index": g} for g in (2, 0)])
+    _read(database, rows)
+    assert rows.held == {first: (Placement("gpu-01", (0, 2)),)}
+    kept = rows.running[second]
+    with database.write() as s:
+        s.execute(delete(AllocationRow).where(AllocationRow.job_id == first, AllocationRow.gpu_index == 2))
+        s.execute(table(AllocationRow).insert().values(job_id=second, node_id=node, gpu_index=None))
+    _read(database, rows)
+    assert rows.held == {first: (Placement("gpu-01", (0,)),), second: (Placement("gpu-01", ()),)}
+    assert rows.running[second] is not kept  # its row counts as written
+    with database.write() as s:
+        s.execute(delete(AllocationRow))
+    _read(database, rows)
+    assert rows.held == {}

@@ -47,7 +47,7 @@ from nanum.server.jobrows import JobRows
 from nanum.server.services import charging, eligibility
 from nanum.server.services.lifecycle import month_of, month_start
 from nanum.server.views import FLEET_COLUMNS, core_job, core_lab, core_node
-from nanum.store import AllocationRow, JobRow, LabRow, NodeLiveRow, NodeRow, UsageRow, UserRow
+from nanum.store import JobRow, LabRow, NodeLiveRow, NodeRow, UsageRow, UserRow
 
 #: What a core job is made of: the columns `views.core_job` reads, and its runs. A row whose part here is unchanged
 #: keeps its core job from tick to tick.
@@ -137,22 +137,14 @@ def build(
     users = {u.id: u for u in conn.execute(_USERS)}
     labs = {lab.id: lab for lab in conn.execute(_LABS)}
     cache = cache if cache is not None else SnapshotCache()
-    running_rows, pending_rows = cache.rows.read(s)
+    node_rows = conn.execute(_NODES).all()
+    names = {r.id: r.name for r in node_rows}
+    running_rows, pending_rows = cache.rows.read(s, names)
+    held = cache.rows.held
     # dependencies, array limits, disabled accounts: not the core's to schedule
     blocked = eligibility.blocked(s, pending_rows, {u.id for u in users.values() if u.disabled})
     waiting_rows = [r for r in pending_rows if r.id in blocked]
     pending_rows = [r for r in pending_rows if r.id not in blocked]
-    node_rows = conn.execute(_NODES).all()
-    names = {r.id: r.name for r in node_rows}
-    held: dict[int, list[Placement]] = defaultdict(list)
-    by_job: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for job_id, node_id, gpu in conn.execute(_ALLOCATIONS):
-        gpus = by_job[(job_id, node_id)]  # a job that needs no GPU on the node still holds its CPUs and memory
-        if gpu is not None:
-            gpus.append(gpu)
-    for (job_id, node_id), gpus in sorted(by_job.items()):
-        if node_id in names:
-            held[job_id].append(Placement(names[node_id], tuple(sorted(gpus))))
 
     last_jobs, jobs = cache.jobs, {}
 
@@ -212,7 +204,7 @@ def _nodes(cache: SnapshotCache, rows: Any, now: float, timeout: float, busy: di
     return cache.node_tuple
 
 
-def _runs(cache: SnapshotCache, rows: list[tuple[Job, Any]], held: dict[int, list[Placement]],
+def _runs(cache: SnapshotCache, rows: list[tuple[Job, Any]], held: Mapping[int, tuple[Placement, ...]],
           predictor: HistoryPredictor) -> tuple[Running, ...]:
     """The running jobs, each reused from the last tick while what it is made of is the same.
 
@@ -227,8 +219,7 @@ def _runs(cache: SnapshotCache, rows: list[tuple[Job, Any]], held: dict[int, lis
             end = kept[0][4]
         else:
             end = expected_end(job, predictor, start)
-        key = (job, tuple(held.get(row.id, ())), start, row.borrowing, end, row.last_checkpoint,
-               row.over_reservation)
+        key = (job, held.get(row.id, ()), start, row.borrowing, end, row.last_checkpoint, row.over_reservation)
         if kept is None or kept[0] != key:
             kept = (key, Running(job=job, placements=key[1], start_time=start, borrowing=row.borrowing,
                                  expected_end=key[4], last_checkpoint=row.last_checkpoint,
@@ -379,7 +370,6 @@ _NODES = (
     .where(NodeRow.inventory.is_not(None))
     .order_by(NodeRow.name)
 )
-_ALLOCATIONS = select(AllocationRow.job_id, AllocationRow.node_id, AllocationRow.gpu_index)
 _COMPLETED_SINCE = (
     select(*JOB_COLUMNS, JobRow.start_time, JobRow.end_time, UserRow.name.label("user_name"),
            LabRow.name.label("lab_name"))

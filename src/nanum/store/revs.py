@@ -9,8 +9,13 @@ written since it last looked (`JobRow.rev >= mark`) instead of reading them all.
   are in it; the next mark is that `xmin`. Rows written by transactions the snapshot already saw between `xmin`
   and the newest are read once more, which is harmless.
 
-Triggers do the stamping, so no write path of nanum can forget it. A migration that rebuilds `jobs` on SQLite
-(batch mode: copy, drop, rename) drops them with the old table and must call `create` again.
+A job's allocations (the GPUs it holds) count as part of its row: inserting or deleting one stamps the job's row
+too, so the rows written since a mark also name every job whose GPUs changed, and a reader reads allocations only
+for those (`nanum.server.jobrows`).
+
+Triggers do the stamping, so no write path of nanum can forget it. A migration that rebuilds `jobs` or
+`allocations` on SQLite (batch mode: copy, drop, rename) drops their triggers with the old table and must create
+them again (`create`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,16 @@ SQLITE = (
         UPDATE jobs SET rev = (SELECT n FROM job_revs) WHERE id = NEW.id;
     END""",
 )
+#: An allocation inserted or deleted stamps its job's row (through the triggers above). On SQLite a trigger's
+#: UPDATE fires the other table's triggers; only a trigger firing itself is off.
+ALLOCATIONS_SQLITE = (
+    """CREATE TRIGGER IF NOT EXISTS allocations_rev_insert AFTER INSERT ON allocations BEGIN
+        UPDATE jobs SET rev = rev WHERE id = NEW.job_id;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS allocations_rev_delete AFTER DELETE ON allocations BEGIN
+        UPDATE jobs SET rev = rev WHERE id = OLD.job_id;
+    END""",
+)
 POSTGRES = (
     """CREATE OR REPLACE FUNCTION nanum_job_rev() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
@@ -39,15 +54,45 @@ POSTGRES = (
     "DROP TRIGGER IF EXISTS jobs_rev ON jobs",
     "CREATE TRIGGER jobs_rev BEFORE INSERT OR UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION nanum_job_rev()",
 )
+#: Once per statement, over the rows it inserted or deleted: a start's or an exit's write already holds its jobs'
+#: rows, so stamping them takes no lock the statement's transaction does not have.
+ALLOCATIONS_POSTGRES = (
+    """CREATE OR REPLACE FUNCTION nanum_allocations_added() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE jobs SET rev = 0 WHERE id IN (SELECT job_id FROM added);
+        RETURN NULL;
+    END $$""",
+    """CREATE OR REPLACE FUNCTION nanum_allocations_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE jobs SET rev = 0 WHERE id IN (SELECT job_id FROM gone);
+        RETURN NULL;
+    END $$""",
+    "DROP TRIGGER IF EXISTS allocations_rev_insert ON allocations",
+    "DROP TRIGGER IF EXISTS allocations_rev_delete ON allocations",
+    "CREATE TRIGGER allocations_rev_insert AFTER INSERT ON allocations REFERENCING NEW TABLE AS added "
+    "FOR EACH STATEMENT EXECUTE FUNCTION nanum_allocations_added()",
+    "CREATE TRIGGER allocations_rev_delete AFTER DELETE ON allocations REFERENCING OLD TABLE AS gone "
+    "FOR EACH STATEMENT EXECUTE FUNCTION nanum_allocations_gone()",
+)
 
 
 def create(conn: Connection) -> None:
-    """Create the triggers (again) on this connection's database."""
+    """Create the triggers of `jobs` and of `allocations` (again) on this connection's database."""
+    create_job_triggers(conn)
+    create_allocation_triggers(conn)
+
+
+def create_job_triggers(conn: Connection) -> None:
     for statement in SQLITE if conn.dialect.name == "sqlite" else POSTGRES:
         conn.execute(text(statement))
 
 
-def drop(conn: Connection) -> None:
+def create_allocation_triggers(conn: Connection) -> None:
+    for statement in ALLOCATIONS_SQLITE if conn.dialect.name == "sqlite" else ALLOCATIONS_POSTGRES:
+        conn.execute(text(statement))
+
+
+def drop_job_triggers(conn: Connection) -> None:
     if conn.dialect.name == "sqlite":
         for statement in ("DROP TRIGGER IF EXISTS jobs_rev_insert", "DROP TRIGGER IF EXISTS jobs_rev_update",
                           "DROP TABLE IF EXISTS job_revs"):
@@ -55,6 +100,17 @@ def drop(conn: Connection) -> None:
     else:
         conn.execute(text("DROP TRIGGER IF EXISTS jobs_rev ON jobs"))
         conn.execute(text("DROP FUNCTION IF EXISTS nanum_job_rev()"))
+
+
+def drop_allocation_triggers(conn: Connection) -> None:
+    if conn.dialect.name == "sqlite":
+        for name in ("allocations_rev_insert", "allocations_rev_delete"):
+            conn.execute(text(f"DROP TRIGGER IF EXISTS {name}"))
+    else:
+        for name in ("allocations_rev_insert", "allocations_rev_delete"):
+            conn.execute(text(f"DROP TRIGGER IF EXISTS {name} ON allocations"))
+        for function in ("nanum_allocations_added", "nanum_allocations_gone"):
+            conn.execute(text(f"DROP FUNCTION IF EXISTS {function}()"))
 
 
 def mark(conn: Connection) -> int:

@@ -230,9 +230,11 @@ def recover(s: Session, job: JobRow, node: NodeRow, now: float) -> bool:
 def node_lost(s: Session, node: NodeRow, now: float) -> set[str]:
     """`node` stopped answering: its jobs are requeued (and stopped on their other nodes). Returns nodes to wake."""
     job_ids = s.scalars(select(AllocationRow.job_id).where(AllocationRow.node_id == node.id).distinct()).all()
+    # The jobs are locked in id order before their GPUs are freed, as everywhere: freeing them stamps their rows.
+    jobs = s.scalars(select(JobRow).where(JobRow.id.in_(job_ids)).order_by(JobRow.id).with_for_update()).all()
     s.execute(delete(AllocationRow).where(AllocationRow.node_id == node.id))
     woken: set[str] = set()
-    for job in s.scalars(select(JobRow).where(JobRow.id.in_(job_ids)).order_by(JobRow.id).with_for_update()):
+    for job in jobs:
         if job.state != "running":
             continue
         was = job.stop

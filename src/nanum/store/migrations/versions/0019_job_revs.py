@@ -22,11 +22,11 @@ depends_on = None
 def upgrade() -> None:
     op.add_column("jobs", sa.Column("rev", sa.BigInteger(), nullable=False, server_default="0"))
     op.create_index("ix_jobs_rev", "jobs", ["rev"])
-    revs.create(op.get_bind())
+    revs.create_job_triggers(op.get_bind())
 
 
 def downgrade() -> None:
-    revs.drop(op.get_bind())
+    revs.drop_job_triggers(op.get_bind())
     op.drop_index("ix_jobs_rev", table_name="jobs")
     with op.batch_alter_table("jobs") as batch:
         batch.drop_column("rev")
