@@ -15,7 +15,7 @@ for those (`nanum.server.jobrows`).
 
 Triggers do the stamping, so no write path of nanum can forget it. A migration that rebuilds `jobs` or
 `allocations` on SQLite (batch mode: copy, drop, rename) drops their triggers with the old table and must create
-them again (`create`).
+them again (`create_job_triggers`, `create_allocation_triggers`).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ POSTGRES = (
     "DROP TRIGGER IF EXISTS jobs_rev ON jobs",
     "CREATE TRIGGER jobs_rev BEFORE INSERT OR UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION nanum_job_rev()",
 )
+_ALLOCATION_TRIGGERS = ("allocations_rev_insert", "allocations_rev_delete")
 #: Once per statement, over the rows it inserted or deleted: a start's or an exit's write already holds its jobs'
 #: rows, so stamping them takes no lock the statement's transaction does not have.
 ALLOCATIONS_POSTGRES = (
@@ -74,12 +75,6 @@ ALLOCATIONS_POSTGRES = (
     "CREATE TRIGGER allocations_rev_delete AFTER DELETE ON allocations REFERENCING OLD TABLE AS gone "
     "FOR EACH STATEMENT EXECUTE FUNCTION nanum_allocations_gone()",
 )
-
-
-def create(conn: Connection) -> None:
-    """Create the triggers of `jobs` and of `allocations` (again) on this connection's database."""
-    create_job_triggers(conn)
-    create_allocation_triggers(conn)
 
 
 def create_job_triggers(conn: Connection) -> None:
@@ -103,12 +98,10 @@ def drop_job_triggers(conn: Connection) -> None:
 
 
 def drop_allocation_triggers(conn: Connection) -> None:
-    if conn.dialect.name == "sqlite":
-        for name in ("allocations_rev_insert", "allocations_rev_delete"):
-            conn.execute(text(f"DROP TRIGGER IF EXISTS {name}"))
-    else:
-        for name in ("allocations_rev_insert", "allocations_rev_delete"):
-            conn.execute(text(f"DROP TRIGGER IF EXISTS {name} ON allocations"))
+    on = "" if conn.dialect.name == "sqlite" else " ON allocations"
+    for name in _ALLOCATION_TRIGGERS:
+        conn.execute(text(f"DROP TRIGGER IF EXISTS {name}{on}"))
+    if conn.dialect.name != "sqlite":
         for function in ("nanum_allocations_added", "nanum_allocations_gone"):
             conn.execute(text(f"DROP FUNCTION IF EXISTS {function}()"))
 
