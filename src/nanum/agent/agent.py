@@ -214,6 +214,9 @@ class Agent:
         """One heartbeat and its reply; False when the request was dropped for newer news."""
         assert self.executor is not None and self._wake is not None
         self._check_lease()
+        # The executor announces the jobs this agent just started (or stopped) through the loop: let those calls
+        # land before clearing, or they would drop the heartbeat that already reports them.
+        await asyncio.sleep(0)
         self._wake.clear()
         version = self.executor.version
         statuses = self.executor.statuses()
