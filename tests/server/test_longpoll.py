@@ -71,16 +71,3 @@ def test_a_newer_heartbeat_releases_an_older_held_one(live: AsgiClient, node: Fa
     node.beat()
     thread.join(timeout=5)
     assert not thread.is_alive() and len(replies) == 1
-
-
-def test_the_reply_to_a_job_end_carries_the_next_job_for_the_freed_gpus(live: AsgiClient, node: FakeAgent) -> None:
-    first = submit(live, gpus=4)
-    second = submit(live, gpus=4)
-    deadline = time.monotonic() + 5
-    while first["id"] not in node.running and time.monotonic() < deadline:
-        node.beat(wait_s=1)
-    assert list(node.running) == [first["id"]]
-    node.exit(first["id"])
-    reply = node.beat()  # reports the end: the scheduler gives its GPUs to the next job before the reply leaves
-    assert first["id"] in reply.ack
-    assert [d.job_id for d in reply.desired] == [second["id"]]

@@ -131,9 +131,6 @@ class Scheduler:
         self.last: TickResult | None = None
         #: Called with each tick's result (the server's metrics observe cycle times).
         self.on_tick: Callable[[TickResult], None] | None = None
-        #: Ticks `run` has begun and ended, and who waits for one (`next_tick`): counted on the event loop.
-        self._begun = self._ended = 0
-        self._waiting: list[tuple[int, asyncio.Future[None]]] = []
 
     # -- the loop ----------------------------------------------------------------------------------------------
 
@@ -164,43 +161,17 @@ class Scheduler:
                     await asyncio.wait_for(self._poked.wait(), timeout=interval)
                 self._poked.clear()
                 began = time.monotonic()
-                self._begun += 1
                 try:
                     await asyncio.to_thread(self.tick)
                 except Exception:
                     log.exception("scheduling tick failed; retrying on the next one")
-                self._ended += 1
-                self._release_waiting(self._ended)
                 # After a long tick, leave the other threads at least as much time as it took. A short one
                 # holds nothing up, and waiting after it would delay the next submission's start.
                 took = time.monotonic() - began
                 if took >= PACE_FROM_S:
                     await asyncio.sleep(min(took, 0.25))
         finally:
-            self._release_waiting(None)
             self.leadership.release()
-
-    async def next_tick(self, timeout: float) -> None:
-        """Return once a tick that begins after this call has ended, or after `timeout` seconds; at once where `run`
-        does not tick on this event loop. Call on the event loop."""
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            return
-        waiter: asyncio.Future[None] = loop.create_future()
-        self._waiting.append((self._begun + 1, waiter))  # a tick running now may have read the cluster before
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(waiter, timeout)
-
-    def _release_waiting(self, ended: int | None) -> None:
-        """Wake those waiting for a tick up to `ended` (None: everyone, the loop is stopping)."""
-        keep = []
-        for target, waiter in self._waiting:
-            if ended is None or target <= ended:
-                if not waiter.done():
-                    waiter.set_result(None)
-            elif not waiter.done():
-                keep.append((target, waiter))
-        self._waiting = keep
 
     # -- one tick ----------------------------------------------------------------------------------------------
 

@@ -1,8 +1,7 @@
 """The agent endpoint: one heartbeat in, the node's desired jobs out, held open while nothing changes.
 
 Readings the heartbeat carries are recorded first (`nanum.server.monitoring`), so a job released for being idle
-is already off the node's list in this reply. A heartbeat that frees GPUs is answered after the tick it asks
-for, with the jobs that tick gave them: a node draining short jobs gets each next batch in one round trip."""
+is already off the node's list in this reply."""
 
 from __future__ import annotations
 
@@ -25,9 +24,6 @@ log = logging.getLogger("nanum.server")
 
 #: While heartbeats are held on PostgreSQL, look this often whether another server changed their nodes' jobs.
 SHARED_DB_CHECK_S = 1.0
-#: A heartbeat that freed GPUs waits at most this long (seconds) for the tick it asked for, to carry the node's next
-#: jobs in its reply.
-NEXT_JOBS_WAIT_S = 1.0
 
 
 class SharedDbWatch:
@@ -78,13 +74,6 @@ async def heartbeat(body: Heartbeat, ctx: Context, node: NodeDep, request: Reque
     if outcome.poke:
         signals.poke()
     signals.wake(outcome.woken - {node.name})
-    if outcome.freed and not signals.closing:
-        # The GPUs a job left go to the next jobs in the tick this asked for: waiting for it puts them in this
-        # reply, where they would otherwise wait for the node's next heartbeat (a round trip per job ended).
-        await request.app.state.scheduler.next_tick(NEXT_JOBS_WAIT_S)
-        if changed.is_set():
-            return await run_in_threadpool(agent.with_desired, ctx, node, outcome.reply)
-        return outcome.reply
     if body.wait_s <= 0 or not outcome.idle or node.name in outcome.woken or signals.closing:
         return outcome.reply
     if await _hold(request, ctx, node, changed, body.wait_s, outcome.version):

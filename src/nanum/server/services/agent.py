@@ -38,8 +38,6 @@ class Outcome:
     poke: bool = False
     idle: bool = False
     version: int = 0
-    #: The heartbeat freed GPUs (a job's part ended): the tick it asks for may give the node its next jobs.
-    freed: bool = False
 
 
 def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
@@ -64,13 +62,7 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         _remember(ctx, node.id, version, held_now, desired)
         paths = environments.check_paths(ctx, s)
     ctx.last_seen.heard(who.id, now, written=True)
-    outcome = _outcome(ctx, who, hb, desired, acks, paths, woken, poke, version)
-    outcome.freed = _gpu_count(held_now) < _gpu_count(held)
-    return outcome
-
-
-def _gpu_count(held: dict[int, list[int]]) -> int:
-    return sum(len(gpus) for gpus in held.values())
+    return _outcome(ctx, who, hb, desired, acks, paths, woken, poke, version)
 
 
 def _outcome(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, desired: list[JobLaunch], acks: list[int],
@@ -197,12 +189,6 @@ def desired_reply(ctx: ServerContext, who: NodeCaller) -> HeartbeatReply:
         reply = _reply(ctx, desired_jobs(ctx, s, node), [], {})
         reply.check_paths = environments.check_paths(ctx, s)
         return reply
-
-
-def with_desired(ctx: ServerContext, who: NodeCaller, reply: HeartbeatReply) -> HeartbeatReply:
-    """`reply` (its acknowledgements and log offsets) with the node's desired jobs as they are now."""
-    fresh = desired_reply(ctx, who)
-    return reply.model_copy(update={"desired": fresh.desired, "check_paths": fresh.check_paths})
 
 
 def desired_versions(ctx: ServerContext, node_ids: list[int]) -> dict[int, int]:
