@@ -158,11 +158,9 @@ def test_a_long_log_arrives_whole_in_chunks(server: FakeServer, state_dir: Path)
 
 
 def test_a_refused_token_is_a_clear_error(server: FakeServer, state_dir: Path) -> None:
-    with (
-        pytest.raises(AgentError, match="refused this node's token"),
-        running(make_agent(server.url, state_dir, token="wrong")),
-    ):
-        time.sleep(0.5)
+    agent = make_agent(server.url, state_dir, token="wrong")
+    with pytest.raises(AgentError, match="refused this node's token"):  # at its first heartbeat, however slow
+        asyncio.run(asyncio.wait_for(agent.run(), timeout=60))
 
 
 def test_two_agents_cannot_share_a_state_directory(server: FakeServer, state_dir: Path) -> None:
