@@ -14,7 +14,9 @@ Figures, each printed beside Slurm 22.05 (sbatch) and Debian's task-spooler (`ts
      `nanum submit` (beside `sbatch --wrap true` in the same loop where sbatch is installed), and a 1,000-task
      array submitted in one request (`--cli-only` prints just these);
   5. draining `--jobs` trivial jobs (`true`, 1 GPU each) on 8 GPUs: from the first submission until the last
-     job is recorded completed, all submitted at once; and a check that none was lost.
+     job is recorded completed, all submitted at once; and a check that none was lost. Beside it, the CPU time
+     per job of the server, of its agent and of the jobs' own processes (reaped by the agent), and how busy
+     the machine was: a drain that keeps every core busy is bound by CPU, not by waiting.
 Targets: >= 500 submissions/s via the API; median submit-to-start <= 10 ms; the drain at >= 250 jobs/s (1,000
 jobs in 4 s), every state change still durable.
 
@@ -74,8 +76,8 @@ def job_account() -> str:
 
 
 @contextmanager
-def fresh_nanum(gpus: int) -> Iterator[tuple[str, str, dict[str, str]]]:
-    """`nanum up` in a throw-away home; yields (url, admin token, environment for `nanum` commands)."""
+def fresh_nanum(gpus: int) -> Iterator[tuple[str, str, dict[str, str], int]]:
+    """`nanum up` in a throw-away home; yields (url, admin token, environment for `nanum` commands, its pid)."""
     root = Path(tempfile.mkdtemp(prefix="nanum-bench-"))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NANUM_")}
@@ -87,7 +89,7 @@ def fresh_nanum(gpus: int) -> Iterator[tuple[str, str, dict[str, str]]]:
     url = f"http://127.0.0.1:{port}"
     try:
         token = wait_until_up(url, root / "home" / "admin-token", proc, root / "up.log")
-        yield url, token, env
+        yield url, token, env, proc.pid
     except BaseException:
         sys.stderr.write(f"--- the end of `nanum up`'s output:\n{(root / 'up.log').read_text()[-4000:]}\n")
         raise
@@ -280,6 +282,53 @@ def client_wait_running(client: Client, job_id: int) -> None:
 
 # -- 5. drain ------------------------------------------------------------------------------------------------
 
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(its own, its reaped children's) CPU seconds of process `pid`, user and system, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+def machine_seconds() -> tuple[float, float, float]:
+    """(busy, waiting for I/O, all) CPU seconds of the whole machine since boot."""
+    user, nice, system, idle, iowait, irq, softirq, steal = (
+        int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9])
+    tick = os.sysconf("SC_CLK_TCK")
+    busy = user + nice + system + irq + softirq + steal
+    return busy / tick, iowait / tick, (busy + idle + iowait) / tick
+
+
+def agent_of(server_pid: int) -> int | None:
+    """The local agent `nanum up` runs as its child."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            text = stat.read_text()
+            parent = int(text.rsplit(")", 1)[1].split()[1])
+            if parent == server_pid and "agent" in (stat.parent / "cmdline").read_text():
+                return int(stat.parent.name)
+    return None
+
+
+def drain_cpu(server_pid: int, run: Callable[[], tuple[float, float, int]], n: int) -> tuple[
+        tuple[float, float, int], dict[str, float]]:
+    """`run()`'s result, and the CPU milliseconds per job of the server, its agent and the jobs' processes, and
+    the shares of the machine's CPU time that were busy and waiting for I/O meanwhile."""
+    agent = agent_of(server_pid)
+    if agent is None:
+        sys.exit("cannot find the agent of `nanum up` to measure its CPU time")
+    before = cpu_seconds(server_pid), cpu_seconds(agent), machine_seconds()
+    result = run()
+    after = cpu_seconds(server_pid), cpu_seconds(agent), machine_seconds()
+    per_job, elapsed = 1000 / n, max(after[2][2] - before[2][2], 1e-9)
+    return result, {
+        "drain_server_cpu_ms": (after[0][0] - before[0][0]) * per_job,
+        "drain_agent_cpu_ms": (after[1][0] - before[1][0]) * per_job,
+        "drain_job_processes_cpu_ms": (after[1][1] - before[1][1]) * per_job,
+        "drain_machine_busy": (after[2][0] - before[2][0]) / elapsed,
+        "drain_machine_iowait": (after[2][1] - before[2][1]) / elapsed,
+    }
+
+
 def drain(url: str, token: str, client: Client, n: int, clients: int, workdir: Path) -> tuple[float, float, int]:
     """(seconds from the first submission to the last completion, seconds spent submitting, jobs lost)."""
     before = client.jobs(all=True)
@@ -338,7 +387,7 @@ def main() -> None:
     account = job_account()
     workdir = Path(tempfile.mkdtemp(prefix="nanum-bench-jobs-", dir="/tmp"))
     workdir.chmod(0o1777)
-    with fresh_nanum(args.gpus) as (url, admin, env):
+    with fresh_nanum(args.gpus) as (url, admin, env, server_pid):
         with Client(url, admin) as c:
             token = c.add_user("bench", ["bench"], unix_user=account)["token"]
         env = {**env, "NANUM_SERVER": url, "NANUM_TOKEN": token}
@@ -358,14 +407,15 @@ def main() -> None:
             cli = with_gpus_busy(client, workdir, args.gpus, lambda: cli_rate(env, args.cli_jobs, workdir))
             help_s = best_of(10, [*nanum_exe(), "--help"], env)
             ps_s = best_of(10, [*nanum_exe(), "ps"], env)
-            drain_s, submit_s, lost = drain(url, token, client, args.jobs, args.clients, workdir)
+            (drain_s, submit_s, lost), drain_cpus = drain_cpu(
+                server_pid, lambda: drain(url, token, client, args.jobs, args.clients, workdir), args.jobs)
     shutil.rmtree(workdir, ignore_errors=True)
 
     figures = {
         "api_submissions_per_s": api, "cli_submissions_per_s": cli,
         "latency_median_s": statistics.median(latency), "latency_p99_s": percentile(latency, 0.99),
         "cli_help_s": help_s, "cli_ps_s": ps_s, "drain_s": drain_s, "drain_submit_s": submit_s,
-        "drain_jobs": args.jobs, "lost": lost, **cli_figs,
+        "drain_jobs": args.jobs, "lost": lost, **drain_cpus, **cli_figs,
     }
     print()
     print(f"{'':<34} {'nanum':>11}   {'Slurm':>9} {'':>10}   {'ts':>9} {'':>9}")
@@ -376,6 +426,11 @@ def main() -> None:
     print(row(f"drain {args.jobs} x `true` on {args.gpus} GPUs", drain_s, "s", "drain", False))
     print(f"{'  of which submitting':<34} {submit_s:>9.2f} s")
     print(f"{'  jobs lost':<34} {lost:>11}")
+    cpus = {k.removeprefix("drain_"): v for k, v in drain_cpus.items()}
+    print(f"{'  CPU per job':<34} server {cpus['server_cpu_ms']:.1f} ms, agent {cpus['agent_cpu_ms']:.1f} ms, "
+          f"the job's processes {cpus['job_processes_cpu_ms']:.1f} ms")
+    print(f"{'  the machine meanwhile':<34} {cpus['machine_busy']:.0%} busy, {cpus['machine_iowait']:.0%} waiting "
+          f"for I/O, on {os.cpu_count()} cores")
     print(f"{'nanum --help / nanum ps':<34} {help_s * 1000:>6.0f} ms / {ps_s * 1000:.0f} ms")
     print_cli(cli_figs, args.loop_jobs)
     print("(x: how many times nanum's figure beats the other; below 1 means slower)")
