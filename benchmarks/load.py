@@ -66,6 +66,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(its own, its reaped children's) CPU seconds of process `pid`, user and system, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
 def nanum_exe() -> list[str]:
     exe = Path(sys.executable).with_name("nanum")
     return [str(exe)] if exe.exists() else [sys.executable, "-c", "from nanum.cli import main; main()"]

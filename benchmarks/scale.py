@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from load import nanum_exe, pg_schema, server  # the benchmarks' shared helpers
+from load import cpu_seconds, nanum_exe, pg_schema, server  # the benchmarks' shared helpers
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -145,9 +145,7 @@ def server_usage(url: str) -> tuple[float, float]:
     pid = int(re.search(r"pid=(\d+)", found).group(1)) if "pid=" in found else None  # type: ignore[union-attr]
     if pid is None:
         return float("nan"), float("nan")
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    cpu = (int(fields[11]) + int(fields[12])) / ticks
+    cpu = cpu_seconds(pid)[0]
     peak = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
                 if line.startswith("VmHWM:")) / 1024
     return cpu, peak

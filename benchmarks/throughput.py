@@ -44,6 +44,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from load import cpu_seconds  # the benchmarks' shared helpers
+
 from nanum.client import ApiError, Client, NanumError
 
 SLURM = {"api": 260.0, "cli": 260.0, "latency_median": 1.6, "latency_p99": None, "drain": 265.0}
@@ -281,13 +283,6 @@ def client_wait_running(client: Client, job_id: int) -> None:
 
 
 # -- 5. drain ------------------------------------------------------------------------------------------------
-
-def cpu_seconds(pid: int) -> tuple[float, float]:
-    """(its own, its reaped children's) CPU seconds of process `pid`, user and system, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
-
 
 def machine_seconds() -> tuple[float, float, float]:
     """(busy, waiting for I/O, all) CPU seconds of the whole machine since boot."""
