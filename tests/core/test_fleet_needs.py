@@ -4,8 +4,11 @@ and the reasons that name what is missing."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nanum.core import Code, Gpu, Node, Policy, schedule
+from nanum.core.quota import impossible
 from tests.core.builders import job, node, snap
 
 
@@ -55,3 +58,24 @@ def test_constraints_match_labels_and_the_reason_names_the_missing_one() -> None
                  Policy())
     assert _where(d) == {1: "ib"}
     assert _reason(d, 2) == "needs node label ssd=1; no node has it"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    shapes=st.lists(st.tuples(st.integers(0, 8), st.sampled_from(["A100", "H100"]), st.sampled_from([None, "a", "b"])),
+                    max_size=8),
+    gpus=st.integers(0, 9),
+    count=st.integers(1, 4),
+    models=st.sampled_from([frozenset(), frozenset({"H100"}), frozenset({"A100", "H100"}), frozenset({"V100"})]),
+    lend=st.booleans(),
+)
+def test_a_job_is_refused_at_submit_exactly_when_too_few_nodes_could_ever_hold_it(
+        shapes: list[tuple[int, str, str | None]], gpus: int, count: int, models: frozenset[str], lend: bool) -> None:
+    cluster = tuple(node(f"n{i}", g, model, owner=owner) for i, (g, model, owner) in enumerate(shapes))
+    asked = job(1, gpus=gpus, lab="a", nodes=count, gpu_models=models)
+    could_hold = [n for n in cluster if (lend or n.owner in (None, "a")) and (not models or n.gpu_model in models)
+                  and len(n.gpus) >= gpus]
+    reason = impossible(asked, cluster, {}, lend)
+    assert (reason is None) == (len(could_hold) >= count), reason
+    if reason is not None:
+        assert reason.code is Code.IMPOSSIBLE and reason.message
