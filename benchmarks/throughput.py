@@ -44,26 +44,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from load import cpu_seconds  # the benchmarks' shared helpers
+from load import cpu_seconds, free_port, nanum_exe  # the benchmarks' shared helpers
 
 from nanum.client import ApiError, Client, NanumError
 
 SLURM = {"api": 260.0, "cli": 260.0, "latency_median": 1.6, "latency_p99": None, "drain": 265.0}
 TS = {"api": 430.0, "cli": 430.0, "latency_median": 0.004, "latency_p99": None, "drain": 2.3}
 BENCH_ACCOUNT = "nanum-bench"
-
-
-def nanum_exe() -> list[str]:
-    exe = Path(sys.executable).with_name("nanum")
-    return [str(exe)] if exe.exists() else [sys.executable, "-c", "from nanum.cli import main; main()"]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def job_account() -> str:
