@@ -275,18 +275,23 @@ def _ended_uncharged(s: Session, now: float, half_life: float, usage: Seconds
 
 def _uncharged(running: tuple[Running, ...], rows: Any, now: float) -> tuple[Seconds, Seconds]:
     """GPU-seconds of the running jobs not yet charged, in all and of them this month, by (kind, name) as in
-    `_month_usage`: one pass over the runs for labs and users alike."""
-    since = {r.id: r.charged_until or r.start_time or now for r in rows}
+    `_month_usage`. `rows`: the running jobs' rows, in the order of `running` (`_runs` makes one run per row).
+    Summed per (lab, user) first, then to each: one dictionary update per run, where one per lab and per user,
+    each with its key built, was a fifth of a tick's reading with 8,000 jobs running."""
     first = month_start(now)
+    pairs: defaultdict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for run, row in zip(running, rows, strict=True):
+        job = run.job
+        start = row.charged_until or row.start_time or now
+        gpus = job.total_gpus
+        spent = pairs[(job.lab, job.user)]
+        spent[0] += gpus * max(now - start, 0.0)
+        spent[1] += gpus * max(now - max(start, first), 0.0)
     total: Seconds = defaultdict(float)
     month: Seconds = defaultdict(float)
-    for run in running:
-        job = run.job
-        start = since[job.id]
-        gpus = job.total_gpus
-        spent, this_month = gpus * max(now - start, 0.0), gpus * max(now - max(start, first), 0.0)
-        for key in (("lab", job.lab), ("user", job.user)):
-            total[key] += spent
+    for (lab, user), (in_all, this_month) in pairs.items():
+        for key in (("lab", lab), ("user", user)):
+            total[key] += in_all
             month[key] += this_month
     return total, month
 

@@ -1,0 +1,48 @@
+"""The running jobs' GPU-seconds not yet charged, as a tick adds them to each lab's and user's usage
+(`nanum.server.snapshot._uncharged`): every run counts for its lab and its user, from its last charge (or its
+start), and only this month's part counts toward the monthly budgets."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nanum.server.services.lifecycle import month_start
+from nanum.server.snapshot import _uncharged
+from tests.core.builders import job, running
+
+NOW = 1_780_000_000.0  # some day in June 2026
+FIRST = month_start(NOW)
+
+RUNS = st.lists(st.tuples(st.sampled_from(["vision", "nlp", "audio"]), st.sampled_from(["ana", "bo", "cy"]),
+                          st.integers(0, 8), st.integers(1, 3),
+                          st.floats(FIRST - 86_400 * 3, NOW + 60),  # started before this month, or even "later"
+                          st.none() | st.floats(FIRST - 86_400, NOW)), max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs=RUNS)
+def test_each_running_job_counts_for_its_lab_and_its_user_from_its_last_charge(
+        runs: list[tuple[str, str, int, int, float, float | None]]) -> None:
+    jobs = tuple(running(job(i, gpus=g, lab=lab, user=user, nodes=nodes), {"n0": ()}, start=start)
+                 for i, (lab, user, g, nodes, start, _) in enumerate(runs))
+    rows = [SimpleNamespace(id=i, start_time=start, charged_until=charged)
+            for i, (_, _, _, _, start, charged) in enumerate(runs)]
+    total, month = _uncharged(jobs, rows, NOW)
+    for kind in ("lab", "user"):
+        for name in {r[0] if kind == "lab" else r[1] for r in runs}:
+            mine = [(g * nodes, charged or start) for lab, user, g, nodes, start, charged in runs
+                    if (lab if kind == "lab" else user) == name]
+            assert total[(kind, name)] == pytest.approx(sum(n * max(NOW - since, 0.0) for n, since in mine))
+            assert month[(kind, name)] == pytest.approx(
+                sum(n * max(NOW - max(since, FIRST), 0.0) for n, since in mine))
+    assert {name for _, name in total} <= {r[0] for r in runs} | {r[1] for r in runs}
+
+
+def test_a_run_out_of_step_with_its_rows_is_an_error_not_a_wrong_sum() -> None:
+    one = (running(job(1), {"n0": (0,)}, start=NOW - 60),)
+    with pytest.raises(ValueError):
+        _uncharged(one, [], NOW)
