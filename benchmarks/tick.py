@@ -101,8 +101,9 @@ def run(args: argparse.Namespace, tmp: Path, url: str) -> None:
         jobs.submit(ctx, caller, JobSubmit(command=["true"], gpus=1, cpus=0, workdir="/tmp", array=f"{first}-{last}"))
     sched = Scheduler(ctx)
     sched.tick()
-    for name in fleet.infos:
-        fleet.beat(name)
+    for _ in range(2):  # each node learns its jobs, then reports them running (their pids), as agents do
+        for name in fleet.infos:
+            fleet.beat(name)
     sched.tick()
     running = sum(len(held) for held in fleet.running.values())
     assert running == args.nodes * args.gpus, f"{running} jobs run, not one on every GPU"
