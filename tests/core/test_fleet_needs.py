@@ -79,3 +79,9 @@ def test_a_job_is_refused_at_submit_exactly_when_too_few_nodes_could_ever_hold_i
     assert (reason is None) == (len(could_hold) >= count), reason
     if reason is not None:
         assert reason.code is Code.IMPOSSIBLE and reason.message
+
+
+def test_a_job_asking_for_more_nodes_than_exist_is_refused_however_many_it_asks_for() -> None:
+    for count in (3, 2**64):
+        reason = impossible(job(1, gpus=1, nodes=count), (node("a"), node("b")), {}, True)
+        assert reason is not None and f"needs {count} nodes with 1 GPUs each; only 2 such nodes exist" in reason.message
