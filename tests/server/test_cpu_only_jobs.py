@@ -95,7 +95,7 @@ def test_a_start_whose_gpu_was_taken_meanwhile_leaves_the_job_pending_and_untouc
     tick(client)
     late, fine = submit(client, gpus=1), submit(client, gpus=1)
     sched, now = client.app.state.scheduler, time.time()
-    plan = sched._read(now)
+    plan, now = sched._read(now)
     decisions = schedule(plan.snapshot, ctx.policy, sched.predictor)
     [start] = [st for st in decisions.starts if st.job_id == late["id"]]
     gpu = start.placements[0].gpus[0]

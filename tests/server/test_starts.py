@@ -1,10 +1,18 @@
-"""A tick applies all its starts together; a GPU taken between its read and its write refuses only its own job."""
+"""A tick applies all its starts together; a GPU taken between its read and its write refuses only its own job; a job
+starts no earlier than the run whose GPUs it was given ended."""
 
 from __future__ import annotations
 
+import time
+from datetime import datetime
+from typing import Any
+
+import pytest
 from sqlalchemy import select
 
 from nanum.core import Decisions
+from nanum.protocol import JobStatus
+from nanum.server import snapshot
 from nanum.server.context import ServerContext
 from nanum.store import AllocationRow, EventRow, JobRow, NodeRow
 from tests.server.asgiclient import AsgiClient
@@ -48,3 +56,31 @@ def test_a_gpu_taken_after_the_read_keeps_only_its_job_pending(client: AsgiClien
         assert s.scalars(select(JobRow.state).where(JobRow.id == first)).one() == "pending"
         held = s.scalars(select(AllocationRow.job_id).order_by(AllocationRow.job_id)).all()
     assert held == sorted([second, holder])
+
+
+def test_a_job_given_the_gpus_of_a_run_that_just_ended_starts_after_that_run_ended(
+        client: AsgiClient, agent: FakeAgent, ctx: ServerContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The end a heartbeat writes is its own time, taken before it commits; a tick that reads that end must start
+    the next job on those GPUs later, or a lab's runs overlap and it seems over its GPU limit."""
+    first = submit(client, gpus=4)["id"]
+    tick(client)
+    agent.beat()
+    second = submit(client, gpus=4)["id"]
+    learn = snapshot.learn
+
+    def report_the_exit_first(*args: Any) -> float:  # the exit commits between the tick's start and its read
+        time.sleep(0.05)
+        agent.running.pop(first)
+        agent.exited[first] = JobStatus(job_id=first, state="exited", exit_code=0)
+        agent.beat()
+        monkeypatch.setattr(snapshot, "learn", learn)
+        return learn(*args)
+
+    monkeypatch.setattr(snapshot, "learn", report_the_exit_first)
+    tick(client)
+    ended = job(client, first)
+    started = job(client, second)
+    assert (ended["state"], started["state"]) == ("completed", "running")
+    end = ended["segments"][-1]["end"]  # type: ignore[index]
+    start = started["segments"][0]["start"]  # type: ignore[index]
+    assert datetime.fromisoformat(str(start)) >= datetime.fromisoformat(str(end)), (start, end)

@@ -182,10 +182,7 @@ class Scheduler:
                 return None
             began = time.perf_counter()
             self.ctx.last_seen.flush(self.ctx.db)  # the sweep then reads exact times for nodes heard here
-            # Taken after the flush, so that a job started by this tick never seems to start before one it replaces
-            # ended (a run's end is written by its heartbeat, which may commit while the flush waits for the lock).
-            now = time.time() if now is None else now
-            plan = self._read(now)
+            plan, now = self._read(now)
             self.core.sync(plan.snapshot)
             explain = self.core.explain = (len(plan.snapshot.pending) < EXPLAIN_LONG_QUEUE
                                            or not now - EXPLAIN_EVERY_S < self._explained_at <= now)
@@ -208,17 +205,26 @@ class Scheduler:
             self.poke(new_gpu_job=True)
         return result
 
-    def _read(self, now: float) -> snapshot.Plan:
+    def _read(self, now: float | None) -> tuple[snapshot.Plan, float]:
+        """The cluster as one consistent read, and the tick's time (`now`, else the time once that read's view of
+        the database is fixed).
+
+        The time is taken after the transaction's first statement, which fixes what it sees: every run's end it
+        sees was stamped by a heartbeat before that heartbeat committed, so a job this tick starts on the GPUs
+        freed never seems to start before the run it replaces ended (its lab's usage would overlap, and a lab at
+        its GPU limit would seem to exceed it). Taken before the read, a heartbeat that took its time after it
+        and committed before the read could end a run later than the start of the job given its GPUs."""
         with self.ctx.db.read() as s:
             if self.ctx.db.is_postgres:
                 s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-            learned = snapshot.learn(s, self.predictor, self._learned_until)
+            learned = snapshot.learn(s, self.predictor, self._learned_until)  # the first read: the view is fixed
+            now = time.time() if now is None else now
             if learned != self._learned_until:
                 self._explained = {}
             self._learned_until = learned
             settings = self.ctx.settings
             plan = snapshot.build(s, now, settings.node_timeout_s, self.predictor, self._cache, settings.half_life_s)
-            return plan
+            return plan, now
 
     def _explain(self, plan: snapshot.Plan) -> None:
         """Publish each pending (held back by dependencies or array limits too) and running job's prediction and
