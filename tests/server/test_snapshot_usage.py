@@ -29,8 +29,8 @@ def test_each_running_job_counts_for_its_lab_and_its_user_from_its_last_charge(
         runs: list[tuple[str, str, int, int, float, float | None]]) -> None:
     jobs = tuple(running(job(i, gpus=g, lab=lab, user=user, nodes=nodes), {"n0": ()}, start=start)
                  for i, (lab, user, g, nodes, start, _) in enumerate(runs))
-    rows = [SimpleNamespace(id=i, start_time=start, charged_until=charged)
-            for i, (_, _, _, _, start, charged) in enumerate(runs)]
+    rows = {i: SimpleNamespace(id=i, start_time=start, charged_until=charged)
+            for i, (_, _, _, _, start, charged) in enumerate(runs)}
     total, month = _uncharged(jobs, rows, NOW)
     for kind in ("lab", "user"):
         for name in {r[0] if kind == "lab" else r[1] for r in runs}:
@@ -42,7 +42,7 @@ def test_each_running_job_counts_for_its_lab_and_its_user_from_its_last_charge(
     assert {name for _, name in total} <= {r[0] for r in runs} | {r[1] for r in runs}
 
 
-def test_a_run_out_of_step_with_its_rows_is_an_error_not_a_wrong_sum() -> None:
+def test_a_run_without_its_row_is_an_error_not_a_wrong_sum() -> None:
     one = (running(job(1), {"n0": (0,)}, start=NOW - 60),)
-    with pytest.raises(ValueError):
-        _uncharged(one, [], NOW)
+    with pytest.raises(KeyError):
+        _uncharged(one, {2: SimpleNamespace(id=2, start_time=NOW - 60, charged_until=None)}, NOW)

@@ -40,7 +40,14 @@ class JobRows:
         #: where each job holds GPUs (or, needing none, runs), by job id; a job holding nothing is left out
         self.held: dict[int, tuple[Placement, ...]] = {}
         self.mark: int | None = None
+        #: the ids of the rows the last read took, in the order read: every pending and running job at a first
+        #: read (`mark` None before it), else the ones written since the read before (a row that left included)
+        self.written: list[int] = []
         self._record: Any = None
+
+    def forget(self) -> None:
+        """Read every pending and running row afresh next time, as at first."""
+        self.running, self.pending, self.held, self.written, self.mark = {}, {}, {}, [], None
 
     def read(self, s: Session, names: Mapping[int, str]) -> tuple[list[Any], list[Any]]:
         """(running rows, pending rows in id order) as of `s`'s snapshot (a repeatable read on PostgreSQL), and
@@ -75,6 +82,7 @@ class JobRows:
         if unordered:
             self.pending = pending = dict(sorted(pending.items()))  # by id: ids are unique, rows never compared
         self._read_held(conn, names, None if self.mark is None else written)
+        self.written = written
         self.mark = mark  # last: a read that fails half way is done again from the same mark
         return list(running.values()), list(pending.values())
 

@@ -9,9 +9,11 @@ their limits, this month's GPU-hours and decayed usage, both including the runni
 
 `Plan` keeps, beside the snapshot, what applying decisions needs: node ids, and the reason and estimate each
 pending job shows now, so only the ones that changed are written back. A `SnapshotCache` the scheduler keeps from
-tick to tick hands back the very same core objects (jobs, runs, nodes, the node tuple) wherever their rows did not
-change, so the core's caches see at once what did (`Incremental.sync`, `CycleCache`): a tick costs the read and
-what changed, not a cluster's worth of new objects. Decayed usage counts half after
+tick to tick holds the core jobs and runs, and brings them up to date from the job rows written since the last
+tick only (`JobRows.written`); it hands back the very same core objects (jobs, runs, nodes, the node tuple)
+wherever their rows did not change, so the core's caches see at once what did (`Incremental.sync`, `CycleCache`):
+a tick makes core objects for what changed, not for the whole cluster. A read that fails leaves the cache to be
+filled afresh by the next one. Decayed usage counts half after
 `half_life` seconds (the server's setting); running jobs carry their last checkpoint, so reclaim loses least work.
 """
 
@@ -22,6 +24,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from types import SimpleNamespace
 from typing import Any
 
@@ -35,7 +38,6 @@ from nanum.core import (
     Limits,
     Node,
     NodeState,
-    Placement,
     Running,
     Snapshot,
     User,
@@ -138,33 +140,31 @@ def build(
     labs = {lab.id: lab for lab in conn.execute(_LABS)}
     cache = cache if cache is not None else SnapshotCache()
     node_rows = conn.execute(_NODES).all()
+    rows = cache.rows
+    full = rows.mark is None  # a first read takes every row; later ones only those written since
+    try:
+        return _build(s, now, timeout, predictor, cache, half_life, users, labs, node_rows, full)
+    except BaseException:
+        rows.forget()  # what this read took may not all have reached the cache: the next one reads everything
+        raise
+
+
+def _build(s: Session, now: float, timeout: float, predictor: HistoryPredictor, cache: SnapshotCache,
+           half_life: float, users: dict[int, Any], labs: dict[int, Any], node_rows: Any, full: bool) -> Plan:
     names = {r.id: r.name for r in node_rows}
-    running_rows, pending_rows = cache.rows.read(s, names)
-    held = cache.rows.held
+    rows = cache.rows
+    running_rows, pending_rows = rows.read(s, names)
+    held = rows.held
     # dependencies, array limits, disabled accounts: not the core's to schedule
     blocked = eligibility.blocked(s, pending_rows, {u.id for u in users.values() if u.disabled})
+    names_of = {u.id: u.name for u in users.values()}, {lab.id: lab.name for lab in labs.values()}
+    jobs = _jobs(cache, running_rows + pending_rows if full else None, names_of)
     waiting_rows = [r for r in pending_rows if r.id in blocked]
     pending_rows = [r for r in pending_rows if r.id not in blocked]
-
-    last_jobs, jobs = cache.jobs, {}
-
-    def job(row: Any) -> Job:
-        kept = last_jobs.get(row.id)
-        if kept is not None and kept[0] is row:  # not written since the last tick
-            jobs[row.id] = kept
-            return kept[2]
-        key = row[:CORE_WIDTH]  # what the core job is made of (`JOB_COLUMNS`), not the reason it shows
-        found = kept[2] if kept is not None and kept[1] == key else _core_job(
-            row, users[row.user_id].name, labs[row.lab_id].name)
-        jobs[row.id] = (row, key, found)
-        return found
-
-    running = _runs(cache, [(job(r), r) for r in running_rows], held, predictor)
-    cache.jobs = jobs
-    live = {r.job.id for r in running}
+    running = _runs(cache, full, predictor)
     busy: dict[str, set[int]] = defaultdict(set)
     for job_id, places in held.items():
-        if job_id not in live:
+        if job_id not in rows.running:
             for p in places:
                 busy[p.node].update(p.gpus)
     _busy_outside(s, names, running, busy, now - timeout)
@@ -172,18 +172,47 @@ def build(
     owned = _owned_gpus(nodes)
     usage = _month_usage(s, now)
     ended = _ended_uncharged(s, now, half_life, usage)
-    uncharged = _uncharged(running, running_rows, now)
+    uncharged = _uncharged(running, rows.running, now)
     snapshot = Snapshot(
         now=now,
         nodes=nodes,
-        pending=tuple(job(r) for r in pending_rows),
+        pending=tuple(jobs[r.id][2] for r in pending_rows),
         running=running,
         labs=_labs(labs.values(), usage, ended, uncharged, now, half_life, owned),
         users=_users(users.values(), usage, ended, uncharged, now, half_life),
         month=time.strftime("%B", time.gmtime(now)),
     )
-    waiting = tuple(job(r) for r in waiting_rows)
-    return Plan(snapshot, {r.name: r.id for r in node_rows}, cache.rows.pending, waiting)
+    waiting = tuple(jobs[r.id][2] for r in waiting_rows)
+    return Plan(snapshot, {r.name: r.id for r in node_rows}, rows.pending, waiting)
+
+
+def _jobs(cache: SnapshotCache, every: list[Any] | None, names: tuple[Mapping[int, str], Mapping[int, str]]
+          ) -> JobCache:
+    """The core job of every pending and running row (`cache.jobs`), brought up to date from the rows the last
+    read took: `every` row after a first read, else only those written since the tick before. A row written for
+    something else (the reason it shows, its pids) keeps its job."""
+    rows = cache.rows
+    last = cache.jobs
+    if every is None:
+        found, written = last, [(job_id, rows.running.get(job_id) or rows.pending.get(job_id))
+                                for job_id in rows.written]
+    else:
+        found, written = {}, [(r.id, r) for r in every]
+        cache.jobs = found
+    users, labs = names
+    for job_id, row in written:
+        if row is None:  # no longer pending or running
+            found.pop(job_id, None)
+            continue
+        kept = last.get(job_id)
+        if kept is not None and kept[0] is row:
+            found[job_id] = kept
+            continue
+        key = row[:CORE_WIDTH]  # what the core job is made of (`JOB_COLUMNS`), not the reason it shows
+        job = kept[2] if kept is not None and kept[1] == key else _core_job(row, users[row.user_id],
+                                                                             labs[row.lab_id])
+        found[job_id] = (row, key, job)
+    return found
 
 
 def _nodes(cache: SnapshotCache, rows: Any, now: float, timeout: float, busy: dict[str, set[int]]) -> tuple[Node, ...]:
@@ -204,29 +233,40 @@ def _nodes(cache: SnapshotCache, rows: Any, now: float, timeout: float, busy: di
     return cache.node_tuple
 
 
-def _runs(cache: SnapshotCache, rows: list[tuple[Job, Any]], held: Mapping[int, tuple[Placement, ...]],
-          predictor: HistoryPredictor) -> tuple[Running, ...]:
-    """The running jobs, each reused from the last tick while what it is made of is the same.
+def _runs(cache: SnapshotCache, full: bool, predictor: HistoryPredictor) -> tuple[Running, ...]:
+    """The running jobs (`cache.runs`), brought up to date from the rows the last read took (`full`: all of them,
+    else those written since the tick before): a run is made again only where its row or GPUs changed (an
+    allocation taken or freed stamps its job's row: `nanum.store.revs`). Call after `_jobs`.
 
     A run's expected end is planned once, when it is first seen with its start time, as the simulator plans it
     when it starts the run: what the predictor learns later does not move it. Else every run of a kind would
     change (and go through the core again) whenever a job of that kind ends, at every tick of a busy fleet."""
-    last, found = cache.runs, {}
-    for job, row in rows:
+    rows, last, jobs = cache.rows, cache.runs, cache.jobs
+    held = rows.held
+    found = {} if full else last
+    for job_id in rows.running if full else rows.written:
+        row = rows.running.get(job_id)
+        if row is None:  # no longer running
+            found.pop(job_id, None)
+            continue
+        job = jobs[job_id][2]
         start = row.start_time or 0.0
-        kept = last.get(row.id)
+        kept = last.get(job_id)
         if kept is not None and kept[0][0] is job and kept[0][2] == start:
             end = kept[0][4]
         else:
             end = expected_end(job, predictor, start)
-        key = (job, held.get(row.id, ()), start, row.borrowing, end, row.last_checkpoint, row.over_reservation)
+        key = (job, held.get(job_id, ()), start, row.borrowing, end, row.last_checkpoint, row.over_reservation)
         if kept is None or kept[0] != key:
             kept = (key, Running(job=job, placements=key[1], start_time=start, borrowing=row.borrowing,
                                  expected_end=key[4], last_checkpoint=row.last_checkpoint,
                                  over_reservation=row.over_reservation))
-        found[row.id] = kept
+        found[job_id] = kept
     cache.runs = found
-    return tuple(run for _, run in found.values())
+    return tuple(map(_second, found.values()))
+
+
+_second = itemgetter(1)
 
 
 def _busy_outside(
@@ -273,15 +313,16 @@ def _ended_uncharged(s: Session, now: float, half_life: float, usage: Seconds
     return decayed
 
 
-def _uncharged(running: tuple[Running, ...], rows: Any, now: float) -> tuple[Seconds, Seconds]:
+def _uncharged(running: tuple[Running, ...], rows: Mapping[int, Any], now: float) -> tuple[Seconds, Seconds]:
     """GPU-seconds of the running jobs not yet charged, in all and of them this month, by (kind, name) as in
-    `_month_usage`. `rows`: the running jobs' rows, in the order of `running` (`_runs` makes one run per row).
+    `_month_usage`. `rows`: the running jobs' rows by job id (a run without one is an error, not a wrong sum).
     Summed per (lab, user) first, then to each: one dictionary update per run, where one per lab and per user,
     each with its key built, was a fifth of a tick's reading with 8,000 jobs running."""
     first = month_start(now)
     pairs: defaultdict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for run, row in zip(running, rows, strict=True):
+    for run in running:
         job = run.job
+        row = rows[job.id]
         start = row.charged_until or row.start_time or now
         gpus = job.total_gpus
         spent = pairs[(job.lab, job.user)]
