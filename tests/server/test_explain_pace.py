@@ -53,3 +53,35 @@ def test_a_short_queue_is_explained_at_every_tick(client: AsgiClient, agent: Fak
     tick_at(client, now + 0.2)
     assert job(client, first["id"])["reason_code"] == "resources"
     assert job(client, second["id"])["reason_code"] == "resources"
+
+
+def test_between_explanations_a_tick_cycles_only_when_a_job_could_start(
+    client: AsgiClient, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch, now: float
+) -> None:
+    """A full cluster with a long queue: a tick that explains nothing and has nothing to start passes over no
+    queue; once GPUs come free, the next such tick starts the first waiting job all the same."""
+    monkeypatch.setattr(scheduler, "EXPLAIN_LONG_QUEUE", 3)
+    holders = [submit(client, gpus=1)["id"] for _ in range(4)]
+    tick_at(client, now)
+    agent.beat()
+    waiting = [submit(client, gpus=1)["id"] for _ in range(5)]
+    core = client.app.state.scheduler.core
+    decide = core.decide
+    cycles: list[int] = []
+
+    def counted(snapshot: object) -> object:
+        cycles.append(len(snapshot.pending))  # type: ignore[attr-defined]
+        return decide(snapshot)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(core, "decide", counted)
+    tick_at(client, now + 1)  # explains: cycles
+    assert cycles == [5]
+    tick_at(client, now + 1.2)  # nothing came free, nothing explained: no cycle
+    tick_at(client, now + 1.4)
+    assert cycles == [5]
+    assert all(job(client, j)["reason_code"] == "resources" for j in waiting)  # the reasons shown stand
+    agent.exit(holders[0])
+    agent.beat()
+    tick_at(client, now + 1.6)  # a GPU came free: cycles, and starts the first in line
+    assert cycles == [5, 5]
+    assert [job(client, j)["state"] for j in waiting] == ["running"] + ["pending"] * 4

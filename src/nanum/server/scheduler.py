@@ -8,9 +8,10 @@ It runs on events (submit, cancel, an exit reported, a node change: `Signals.pok
    the jobs that completed since the last tick; of the jobs, only the rows written since the last tick are read
    (`nanum.server.jobrows`), the others are kept from it;
 3. `Incremental.sync(snapshot)`: the core takes in what changed since the last tick; then `Incremental.cycle`
-   (the core's `schedule`, with the state it carries from tick to tick). Every tick cycles, though nothing may be
-   `due` to start: the cycle also explains every pending job (its reason, place and estimated start), and those
-   move whenever the queue does. A long queue is explained at most once a second (`EXPLAIN_EVERY_S`);
+   (the core's `schedule`, with the state it carries from tick to tick). A tick that explains cycles though nothing
+   may be `due` to start: the cycle also explains every pending job (its reason, place and estimated start), and
+   those move whenever the queue does. A long queue is explained at most once a second (`EXPLAIN_EVERY_S`); a tick
+   between that explains nothing cycles only when something is `due`;
 4. apply in one short write transaction: requeue the jobs of nodes silent for longer than their agents' lease
    and the jobs' grace (their agents have stopped them by then: `nanum.agent.fence`); start jobs (state, allocation
    rows, event: each start only if the job is still pending, and the UNIQUE allocation rows make a GPU handed
@@ -61,6 +62,8 @@ PACE_FROM_S = 0.05
 #: the core's cycle, and while a queue drains ticks come many times a second.
 EXPLAIN_LONG_QUEUE = 200
 EXPLAIN_EVERY_S = 1.0
+#: The decisions of a tick that had no need to cycle.
+IDLE = Decisions(starts=(), preemptions=(), pending=())
 
 
 @dataclass(slots=True)
@@ -186,7 +189,11 @@ class Scheduler:
             self.core.sync(plan.snapshot)
             explain = self.core.explain = (len(plan.snapshot.pending) < EXPLAIN_LONG_QUEUE
                                            or not now - EXPLAIN_EVERY_S < self._explained_at <= now)
-            decisions = self.core.cycle(plan.snapshot)
+            # A tick that explains nothing needs no cycle when none could start or preempt anything (`due`): a
+            # full cluster with a long queue then costs no pass over the queue. The reasons shown stand until the
+            # next tick that explains (at most `EXPLAIN_EVERY_S` away), which also cycles whatever `due` says: a
+            # change `due` does not see (a lab's limit raised) waits at most that long.
+            decisions = self.core.cycle(plan.snapshot) if explain or self.core.due(now) else IDLE
             result, woken = self._apply(plan, decisions, now, explain)
             self.core.applied(plan.snapshot, decisions)
             if explain:
