@@ -4,6 +4,7 @@ node that falls silent is given up on time by the scheduling server, also when a
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime
 
@@ -82,3 +83,19 @@ def test_a_server_that_stops_writes_when_it_last_heard_from_its_nodes(ctx: Serve
     again = ServerContext.create(ctx.settings, ctx.db)  # the server started again
     with serve(create_app(again, run_scheduler=False)) as second:
         assert _shows(second, "gpu-01", later)
+
+
+def test_a_tick_does_not_wait_for_a_flush_under_way(client: AsgiClient, ctx: ServerContext, agent: FakeAgent) -> None:
+    """The server's periodic flush of heard times opens its transaction after taking its lock, and that transaction
+    waits while a tick goes first (`Database.precedence`): a tick waiting for the same lock would wait for itself.
+    It leaves the times to that flush; its sweep counts them all the same (`_last_heard`)."""
+    j = submit(client, gpus=1)
+    tick(client)
+    agent.beat()
+    agent.beat()  # nothing new: its time waits for a flush
+    done = threading.Event()
+    with ctx.last_seen._flush_lock:  # a flush is under way
+        threading.Thread(target=lambda: (client.app.state.scheduler.tick(), done.set()), daemon=True).start()
+        assert done.wait(10), "the tick waited for the flush"
+    assert job(client, j["id"])["state"] == "running"
+    assert ctx.last_seen.flush(ctx.db) == 1  # the time noted was kept for the next flush

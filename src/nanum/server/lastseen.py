@@ -82,12 +82,17 @@ class LastSeen:
             self._heard.pop(node_id, None)
             self._unwritten.pop(node_id, None)
 
-    def flush(self, db: Database) -> int:
+    def flush(self, db: Database, *, wait: bool = True) -> int:
         """Write every unwritten time, never moving a stored time back, in one transaction; returns how many it
         wrote. On PostgreSQL, rows locked by another transaction (a heartbeat's, a tick's) are left to the next flush
-        rather than waited for."""
-        with self._flush_lock:
+        rather than waited for. `wait=False`: write nothing if another flush is under way (a tick's: that flush's
+        session waits for the tick, `Database.precedence`)."""
+        if not self._flush_lock.acquire(blocking=wait):
+            return 0
+        try:
             return self._flush(db)
+        finally:
+            self._flush_lock.release()
 
     def _flush(self, db: Database) -> int:
         with self._lock:

@@ -55,8 +55,12 @@ REASON_REFRESH_S = 10.0
 #: estimate hours away does not need every second's shift written, and a busy queue's estimates all shift at
 #: every tick (thousands of rows per tick on a large queue).
 ESTIMATE_SLACK = 0.05
-#: A tick that took this long (seconds) is followed by a pause as long, so the request threads get their turn.
+#: A tick that took this long (seconds) is followed by a pause `PACE_FACTOR` times as long (at most `PACE_MAX_S`):
+#: while a tick runs, requests start no transaction (`Database.precedence`), so at most a quarter of the time goes
+#: to ticks and the rest to requests.
 PACE_FROM_S = 0.05
+PACE_FACTOR = 3
+PACE_MAX_S = 0.5
 #: With this many pending jobs or more, a tick explains them (reasons, estimates, places in the queue) at most
 #: every `EXPLAIN_EVERY_S`: the other ticks only decide. Explaining 1,000 waiting jobs is about three quarters of
 #: the core's cycle, and while a queue drains ticks come many times a second.
@@ -168,23 +172,25 @@ class Scheduler:
                     await asyncio.to_thread(self.tick)
                 except Exception:
                     log.exception("scheduling tick failed; retrying on the next one")
-                # After a long tick, leave the other threads at least as much time as it took. A short one
-                # holds nothing up, and waiting after it would delay the next submission's start.
+                # After a long tick, leave the request threads their turn (`PACE_FACTOR`). A short one holds
+                # nothing up, and waiting after it would delay the next submission's start.
                 took = time.monotonic() - began
                 if took >= PACE_FROM_S:
-                    await asyncio.sleep(min(took, 0.25))
+                    await asyncio.sleep(min(PACE_FACTOR * took, PACE_MAX_S))
         finally:
             self.leadership.release()
 
     # -- one tick ----------------------------------------------------------------------------------------------
 
     def tick(self, now: float | None = None) -> TickResult | None:
-        """One scheduling cycle; None when another server holds the leadership."""
-        with self._lock:
+        """One scheduling cycle; None when another server holds the leadership. Requests start no transaction
+        while it runs (`Database.precedence`): sharing the interpreter with ten busy request threads, a tick that
+        needs 40 ms of CPU took 300 ms, and all the while held up every job it was starting."""
+        with self._lock, self.ctx.db.precedence.first():
             if not self.leadership.held():
                 return None
             began = time.perf_counter()
-            self.ctx.last_seen.flush(self.ctx.db)  # the sweep then reads exact times for nodes heard here
+            self.ctx.last_seen.flush(self.ctx.db, wait=False)  # the sweep then reads fewer rows: `_last_heard`
             plan, now = self._read(now)
             self.core.sync(plan.snapshot)
             explain = self.core.explain = (len(plan.snapshot.pending) < EXPLAIN_LONG_QUEUE
