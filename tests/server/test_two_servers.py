@@ -15,6 +15,7 @@ from nanum.server.schemas import UserIn
 from nanum.server.services import accounts
 from nanum.server.settings import ServerSettings
 from nanum.store import EventRow, JobRow, upgrade
+from nanum.store.db import Precedence
 from tests.server.asgiclient import serve
 from tests.server.conftest import ALICE, submit
 from tests.server.fakeagent import FakeAgent
@@ -47,6 +48,37 @@ def test_only_one_server_schedules_and_the_other_takes_over(pair: tuple[ServerCo
         a.leadership.release()  # a stops
         assert b.tick() is not None
         assert a.tick() is None
+    finally:
+        a.leadership.release()
+        b.leadership.release()
+
+
+def test_a_server_that_does_not_schedule_never_holds_up_its_requests(
+    pair: tuple[ServerContext, ServerContext], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the scheduling server's tick goes first (`Database.precedence`); the other's finds out that it does not
+    schedule while its requests go on."""
+    monkeypatch.setattr(Precedence, "MAX_WAIT_S", 60.0)
+    a, b = (create_app(ctx, run_scheduler=False).state.scheduler for ctx in pair)
+    held = b.leadership.held
+    answered: list[bool] = []
+
+    def asking() -> bool:
+        def request() -> None:
+            with pair[1].db.read() as s:
+                s.scalar(select(func.count(JobRow.id)))
+
+        other = threading.Thread(target=request, daemon=True)
+        other.start()
+        other.join(10)
+        answered.append(not other.is_alive())
+        return held()
+
+    monkeypatch.setattr(b.leadership, "held", asking)
+    try:
+        assert a.tick() is not None
+        assert b.tick() is None
+        assert answered == [True], "a request waited for a server that does not schedule"
     finally:
         a.leadership.release()
         b.leadership.release()

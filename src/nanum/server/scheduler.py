@@ -185,37 +185,43 @@ class Scheduler:
     def tick(self, now: float | None = None) -> TickResult | None:
         """One scheduling cycle; None when another server holds the leadership. Requests start no transaction
         while it runs (`Database.precedence`): sharing the interpreter with ten busy request threads, a tick that
-        needs 40 ms of CPU took 300 ms, and all the while held up every job it was starting."""
-        with self._lock, self.ctx.db.precedence.first():
+        needs 40 ms of CPU took 300 ms, and all the while held up every job it was starting. A server that does
+        not schedule never holds them up."""
+        with self._lock:
             if not self.leadership.held():
                 return None
-            began = time.perf_counter()
-            self.ctx.last_seen.flush(self.ctx.db, wait=False)  # the sweep then reads fewer rows: `_last_heard`
-            plan, now = self._read(now)
-            self.core.sync(plan.snapshot)
-            explain = self.core.explain = (len(plan.snapshot.pending) < EXPLAIN_LONG_QUEUE
-                                           or not now - EXPLAIN_EVERY_S < self._explained_at <= now)
-            # A tick that explains nothing needs no cycle when none could start or preempt anything (`due`): a
-            # full cluster with a long queue then costs no pass over the queue. The reasons shown stand until the
-            # next tick that explains (at most `EXPLAIN_EVERY_S` away), which also cycles whatever `due` says: a
-            # change `due` does not see (a lab's limit raised) waits at most that long.
-            decisions = self.core.cycle(plan.snapshot) if explain or self.core.due(now) else IDLE
-            result, woken = self._apply(plan, decisions, now, explain)
-            self.core.applied(plan.snapshot, decisions)
-            if explain:
-                self._explained_at = now
-                self.ctx.places = {p.job_id: p.ahead + 1 for p in decisions.pending if p.ahead is not None}
-            self._explain(plan)
-            self._ticked = True
-            self.ctx.signals.wake(woken)
-            result.seconds = time.perf_counter() - began
-            self.last = result
-            if self.on_tick is not None:
-                self.on_tick(result)
+            with self.ctx.db.precedence.first():
+                result = self._cycle(now)
         # Looked at once the lock is released, so that a job submitted during any tick is looked at after it.
         if self._asked_during_tick:
             self._asked_during_tick = False
             self.poke(new_gpu_job=True)
+        return result
+
+    def _cycle(self, now: float | None) -> TickResult:
+        began = time.perf_counter()
+        self.ctx.last_seen.flush(self.ctx.db, wait=False)  # the sweep then reads fewer rows: `_last_heard`
+        plan, now = self._read(now)
+        self.core.sync(plan.snapshot)
+        explain = self.core.explain = (len(plan.snapshot.pending) < EXPLAIN_LONG_QUEUE
+                                       or not now - EXPLAIN_EVERY_S < self._explained_at <= now)
+        # A tick that explains nothing needs no cycle when none could start or preempt anything (`due`): a full
+        # cluster with a long queue then costs no pass over the queue. The reasons shown stand until the next tick
+        # that explains (at most `EXPLAIN_EVERY_S` away), which also cycles whatever `due` says: a change `due`
+        # does not see (a lab's limit raised) waits at most that long.
+        decisions = self.core.cycle(plan.snapshot) if explain or self.core.due(now) else IDLE
+        result, woken = self._apply(plan, decisions, now, explain)
+        self.core.applied(plan.snapshot, decisions)
+        if explain:
+            self._explained_at = now
+            self.ctx.places = {p.job_id: p.ahead + 1 for p in decisions.pending if p.ahead is not None}
+        self._explain(plan)
+        self._ticked = True
+        self.ctx.signals.wake(woken)
+        result.seconds = time.perf_counter() - began
+        self.last = result
+        if self.on_tick is not None:
+            self.on_tick(result)
         return result
 
     def _read(self, now: float | None) -> tuple[snapshot.Plan, float]:
