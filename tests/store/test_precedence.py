@@ -30,6 +30,14 @@ def _in_thread(work: object) -> threading.Thread:
     return thread
 
 
+def _finishes_while_first(database: Database, work: object) -> bool:
+    """Whether `work`, run in another thread while this one goes first, ends before this one is done."""
+    with database.precedence.first():
+        other = _in_thread(work)
+        other.join(10)
+        return not other.is_alive()
+
+
 def test_another_threads_transaction_waits_until_the_one_going_first_is_done(database: Database) -> None:
     _, job_id, _, _ = _seed(database)
     with database.precedence.first():
@@ -74,18 +82,12 @@ def test_code_on_an_event_loop_never_waits(database: Database, monkeypatch: pyte
     async def on_loop() -> None:
         _event(database, job_id, "loop")
 
-    with database.precedence.first():
-        other = _in_thread(lambda: asyncio.run(on_loop()))
-        other.join(10)
-        assert not other.is_alive(), "code on an event loop waited for the tick"
+    assert _finishes_while_first(database, lambda: asyncio.run(on_loop())), "code on an event loop waited for the tick"
     assert _kinds(database) == ["loop"]
 
 
 def test_no_transaction_waits_longer_than_the_cap(database: Database, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Precedence, "MAX_WAIT_S", 0.2)
     _, job_id, _, _ = _seed(database)
-    with database.precedence.first():
-        other = _in_thread(lambda: _event(database, job_id, "request"))
-        other.join(10)
-        assert not other.is_alive(), "a request waited past the cap"
+    assert _finishes_while_first(database, lambda: _event(database, job_id, "request")), "a request waited past the cap"
     assert _kinds(database) == ["request"]

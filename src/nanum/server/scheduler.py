@@ -56,8 +56,8 @@ REASON_REFRESH_S = 10.0
 #: every tick (thousands of rows per tick on a large queue).
 ESTIMATE_SLACK = 0.05
 #: A tick that took this long (seconds) is followed by a pause `PACE_FACTOR` times as long (at most `PACE_MAX_S`):
-#: while a tick runs, requests start no transaction (`Database.precedence`), so at most a quarter of the time goes
-#: to ticks and the rest to requests.
+#: while a tick runs, requests start no transaction (`Database.precedence`), so ticks of up to `PACE_MAX_S /
+#: PACE_FACTOR` take at most a quarter of the time and requests the rest.
 PACE_FROM_S = 0.05
 PACE_FACTOR = 3
 PACE_MAX_S = 0.5
