@@ -118,6 +118,19 @@ def test_what_a_job_leaves_behind_in_another_session_is_killed_when_it_ends(limi
     assert not Path(f"/proc/{escaped}").exists() or _state(escaped) == "Z"
 
 
+def test_a_job_and_what_it_starts_are_in_its_own_cgroup_from_its_first_instruction(
+        limited: Executor, cgroups: Cgroups) -> None:
+    # The first line is the job's own shell, the second a process it starts: both in job-6 in every hierarchy
+    # (v1: the memory and the cpu tree), though the agent's ENTER moved only its own thread there.
+    limited.start(_launch(6, "sh", "-c", "cat /proc/$$/cgroup; echo --; sh -c 'cat /proc/$$/cgroup'"))
+    status = limited.wait(6, 20)
+    assert status is not None and status.exit_code == 0
+    own, started = limited.read_log(6, 0, 10_000)[0].split("--\n")
+    for lines in (own, started):
+        inside = [line for line in lines.splitlines() if line.endswith(f"/{cgroups.parents[0].name}/job-6")]
+        assert len(inside) == len(cgroups.parents), lines
+
+
 def test_without_a_writable_cgroup_limits_are_not_enforced(tmp_path: Path) -> None:
     assert probe(NODE, tmp_path / "state", root=tmp_path / "no-cgroups") == (None, NOT_ENFORCED)
 

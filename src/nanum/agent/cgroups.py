@@ -9,8 +9,12 @@ share one, while a restarted agent finds the cgroups of its jobs again):
     /sys/fs/cgroup/nanum/gpu-01-1a2b3c4d/job-17          (v2)
     /sys/fs/cgroup/{cpu,memory}/nanum/gpu-01-1a2b3c4d/job-17   (v1)
 
-The job's first process, still root, writes its own pid into the cgroup.procs files (`enter_files`) before it
-drops to the job's user, so everything the job runs is inside from its first instruction.
+The job's first process, still root and a single-threaded shell, enters the cgroup itself before it drops to the
+job's user, so everything the job runs is inside from its first instruction: it writes `0` (itself) into the files
+`create` returns. On v1 those are the `tasks` files, which move the writing thread alone: the kernel then skips
+the lock over every process on the machine that a `cgroup.procs` write takes, which waits for an RCU grace period
+(5-20 ms measured on a 2-core machine, most of a job's start). The shell has no other thread, so the whole process
+moves. v2 moves a thread only within its process's domain, so there it is `cgroup.procs`.
 
 Limits: `cpus` cores is a quota of cpus × 100 ms of CPU time per 100 ms period (any cores, no more than `cpus`
 of them on average); `memory_mb` bounds RAM and swap together, and past it the kernel's OOM killer kills the
@@ -72,7 +76,8 @@ class Cgroups(Protocol):
 
     def create(self, job_id: int, *, cpus: int, memory_mb: int | None) -> list[str]:
         """Make the job's cgroup afresh (killing what an earlier run of the same job left there) with its
-        limits (0 or None: none); return the cgroup.procs files its first process must write its pid into.
+        limits (0 or None: none); return the files its first, single-threaded process enters by writing `0`
+        (itself) into them (their `cgroup.procs` beside them move a process from outside).
         Raises OSError when the cgroup cannot be made."""
         ...
 
@@ -135,6 +140,8 @@ class _Hierarchy(ABC):
     """What both hierarchies share: a job's cgroup is one directory per mounted controller tree."""
 
     kind: ClassVar[str]
+    #: The file in a job's cgroup that its first process writes `0` into to enter it.
+    ENTER: ClassVar[str]
 
     def __init__(self, parents: list[Path]) -> None:
         self.parents = parents
@@ -173,7 +180,7 @@ class _Hierarchy(ABC):
         except OSError:
             self._remove(job_id, wait=False)
             raise
-        return [str(d / "cgroup.procs") for d in dirs]
+        return [str(d / self.ENTER) for d in dirs]
 
     def finish(self, job_id: int, *, sigkilled: bool) -> bool:
         if not any(d.exists() for d in self.dirs(job_id)):
@@ -247,6 +254,7 @@ class CgroupV2(_Hierarchy):
     """The unified hierarchy: one directory per job with cpu.max and memory.max (controllers cpu, memory)."""
 
     kind = "cgroup v2"
+    ENTER = "cgroup.procs"
     CONTROLLERS = ("cpu", "memory")
 
     @classmethod
@@ -298,6 +306,7 @@ class CgroupV1(_Hierarchy):
     """The legacy hierarchies: a job has a directory in the memory tree and one in the cpu tree."""
 
     kind = "cgroup v1"
+    ENTER = "tasks"  # the writing thread alone, without the machine-wide lock (see the module docstring)
 
     @classmethod
     def open(cls, root: Path, parent: Path) -> CgroupV1:

@@ -232,7 +232,7 @@ class Executor:
             command = host_command(launch, env, self.node)
         enter = self._make_cgroup(launch)
         try:
-            proc = spawn(record, account, env, switch_user=switch, setpriv=self._setpriv, cgroup_procs=enter,
+            proc = spawn(record, account, env, switch_user=switch, setpriv=self._setpriv, cgroup_files=enter,
                          command=command, cwd="/" if in_container(launch) else None)
         except BaseException:
             self._end_cgroup(record)
@@ -253,7 +253,7 @@ class Executor:
             raise
 
     def _make_cgroup(self, launch: JobLaunch) -> list[str]:
-        """The job's fresh cgroup (its cgroup.procs files), where the node enforces limits."""
+        """The job's fresh cgroup (the files its first process enters it by), where the node enforces limits."""
         if self._cgroups is None:
             return []
         try:

@@ -25,8 +25,9 @@ directory. A job run as the agent's own account needs no switch: it starts with 
 directory directly, and SETUP is `-`. The umask is the agent's, as before.
 
 Where the node enforces limits (`nanum.agent.cgroups`), the wrapper is started by `ENTER`, a shell (root, with the
-agent's `PATH` alone) that writes its own pid into the job's cgroup.procs files and then execs the rest, so the job
-is in its cgroup before it runs anything: a pid moved in from outside after the spawn could already have forked.
+agent's `PATH` alone) that enters the job's cgroup by writing `0` (itself) into the files the cgroups give and then
+execs the rest, so the job is in its cgroup before it runs anything: a pid moved in from outside after the spawn
+could already have forked.
 
 A job stopped the moment it starts must still get SIGTERM: a signal that reaches the group after the trap is set
 but before the shell has started the command would be swallowed, and the command would run on until SIGKILL. So
@@ -69,7 +70,7 @@ BACKGROUND = SETUP + (
     'wait "$nanum_job"; nanum_rc=$?; done; '
     'echo "$nanum_rc" >&3'
 )
-ENTER = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+ENTER = 'while [ "$1" != -- ]; do echo 0 > "$1" || exit 125; shift; done; shift; exec "$@"'
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 SECRET_VARS = ("NANUM_TOKEN", "NANUM_NODE_TOKEN")
 PASSED_VARS = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
@@ -275,12 +276,13 @@ def spawn(
     *,
     switch_user: bool,
     setpriv: str | None = None,
-    cgroup_procs: Sequence[str] = (),
+    cgroup_files: Sequence[str] = (),
     command: Sequence[str] | None = None,
     cwd: str | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start the wrapper in a new session with output to the job's log; raise `Refused` if exec fails.
-    `cgroup_procs`: the cgroup.procs files of the job's cgroup, which it enters before anything else runs.
+    `cgroup_files`: the files of the job's cgroup its first process writes `0` into (`Cgroups.create`), to enter
+    it before anything else runs.
     `command`: what the wrapper runs (default: the launch's command); `cwd`: where (default: as below).
 
     To run as another account the wrapper is exec'd through `setpriv` when there is one: Python then spawns
@@ -298,8 +300,8 @@ def spawn(
         drop = [f"--reuid={account.uid}", f"--regid={account.gid}"]
         drop.append(f"--groups={groups}" if groups else "--clear-groups")
         argv = [setpriv, *drop, "--", *argv]
-    if cgroup_procs and not fork_switch:
-        argv = ["/bin/sh", "-c", ENTER, f"nanum-cgroup-{launch.job_id}", *cgroup_procs, "--", *argv]
+    if cgroup_files and not fork_switch:
+        argv = ["/bin/sh", "-c", ENTER, f"nanum-cgroup-{launch.job_id}", *cgroup_files, "--", *argv]
     try:
         log_fd = os.open(record.log_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
         exit_fd = os.open(record.exit_path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
@@ -328,15 +330,15 @@ def spawn(
         for fd in (log_fd, exit_fd, script_fd):
             if fd is not None:
                 os.close(fd)
-    if cgroup_procs and fork_switch:  # ENTER would already run as the job's user: move it in from here
-        _enter_cgroup(proc, cgroup_procs)
+    if cgroup_files and fork_switch:  # ENTER would already run as the job's user: move it in from here
+        _enter_cgroup(proc, cgroup_files)
     return proc
 
 
-def _enter_cgroup(proc: subprocess.Popen[bytes], cgroup_procs: Sequence[str]) -> None:
+def _enter_cgroup(proc: subprocess.Popen[bytes], cgroup_files: Sequence[str]) -> None:
     try:
-        for path in cgroup_procs:
-            Path(path).write_text(str(proc.pid))
+        for path in cgroup_files:  # the whole process (a `tasks` file would move one thread)
+            Path(path).with_name("cgroup.procs").write_text(str(proc.pid))
     except OSError as exc:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
