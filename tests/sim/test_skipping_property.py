@@ -5,7 +5,7 @@ once with a cycle at every change shown every pending job and checkpoint — and
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from nanum.core import Policy
@@ -50,8 +50,28 @@ def _replay(trace: list[TraceJob], cluster: dict[str, object], policy: str, rest
     return [(s.job, s.node, s.gpus, s.start, s.end) for s in result.segments]
 
 
+def _jobs(*rows: tuple[int, int, int, str]) -> list[TraceJob]:
+    """Trace jobs of one user from (submitted, GPUs, duration, lab)."""
+    return [TraceJob(job_id=str(i), submit_time=t, num_gpus=g, duration=d, lab=lab, user="u1", name="n1")
+            for i, (t, g, d, lab) in enumerate(rows)]
+
+
+#: Found by this property: which of its own lab's jobs a new job would preempt follows their checkpoints, and when
+#: it would still borrow after those stopped it preempts only borrowers (here: none). At 25,200 s, ranked by their
+#: starts (no checkpoint seen), job 23 would stop job 6 alone and still borrow; ranked by their checkpoints, jobs 31
+#: and 6, and it borrows no more: it preempts them.
+CHECKPOINTS_DECIDE = _jobs(
+    *[(0, 1, 30, "a")] * 6, (0, 3, 18000, "a"), (0, 1, 18000, "b"), (0, 3, 30, "a"), (0, 1, 30, "a"),
+    (0, 1, 18000, "a"), (10, 2, 18000, "b"), (10, 8, 30, "a"), *[(10, 1, 30, "a")] * 5, (10, 2, 30, "a"),
+    (10810, 4, 600, "b"), (10930, 4, 18000, "b"), (10930, 1, 30, "a"), (10930, 1, 30, "a"), (10930, 4, 30, "a"),
+    (10930, 1, 18000, "b"), *[(10930, 1, 30, "a")] * 6, (10930, 1, 18000, "a"), (10930, 1, 18000, "b"))
+
+
 @settings(max_examples=60, deadline=None)
 @given(traces(), clusters(), st.sampled_from(POLICIES), st.sampled_from([0.0, 30.0]))
+@example(CHECKPOINTS_DECIDE, {"lend": True, "reclaim": False, "nodes": [{"lab": "a", "count": 1, "gpus": 4},
+                                                                        {"lab": "b", "count": 1, "gpus": 8}]},
+         "las+nobackfill+preempt", 0.0)
 def test_skipping_never_changes_a_decision(trace: list[TraceJob], cluster: dict[str, object], policy: str,
                                            restart: float) -> None:
     assert _replay(trace, cluster, policy, restart, skip=True) == _replay(trace, cluster, policy, restart, skip=False)

@@ -106,6 +106,8 @@ class CycleState:
         self.pending: list[Pending] = []
         self.partitions: dict[str | None, Partition] = {}
         self.victims: set[JobId] = set()
+        #: a step chose victims by their ranking, whether or not it preempted (`Decisions.ranked`)
+        self.ranked = False
         #: per partition, the jobs considered so far that wait (for "N jobs ahead"; counted only with `explain`).
         self.waiting: Counter[str | None] = Counter()
         self._parts: dict[str, str | None] = {}
@@ -136,7 +138,7 @@ class CycleState:
         self.stuck: set[tuple[Shape, bool, int]] = set()
 
     def decisions(self) -> Decisions:
-        return Decisions(tuple(self.starts), tuple(self.preemptions), tuple(self.pending))
+        return Decisions(tuple(self.starts), tuple(self.preemptions), tuple(self.pending), self.ranked)
 
     # -- fits now, could ever fit ----------------------------------------------------------------------------------
 

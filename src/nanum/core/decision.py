@@ -15,7 +15,7 @@ the numbers. What a driver does with each code:
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nanum.core.model import JobId, Placement
 
@@ -81,6 +81,10 @@ class Decisions:
     starts: tuple[Start, ...]
     preemptions: tuple[Preempt, ...]
     pending: tuple[Pending, ...]
+    #: whether a step chose among running jobs as victims, whether or not it then preempted: the choice follows their
+    #: checkpoints (`nanum.core.preempt`), so a driver that passed older ones decides again (`Incremental.cycle`).
+    #: How the cycle went, not what it decided: equal decisions compare equal whatever it is.
+    ranked: bool = field(default=False, compare=False)
 
     def pending_by_id(self) -> dict[JobId, Pending]:
         return {p.job_id: p for p in self.pending}

@@ -20,8 +20,10 @@ Without `+preempt` the cluster-wide form of (a) and (b) decides, and partitions 
 their own nodes. When labs keep to their own nodes and no one plans on shared GPUs, `pending()` shows a cycle only
 the jobs of live partitions: the others would only get reasons. So `explain=True` drivers (the server) see all.
 
-Checkpoints reach the core only in a cycle that preempts: a checkpoint only ranks victims, never decides whether
-there are any. Such a cycle is decided again with the running jobs' latest checkpoints (`cycle`).
+Checkpoints reach the core only in a cycle that chose victims (`Decisions.ranked`): a checkpoint only ranks them.
+The ranking still decides which victims a job would take, and so, for a job that would still borrow once its own
+lab's victims have stopped (it then takes only borrowers), whether it preempts at all. Such a cycle is decided again
+with the running jobs' latest checkpoints (`cycle`).
 
 The decisions are exactly those of a cycle at every change with every pending job and checkpoint (`skip=False`,
 which the tests compare against).
@@ -212,13 +214,14 @@ class Incremental:
 
     def cycle(self, snapshot: Snapshot) -> Decisions:
         """Decide `snapshot` (its running jobs must be `running`, its pending jobs `pending_shown()`). A cycle
-        that preempts is decided again with the latest checkpoints, so victims are those losing the least work."""
+        that chose victims is decided again with the latest checkpoints, so victims are those losing the least work
+        (and whether there are any is as the latest checkpoints have it)."""
         self.changed = False
         if not self.skip:
             snapshot = self._with_checkpoints(snapshot)
         self.cache.expect()  # every start and stop since the last cycle was observed as it happened
         decisions = self.decide(snapshot)
-        if decisions.preemptions and self.skip:
+        if (decisions.preemptions or decisions.ranked) and self.skip:
             again = self._with_checkpoints(snapshot)
             if again is not snapshot:
                 decisions = self.decide(again)

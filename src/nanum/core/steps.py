@@ -104,6 +104,8 @@ def preempt_lower(c: CycleState, job: Job, shape: Shape, *, first: bool, borrows
         return False
     runs, reach = _lower_index(c, mine, job, False)
     chosen = _victims_for(c, job, shape.keys, runs, reach, _near(c, runs, reach, shape.keys, job.gpus))
+    # Which victims come first follows their checkpoints, and decides here whether the job preempts at all.
+    c.ranked = c.ranked or chosen is not None
     if chosen is not None and borrows and _would_come_back_first(c, job, chosen[1]):
         runs, reach = _lower_index(c, mine, job, True)
         chosen = _victims_for(c, job, shape.keys, runs, reach, _near(c, runs, reach, shape.keys, job.gpus))
