@@ -13,9 +13,9 @@ The job's first process, still root and a single-threaded shell, enters the cgro
 job's user, so everything the job runs is inside from its first instruction: it writes `0` (itself) into the files
 `create` returns. On v1 those are the `tasks` files, which move the writing thread alone: recent kernels then skip
 the lock over every process on the machine that a `cgroup.procs` write takes, which waits for an RCU grace period
-(5-20 ms measured on a 2-core machine with Linux 6.18, most of a job's start; a kernel without that shortcut takes the lock either
-way). The shell has no other thread, so the whole process moves. v2 moves a thread only within its process's
-domain, so there it is `cgroup.procs`.
+(5-20 ms measured on a 2-core machine with Linux 6.18, most of a job's start; a kernel without that shortcut takes
+the lock either way). The shell has no other thread, so the whole process moves. v2 moves a thread only within its
+process's domain, so there it is `cgroup.procs`.
 
 Limits: `cpus` cores is a quota of cpus × 100 ms of CPU time per 100 ms period (any cores, no more than `cpus`
 of them on average); `memory_mb` bounds RAM and swap together, and past it the kernel's OOM killer kills the
