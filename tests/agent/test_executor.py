@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from nanum.agent import executor as executor_module
-from nanum.agent import procs
+from nanum.agent import fence, procs
 from nanum.agent.executor import Executor
 from tests.agent.conftest import NODE, make_launch
 
@@ -247,3 +249,67 @@ def test_starting_a_held_job_again_does_nothing(executor: Executor) -> None:
     first = executor.start(allow_root=True, launch=make_launch(16, "sleep", "60"))
     again = executor.start(allow_root=True, launch=make_launch(16, "sleep", "60"))
     assert again.pid == first.pid
+
+
+# An agent killed between spawning a job and recording its pid: this child process starts a job and dies at that
+# moment, without cleaning up, as SIGKILL would leave it.
+_DIES_AFTER_SPAWN = """
+import os, sys
+from pathlib import Path
+from nanum.agent.executor import Executor
+from nanum.agent.jobrecord import JobRecord
+from tests.agent.conftest import NODE, make_launch
+save = JobRecord.save
+JobRecord.save = lambda self: os._exit(9) if self.state == "running" else save(self)
+Executor(Path(sys.argv[1]), NODE).start(allow_root=True, launch=make_launch(int(sys.argv[2]), *sys.argv[3:]))
+"""
+
+
+def _start_and_die(state_dir: Path, job_id: int, *command: str) -> None:
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    died = subprocess.run([sys.executable, "-c", _DIES_AFTER_SPAWN, str(state_dir), str(job_id), *command],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=30)
+    assert died.returncode == 9, died.stderr
+
+
+def test_a_job_whose_agent_died_before_recording_its_pid_is_adopted_not_started_again(
+        state_dir: Path, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    _start_and_die(state_dir, 21, "sh", "-c", f"echo run >> {runs}; sleep 0.5; exit 5")
+    wait_for_file(runs)
+    again = Executor(state_dir, NODE)
+    try:
+        running = again.status(21)
+        assert running is not None and running.state == "running" and running.pid is not None
+        again.start(allow_root=True, launch=make_launch(21, "sh", "-c", f"echo run >> {runs}"))  # the server's list
+        status = again.wait(21, 5)
+        assert status is not None and status.exit_code == 5
+    finally:
+        again.close()
+    assert runs.read_text() == "run\n"
+
+
+def test_a_job_that_ended_before_its_agent_came_back_is_read_from_its_exit_file(
+        state_dir: Path, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    _start_and_die(state_dir, 22, "sh", "-c", f"echo run >> {runs}; exit 4")
+    wait_for_file(state_dir / "jobs" / "22" / "exit")
+    again = Executor(state_dir, NODE)
+    try:
+        status = again.status(22)
+        assert status is not None and (status.state, status.exit_code) == ("exited", 4)
+    finally:
+        again.close()
+    assert runs.read_text() == "run\n"
+
+
+def test_the_guard_stops_a_job_whose_agent_died_before_recording_its_pid(state_dir: Path, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    _start_and_die(state_dir, 23, "sh", "-c", f"echo run >> {runs}; exec sleep 60")
+    wait_for_file(runs)
+    pid = procs.holding(state_dir / "jobs" / "23" / "exit")
+    assert pid is not None
+    now = fence.boottime()
+    assert fence.fence_jobs(state_dir / "jobs", now - 10, now, set()) == 1  # the lease ran out long ago
+    assert gone(pid, timeout=5)

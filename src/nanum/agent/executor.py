@@ -231,16 +231,21 @@ class Executor:
         else:
             command = host_command(launch, env, self.node)
         enter = self._make_cgroup(launch)
+        # Recorded before the process exists: an agent killed between the spawn and the record below finds the job
+        # again when it starts (`_adopt_starting`) instead of starting it a second time.
+        record.started_at = time.time()
         try:
+            record.save()
             proc = spawn(record, account, env, switch_user=switch, setpriv=self._setpriv, cgroup_files=enter,
                          command=command, cwd="/" if in_container(launch) else None)
         except BaseException:
+            record.started_at = None
             self._end_cgroup(record)
             raise
         _CHILDREN[proc.pid] = proc
         try:
             record.pid, record.start_ticks = proc.pid, procs.start_ticks(proc.pid)
-            record.state, record.started_at = "running", time.time()
+            record.state = "running"
             record.save()
             self._watch_pid(record)
         except BaseException:  # a job the agent cannot keep track of must not run on unseen
@@ -274,11 +279,27 @@ class Executor:
                 continue
             self._jobs[record.job_id] = record
             if record.state == "starting":
-                record.state, record.ended_at = "failed_to_start", time.time()
-                record.reason = "the agent stopped while it was starting the job"
-                record.save()
+                self._adopt_starting(record)
             elif record.state == "running":
                 self._adopt_running(record)
+
+    def _adopt_starting(self, record: JobRecord) -> None:
+        """The agent stopped while it was starting the job, maybe after its process was spawned but before its pid
+        was recorded. That process, the wrapper, is found by the exit file it holds open and adopted; a job that has
+        ended meanwhile is read from that file; otherwise the job never ran."""
+        pid = procs.holding(record.exit_path)
+        if pid is not None:
+            record.pid, record.start_ticks, record.state = pid, procs.start_ticks(pid), "running"
+            record.save()
+            self._adopt_running(record)
+        elif read_exit_file(record.exit_path) is not None or read_workdir_failure(record.exit_path) is not None:
+            record.state = "running"
+            self._finish(record)
+        else:
+            record.state, record.ended_at = "failed_to_start", time.time()
+            record.started_at = None
+            record.reason = "the agent stopped while it was starting the job"
+            record.save()
 
     def _adopt_running(self, record: JobRecord) -> None:
         assert record.pid is not None

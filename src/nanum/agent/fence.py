@@ -88,9 +88,10 @@ def fence_jobs(jobs_dir: Path, expires: float, now: float, signalled: set[tuple[
     alive = 0
     for job_dir in _job_dirs(jobs_dir):
         record = _read(job_dir / "job.json")
-        pid, ticks = record.get("pid"), record.get("start_ticks")
-        if record.get("state") != "running" or not isinstance(pid, int) or not procs.is_alive(pid, ticks):
+        found = _process(job_dir, record)
+        if found is None:
             continue
+        pid, ticks = found
         alive += 1
         grace = float((record.get("launch") or {}).get("grace_s", 0.0))
         if (pid, ticks) not in signalled:
@@ -106,13 +107,19 @@ def fence_jobs(jobs_dir: Path, expires: float, now: float, signalled: set[tuple[
 
 def running_jobs(jobs_dir: Path) -> int:
     """How many recorded jobs still have a live process."""
-    count = 0
-    for job_dir in _job_dirs(jobs_dir):
-        record = _read(job_dir / "job.json")
-        pid = record.get("pid")
-        if record.get("state") == "running" and isinstance(pid, int) and procs.is_alive(pid, record.get("start_ticks")):
-            count += 1
-    return count
+    return sum(_process(job_dir, _read(job_dir / "job.json")) is not None for job_dir in _job_dirs(jobs_dir))
+
+
+def _process(job_dir: Path, record: dict[str, Any]) -> tuple[int, int | None] | None:
+    """The live process of a recorded job: (pid, start ticks), or None. A job still `starting` (its agent stopped
+    between the spawn and recording the pid) is found by the exit file its wrapper holds."""
+    state, pid, ticks = record.get("state"), record.get("pid"), record.get("start_ticks")
+    if state == "starting":
+        pid = procs.holding(job_dir / "exit")  # `JobRecord.exit_path`
+        return None if pid is None else (pid, procs.start_ticks(pid))
+    if state != "running" or not isinstance(pid, int) or not procs.is_alive(pid, ticks):
+        return None
+    return pid, ticks
 
 
 def ensure_guard(state_dir: Path) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["boot_id", "is_alive", "open_pidfd", "start_ticks"]
+__all__ = ["boot_id", "holding", "is_alive", "open_pidfd", "start_ticks"]
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -33,6 +33,28 @@ def is_alive(pid: int, ticks: int | None) -> bool:
     if not fields or fields[0] in ("Z", "X", "x"):
         return False
     return ticks is None or int(fields[19]) == ticks
+
+
+def holding(path: Path, fds: tuple[int, ...] = (1, 3)) -> int | None:
+    """The live process that leads its own session and has `path` open as one of `fds`; None when there is none.
+    A job's wrapper holds its exit file so (standard output, then descriptor 3): this finds a job whose pid was
+    never recorded."""
+    try:
+        target = os.stat(path)
+    except OSError:
+        return None
+    with os.scandir("/proc") as entries:
+        pids = [int(e.name) for e in entries if e.name.isdigit()]
+    for pid in pids:
+        for fd in fds:
+            try:
+                held = os.stat(f"/proc/{pid}/fd/{fd}")
+                leads = os.getsid(pid) == pid
+            except OSError:
+                continue
+            if (held.st_dev, held.st_ino) == (target.st_dev, target.st_ino) and leads and is_alive(pid, None):
+                return pid
+    return None
 
 
 def open_pidfd(pid: int) -> int | None:
