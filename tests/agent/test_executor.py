@@ -251,24 +251,29 @@ def test_starting_a_held_job_again_does_nothing(executor: Executor) -> None:
     assert again.pid == first.pid
 
 
-# An agent killed between spawning a job and recording its pid: this child process starts a job and dies at that
-# moment, without cleaning up, as SIGKILL would leave it.
-_DIES_AFTER_SPAWN = """
+# An agent killed while it starts a job: this child process starts one and dies at the moment `die` picks, without
+# cleaning up, as SIGKILL would leave it.
+_DIES = """
 import os, sys
 from pathlib import Path
+import nanum.agent.executor
 from nanum.agent.executor import Executor
 from nanum.agent.jobrecord import JobRecord
 from tests.agent.conftest import NODE, make_launch
-save = JobRecord.save
-JobRecord.save = lambda self: os._exit(9) if self.state == "running" else save(self)
+{die}
 Executor(Path(sys.argv[1]), NODE).start(allow_root=True, launch=make_launch(int(sys.argv[2]), *sys.argv[3:]))
 """
+#: after the spawn, before the job's pid is recorded
+AFTER_SPAWN = ('save = JobRecord.save\n'
+               'JobRecord.save = lambda self: os._exit(9) if self.state == "running" else save(self)')
+#: after the job is recorded as starting, before its process is spawned
+BEFORE_SPAWN = "nanum.agent.executor.spawn = lambda *args, **kwargs: os._exit(9)"
 
 
-def _start_and_die(state_dir: Path, job_id: int, *command: str) -> None:
+def _start_and_die(state_dir: Path, job_id: int, *command: str, die: str = AFTER_SPAWN) -> None:
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    died = subprocess.run([sys.executable, "-c", _DIES_AFTER_SPAWN, str(state_dir), str(job_id), *command],
+    died = subprocess.run([sys.executable, "-c", _DIES.format(die=die), str(state_dir), str(job_id), *command],
                           cwd=root, env=env, capture_output=True, text=True, timeout=30)
     assert died.returncode == 9, died.stderr
 
@@ -313,3 +318,18 @@ def test_the_guard_stops_a_job_whose_agent_died_before_recording_its_pid(state_d
     now = fence.boottime()
     assert fence.fence_jobs(state_dir / "jobs", now - 10, now, set()) == 1  # the lease ran out long ago
     assert gone(pid, timeout=5)
+
+
+def test_a_job_whose_agent_died_before_spawning_it_starts_once_when_asked_again(
+        state_dir: Path, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    _start_and_die(state_dir, 24, "sh", "-c", f"echo run >> {runs}", die=BEFORE_SPAWN)
+    again = Executor(state_dir, NODE)
+    try:
+        assert again.status(24) is None  # never ran: not reported, so the server's list starts it again
+        again.start(allow_root=True, launch=make_launch(24, "sh", "-c", f"echo run >> {runs}"))
+        status = again.wait(24, 5)
+        assert status is not None and status.exit_code == 0
+    finally:
+        again.close()
+    assert runs.read_text() == "run\n"

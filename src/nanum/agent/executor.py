@@ -286,7 +286,8 @@ class Executor:
     def _adopt_starting(self, record: JobRecord) -> None:
         """The agent stopped while it was starting the job, maybe after its process was spawned but before its pid
         was recorded. That process, the wrapper, is found by the exit file it holds open and adopted; a job that has
-        ended meanwhile is read from that file; otherwise the job never ran."""
+        ended meanwhile is read from that file. Otherwise it never ran: it is forgotten, and starts when the server's
+        list of the node's jobs next names it, as a job the agent had not recorded at all."""
         pid = procs.holding(record.exit_path)
         if pid is not None:
             record.pid, record.start_ticks, record.state = pid, procs.start_ticks(pid), "running"
@@ -296,10 +297,8 @@ class Executor:
             record.state = "running"
             self._finish(record)
         else:
-            record.state, record.ended_at = "failed_to_start", time.time()
-            record.started_at = None
-            record.reason = "the agent stopped while it was starting the job"
-            record.save()
+            del self._jobs[record.job_id]
+            discard(self.jobs_dir, record.dir, record.job_id)  # deleted with the trash, as the executor starts
 
     def _adopt_running(self, record: JobRecord) -> None:
         assert record.pid is not None
