@@ -9,7 +9,8 @@ Jobs ask for 1, 2, 4 or 8 GPUs and run `sleep S`, with S drawn around a mean tha
 GPUs busy at the offered rate (for the defaults, 8 to 24 s), so every job can start. Printed beside the targets:
 the scheduling cycle (median and p99, from the server's `nanum_scheduler_cycle_seconds` histogram, interpolated
 within buckets as Prometheus does), submit latency (p50, p99), heartbeats handled per second, errors, whether
-every job started, and the server's CPU time and peak memory.
+every job started, the server's CPU time and peak memory, and the CPU the simulated fleet's process and this
+submitting client took beside it (all share the machine).
 Targets: no errors, every job started, API p99 < 200 ms, cycle p99 < 500 ms.
 """
 
@@ -176,6 +177,7 @@ def main() -> None:
             up = wait_nodes(url, admin, args.nodes, timeout=300)
             print(f"{args.nodes} nodes up in {up:.1f} s", flush=True)
             cpu0, _ = server_usage(url)
+            fleet0, own0 = cpu_seconds(agents.pid)[0], time.process_time()
             began = time.monotonic()
             mean_s = mean_run_s(args.nodes * args.gpus, args.rate)
             latencies, ids, errors = asyncio.run(submit_all(url, token, args.jobs, args.rate, args.clients, mean_s))
@@ -184,6 +186,7 @@ def main() -> None:
             while (started := started_count(url, token, ids)) < len(ids) and time.monotonic() < deadline:
                 time.sleep(2)
             cpu1, peak = server_usage(url)
+            fleet1, own1 = cpu_seconds(agents.pid)[0], time.process_time()
             measured = time.monotonic() - began
             p50, p99, cycles = cycle_quantiles(url)
         finally:
@@ -207,6 +210,7 @@ def main() -> None:
             ("jobs started", f"{started:,} of {len(ids):,}", "all"),
             ("server CPU", f"{cpu1 - cpu0:.0f} s over {measured:.0f} s ({(cpu1 - cpu0) / measured:.2f} cores)", ""),
             ("server peak memory", f"{peak:.0f} MiB", ""),
+            ("fleet, client CPU", f"{(fleet1 - fleet0) / measured:.2f} cores, {(own1 - own0) / measured:.2f} cores", ""),
         ]
         for name, value, target in rows:
             print(f"  {name:<22} {value:<40} {('target ' + target) if target else ''}")
