@@ -12,9 +12,11 @@ have surely passed. Endpoint: `POST /api/v1/agent/heartbeat`, authenticated with
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import pydantic_core
+from pydantic import BaseModel, ConfigDict, Field
 
 #: Integers a heartbeat carries into the store (ids, GPU indices, pids, exit codes, MiB) fit its 32-bit integer
 #: columns; byte counts of logs stay within 2**62. A heartbeat with one out of range is refused (422), not a 500.
@@ -165,9 +167,9 @@ class GpuProblem(Report):
 
 
 class Heartbeat(Report):
-    """What an agent reports. A NUL byte in any string (a job's log, a process's command) becomes U+FFFD: the
-    store cannot hold NUL (PostgreSQL refuses it in text), and refusing the heartbeat would cut the node off for
-    one job's output. Numbers are finite."""
+    """What an agent reports. Read from its JSON by `from_json`, where a NUL byte in any string (a job's log, a
+    process's command) becomes U+FFFD: the store cannot hold NUL (PostgreSQL refuses it in text), and refusing the
+    heartbeat would cut the node off for one job's output. Numbers are finite."""
 
     node: NodeInfo
     jobs: list[JobStatus] = []
@@ -176,10 +178,17 @@ class Heartbeat(Report):
     wait_s: float = Field(default=0.0, ge=0, le=30, description="hold the reply this long if nothing changes")
     gpu_problems: list[GpuProblem] = Field(default=[], description="GPU health problems (Xid, ECC, retired pages)")
 
-    @model_validator(mode="before")
     @classmethod
-    def _replace_nul(cls, data: Any) -> Any:
-        return _without_nul(data)
+    def from_json(cls, text: bytes) -> Heartbeat:
+        """A heartbeat from its JSON text; `pydantic.ValidationError` if it is not one.
+
+        JSON carries a NUL only as the escape `\\u0000`: text without it (nearly every heartbeat) is read by
+        pydantic in one pass over the bytes, about twice as fast as building Python objects first, which the
+        others need so that their NULs can be replaced."""
+        if b"\\u0000" in text:
+            with contextlib.suppress(ValueError):  # not JSON: `model_validate_json` says why
+                return cls.model_validate(_without_nul(pydantic_core.from_json(text)))
+        return cls.model_validate_json(text)
 
 
 class EnvironmentSpec(BaseModel):

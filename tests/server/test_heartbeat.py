@@ -290,6 +290,30 @@ def test_a_nul_byte_in_a_report_does_not_cut_the_node_off(client: AsgiClient, ag
     assert job(client, j["id"])["state"] == "completed"
 
 
+def test_a_backslash_u0000_written_as_text_arrives_as_written(client: AsgiClient, agent: FakeAgent) -> None:
+    """Only a NUL byte is replaced: a log that prints the six characters `\\u0000` (a Windows path, a JSON
+    dump) keeps them, byte for byte, beside a real NUL in the same heartbeat."""
+    j = submit(client)
+    tick(client)
+    agent.beat()
+    agent.logs = [LogChunk(job_id=j["id"], offset=0, data="C:\\u0000\\x y\0z\n", nbytes=12)]
+    agent.beat()
+    assert client.get(f"/api/v1/jobs/{j['id']}/logs", headers=auth(ALICE)).text == "C:\\u0000\\x y\ufffdz\n"
+
+
+def test_a_heartbeat_that_is_not_json_is_refused_with_a_sentence_after_its_token(client: AsgiClient,
+                                                                                 agent: FakeAgent) -> None:
+    for body in (b'{"node": ', b"\xff\xfe", b"", b'{"node": {"name": "gpu-01\\u0000"'):
+        r = client.post("/api/v1/agent/heartbeat", content=body, headers={"Authorization": f"Bearer {agent.token}"})
+        assert r.status_code == 422 and r.json()["detail"] == "the request body is not valid JSON", r.text
+    r = client.post("/api/v1/agent/heartbeat", content=b'{"node": ', headers={"Authorization": "Bearer forged"})
+    assert r.status_code == 401  # the token is looked at first: a stranger learns nothing of the format
+    body = agent.heartbeat().model_dump(mode="json")
+    del body["node"]["unix_user"]
+    r = client.post("/api/v1/agent/heartbeat", json=body, headers={"Authorization": f"Bearer {agent.token}"})
+    assert r.status_code == 422 and r.json()["detail"] == "invalid node.unix_user: field required"
+
+
 def test_a_report_with_nan_or_infinity_is_refused_with_a_sentence(client: AsgiClient, agent: FakeAgent) -> None:
     body = agent.heartbeat().model_dump(mode="json")
     body["samples"] = [{"time": "Infinity", "gpus": [{"index": 0, "util": "NaN"}]}]

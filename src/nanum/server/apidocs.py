@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import fastapi_offline
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel
 
 ASSETS = "/docs/assets"
 #: Swagger UI's script and stylesheet (a release that reads OpenAPI 3.1, which FastAPI publishes).
@@ -62,3 +65,21 @@ def install(app: FastAPI) -> None:
     @app.get("/docs/start.js", include_in_schema=False)
     async def docs_start() -> Response:
         return Response(start, media_type="text/javascript", headers=_HEADERS)
+
+
+def publish_models(app: FastAPI, models: Sequence[type[BaseModel]]) -> None:
+    """Publish the schemas of request bodies that routes read themselves (their `openapi_extra` refers to them
+    as `#/components/schemas/NAME`): FastAPI publishes only the models it reads."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schemas = generate().setdefault("components", {}).setdefault("schemas", {})
+            for model in models:
+                schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                for name, part in schema.pop("$defs", {}).items():
+                    schemas.setdefault(name, part)
+                schemas.setdefault(model.__name__, schema)
+        return app.openapi_schema or generate()
+
+    app.openapi = openapi  # type: ignore[method-assign]

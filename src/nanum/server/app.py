@@ -11,6 +11,7 @@ import anyio.to_thread
 from fastapi import APIRouter, FastAPI
 
 from nanum import __version__
+from nanum.protocol import Heartbeat
 from nanum.server import apidocs, errors, monitoring
 from nanum.server.api import accounts, agent, health, identity, jobs, members, nodes, reports, sessions, sharing
 from nanum.server.api import environments as environment_routes
@@ -74,5 +75,6 @@ def create_app(ctx: ServerContext, *, run_scheduler: bool = True) -> FastAPI:
     app.include_router(api)
     app.include_router(sessions.proxy_router)
     apidocs.install(app)
+    apidocs.publish_models(app, [Heartbeat])  # read by its route itself (`nanum.server.api.agent`)
     monitoring.install(app, ctx, run_upkeep=run_scheduler)
     return app
