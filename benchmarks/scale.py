@@ -210,7 +210,8 @@ def main() -> None:
             ("jobs started", f"{started:,} of {len(ids):,}", "all"),
             ("server CPU", f"{cpu1 - cpu0:.0f} s over {measured:.0f} s ({(cpu1 - cpu0) / measured:.2f} cores)", ""),
             ("server peak memory", f"{peak:.0f} MiB", ""),
-            ("fleet, client CPU", f"{(fleet1 - fleet0) / measured:.2f} cores, {(own1 - own0) / measured:.2f} cores", ""),
+            ("fleet, client CPU",
+             f"{(fleet1 - fleet0) / measured:.2f} cores, {(own1 - own0) / measured:.2f} cores", ""),
         ]
         for name, value, target in rows:
             print(f"  {name:<22} {value:<40} {('target ' + target) if target else ''}")
