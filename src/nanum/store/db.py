@@ -11,7 +11,9 @@ busy handler would sleep for milliseconds between retries. One thread's sessions
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -37,16 +39,24 @@ def is_deadlock(exc: BaseException) -> bool:
     return isinstance(exc, OperationalError) and getattr(exc.orig, "sqlstate", None) == DEADLOCK_DETECTED
 
 
+RETRY_PAUSE_S = 0.02  # the survivor's head start over a deadlock's victim that runs again
+
+
 def retry_deadlocks(work: Callable[[], T], attempts: int = 3) -> T:
     """Run `work` (one or more whole write transactions), again when PostgreSQL picked it as a deadlock's victim.
     Two transactions that lock the same rows in opposite orders (two heartbeats charging the same labs' usage
-    for jobs that ended) can deadlock; the one rolled back succeeds when it runs again."""
+    for jobs that ended) can deadlock; the one rolled back succeeds when it runs again.
+
+    It runs again after a short random pause. The survivor is woken when the victim's locks go, but it must then
+    take them itself; a victim that ran again at once could take its first row back first and deadlock with the
+    same survivor again (seen once in a full test run: a victim rolled back twice)."""
     for attempt in range(1, attempts + 1):
         try:
             return work()
         except OperationalError as exc:
             if attempt == attempts or not is_deadlock(exc):
                 raise
+        time.sleep(random.uniform(RETRY_PAUSE_S, 2 * RETRY_PAUSE_S))
     raise AssertionError("unreachable")
 
 
