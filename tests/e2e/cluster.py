@@ -53,10 +53,11 @@ def shared_dir(prefix: str) -> Path:
 
 @dataclass
 class Cluster:
-    """One `nanum up` process (server, scheduler and local agent) with simulated GPUs."""
+    """One `nanum up` process (server, scheduler and local agent) with simulated GPUs, or the machine's own
+    (`gpus=None`: found through NVML)."""
 
     root: Path
-    gpus: str = "4"
+    gpus: str | None = "4"
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     admin_token: str = ""
@@ -89,7 +90,7 @@ class Cluster:
         with (self.root / f"up-{self.starts}.log").open("wb") as log:
             self.proc = subprocess.Popen(
                 [*nanum_command(), "up", "--home", str(self.home), "--port", str(self.port),
-                 "--simulate-gpus", self.gpus, *self.extra_args],
+                 *(["--simulate-gpus", self.gpus] if self.gpus is not None else []), *self.extra_args],
                 env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         deadline = time.monotonic() + timeout
