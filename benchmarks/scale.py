@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
 import random
 import re
@@ -140,16 +141,28 @@ def started_count(url: str, token: str, ids: list[int]) -> int:
 
 
 def server_usage(url: str) -> tuple[float, float]:
-    """CPU seconds and peak resident memory (MiB) of the process listening on `url`'s port."""
-    port = url.rsplit(":", 1)[1]
-    found = subprocess.run(["ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True).stdout
-    pid = int(re.search(r"pid=(\d+)", found).group(1)) if "pid=" in found else None  # type: ignore[union-attr]
+    """CPU seconds and peak resident memory (MiB) of the `nanum server` serving `url`'s port."""
+    pid = server_pid(url.rsplit(":", 1)[1])
     if pid is None:
         return float("nan"), float("nan")
     cpu = cpu_seconds(pid)[0]
     peak = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
                 if line.startswith("VmHWM:")) / 1024
     return cpu, peak
+
+
+def server_pid(port: str) -> int | None:
+    """The process whose command line is `nanum server ... --port PORT` (read from /proc: no `ss` needed)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "server" in argv and any(a == "--port" and b == port for a, b in itertools.pairwise(argv)):
+            return int(entry.name)
+    return None
 
 
 def main() -> None:

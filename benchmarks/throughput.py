@@ -32,6 +32,7 @@ import json
 import os
 import pwd
 import resource
+import shlex
 import shutil
 import signal
 import statistics
@@ -203,7 +204,7 @@ def cli_figures(client: Client, env: dict[str, str], workdir: Path, n: int, loop
     ids = iter([client.submit(["true"], gpus=1, cpus=0, workdir=str(workdir))["id"] for _ in range(n)])
     out["cancel_wall_s"], out["cancel_cpu_s"] = per_process(lambda: [*exe, "cancel", str(ids.__next__())], env,
                                                             workdir, n)
-    out["loop_per_s"] = shell_loop(f'"{exe[0]}" submit --gpus 1 --cpus 0 -- true', env, workdir, loop)
+    out["loop_per_s"] = shell_loop(f"{shlex.join(exe)} submit --gpus 1 --cpus 0 -- true", env, workdir, loop)
     if shutil.which("sbatch"):
         out["sbatch_loop_per_s"] = shell_loop("sbatch --wrap true", env, workdir, loop)
     started = time.perf_counter()
