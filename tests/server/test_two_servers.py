@@ -1,8 +1,10 @@
-"""Two servers on one PostgreSQL database: only one schedules at a time, and no GPU is ever handed out twice."""
+"""Two servers on one PostgreSQL database: only one schedules at a time, no GPU is ever handed out twice, and a
+job submitted to either starts at once on a node whose heartbeat either holds (`nanum.server.bus`)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,12 +27,14 @@ pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[ServerContext, ServerContext]]:
+def pair(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[ServerContext, ServerContext]]:
+    """Two servers' contexts on one schema; `@pytest.mark.parametrize("pair", [SECONDS], indirect=True)` sets
+    their timer tick."""
     schema = create_pg_schema()
     first, second = pg_schema_database(schema), pg_schema_database(schema)
     try:
         upgrade(first)
-        settings = ServerSettings(home=tmp_path)
+        settings = ServerSettings(home=tmp_path, tick_interval_s=getattr(request, "param", 1.0))
         a, b = ServerContext.create(settings, first), ServerContext.create(settings, second)
         accounts.create_user(a, UserIn(name="alice", labs=["vision"]), ALICE)
         yield a, b
@@ -123,3 +127,30 @@ def test_two_busy_servers_never_start_a_job_twice(pair: tuple[ServerContext, Ser
         starts = s.scalar(select(func.count()).where(EventRow.kind == "started"))
         requeued = s.scalar(select(func.count()).where(EventRow.kind == "requeued"))  # preempted, started again
     assert states == {"completed"} and starts == len(ids) + requeued
+
+
+@pytest.mark.parametrize("pair", [60.0], indirect=True)  # no timer tick within the test: only pokes start jobs
+def test_a_job_submitted_to_the_server_that_does_not_schedule_reaches_the_heartbeat_it_holds_at_once(
+    pair: tuple[ServerContext, ServerContext],
+) -> None:
+    ctx_a, ctx_b = pair
+    app_a, app_b = create_app(ctx_a), create_app(ctx_b)
+    with serve(app_a), serve(app_b) as client_b:
+        ctx_a.signals.poke()  # a ticks first, and so schedules
+        deadline = time.monotonic() + 10
+        while app_a.state.scheduler.last is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert app_a.state.scheduler.last is not None, "the first server never took the leadership"
+        agent = FakeAgent(client_b, "gpu-01", accounts.add_node(ctx_b, "gpu-01"))
+        agent.beat()
+        replies: list[list[int]] = []
+        held = threading.Thread(target=lambda: replies.append([d.job_id for d in agent.beat(wait_s=20).desired]))
+        held.start()
+        time.sleep(0.3)  # b holds the heartbeat now
+        began = time.monotonic()
+        job_id = submit(client_b, gpus=1)["id"]  # to b, which does not schedule
+        held.join(timeout=15)
+        took = time.monotonic() - began
+    assert replies == [[job_id]]
+    assert took < 2.0, f"the job reached its node {took:.2f} s after it was submitted"
+

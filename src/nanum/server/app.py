@@ -1,5 +1,6 @@
-"""The FastAPI application: routes under /api/v1, error handlers, and in its lifespan the scheduler loop and the
-batched writes of when nodes were last heard from (`nanum.server.lastseen`)."""
+"""The FastAPI application: routes under /api/v1, error handlers, and in its lifespan the scheduler loop, the
+batched writes of when nodes were last heard from (`nanum.server.lastseen`) and, on PostgreSQL, the wake-ups
+shared with other servers on the same database (`nanum.server.bus`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from nanum.server import apidocs, errors, monitoring
 from nanum.server.api import accounts, agent, health, identity, jobs, members, nodes, reports, sessions, sharing
 from nanum.server.api import environments as environment_routes
 from nanum.server.api.rendering import SafeJSONResponse
+from nanum.server.bus import Bus
 from nanum.server.context import ServerContext
 from nanum.server.guard import RequestGuard
 from nanum.server.scheduler import Scheduler
@@ -36,16 +38,28 @@ def create_app(ctx: ServerContext, *, run_scheduler: bool = True) -> FastAPI:
     scheduler = Scheduler(ctx)
     ctx.signals.on_poke = scheduler.poke
 
+    def missed() -> None:
+        """Back on the other servers' channel: what changed meanwhile is read again."""
+        ctx.signals.wake_all()
+        ctx.signals.poke_local()
+
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        ctx.signals.bind(asyncio.get_running_loop())
+        signals = ctx.signals
+        signals.bind(asyncio.get_running_loop())
         anyio.to_thread.current_default_thread_limiter().total_tokens = WORKER_THREADS
+        if ctx.db.is_postgres:
+            signals.bus = Bus(ctx.db, signals.poke_local, signals.wake_local, on_missed=missed)
+            signals.bus.start()
         task = asyncio.create_task(scheduler.run(), name="nanum-scheduler") if run_scheduler else None
         writer = asyncio.create_task(ctx.last_seen.run(ctx.db), name="nanum-last-seen")
         try:
             yield
         finally:
-            ctx.signals.close()
+            signals.close()
+            bus, signals.bus = signals.bus, None
+            if bus is not None:
+                await asyncio.to_thread(bus.close)
             for running in (task, writer):
                 if running is not None:
                     running.cancel()

@@ -2,7 +2,9 @@
 
 A held heartbeat takes a node's current `asyncio.Event` *before* it reads the desired state, then waits on it;
 `wake` sets that event and installs a fresh one, so a change that lands while the reply is being built is never
-missed. `wake` and `poke` may be called from any thread.
+missed. `wake` and `poke` may be called from any thread. Where servers share a PostgreSQL database, both are also
+published to the others (`bus`, a `nanum.server.bus.Bus`), which act on them as on their own (`wake_local`,
+`poke_local`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nanum.server.bus import Bus
 
 
 class Signals:
@@ -18,6 +24,8 @@ class Signals:
         self._nodes: dict[str, asyncio.Event] = {}
         self.closing = False
         self.on_poke: Callable[[bool], None] | None = None
+        #: the other servers sharing the database, where there may be some
+        self.bus: Bus | None = None
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -31,7 +39,15 @@ class Signals:
         return ev
 
     def wake(self, nodes: Iterable[str]) -> None:
-        """Release held heartbeats of `nodes`. Safe from any thread; a no-op before the loop is bound."""
+        """Release held heartbeats of `nodes`, here and on the other servers. Safe from any thread."""
+        names = tuple(nodes)
+        if names and self.bus is not None:
+            self.bus.wake(names)
+        self.wake_local(names)
+
+    def wake_local(self, nodes: Iterable[str]) -> None:
+        """Release held heartbeats of `nodes` on this server. Safe from any thread; a no-op before the loop is
+        bound."""
         names = tuple(nodes)
         if names and self._loop is not None and not self._loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop is shutting down
@@ -44,13 +60,26 @@ class Signals:
             if ev is not None:
                 ev.set()
 
+    def wake_all(self) -> None:
+        """Release every heartbeat held on this server (each reads its node's jobs again). Safe from any thread."""
+        if self._loop is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(lambda: self.wake_now(list(self._nodes)))
+
     def close(self) -> None:
         """Release every held heartbeat now and from now on (the server is stopping)."""
         self.closing = True
-        self.wake(list(self._nodes))
+        self.wake_all()
 
     def poke(self, *, new_gpu_job: bool = False) -> None:
         """Ask the scheduler to run soon. Safe from any thread. `new_gpu_job`: only a job that needs GPUs was
-        submitted, which cannot start while every GPU is taken (the timer tick then gives it its reason)."""
+        submitted, which cannot start while every GPU is taken (the timer tick then gives it its reason). The
+        scheduling server may be another one: it is poked too."""
+        if self.bus is not None:
+            self.bus.poke(new_gpu_job)
+        self.poke_local(new_gpu_job)
+
+    def poke_local(self, new_gpu_job: bool = False) -> None:
+        """`poke`, of this server's scheduler only."""
         if self.on_poke is not None:
             self.on_poke(new_gpu_job)

@@ -17,52 +17,12 @@ from starlette.concurrency import run_in_threadpool
 
 from nanum.protocol import Heartbeat, HeartbeatReply
 from nanum.server.auth import Context, NodeDep
-from nanum.server.callers import NodeCaller
 from nanum.server.context import ServerContext
 from nanum.server.services import agent
 from nanum.store.db import retry_deadlocks
 
 router = APIRouter(prefix="/agent", tags=["agent"])
 log = logging.getLogger("nanum.server")
-
-#: While heartbeats are held on PostgreSQL, look this often whether another server changed their nodes' jobs.
-SHARED_DB_CHECK_S = 1.0
-
-
-class SharedDbWatch:
-    """Held heartbeats on a database other servers share (PostgreSQL): one query a second for all of them notices
-    a node whose desired jobs another server changed, and wakes its heartbeat. (One query per held heartbeat per
-    second took every pooled connection at a few hundred nodes.)"""
-
-    def __init__(self, ctx: ServerContext) -> None:
-        self.ctx = ctx
-        self.held: dict[int, tuple[str, int]] = {}  # node id -> (name, the desired version its reply carries)
-        self._task: asyncio.Task[None] | None = None
-
-    def hold(self, node: NodeCaller, version: int) -> None:
-        self.held[node.id] = (node.name, version)
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="nanum-shared-db-watch")
-
-    def release(self, node: NodeCaller) -> None:
-        self.held.pop(node.id, None)
-
-    async def _run(self) -> None:
-        while self.held and not self.ctx.signals.closing:
-            await asyncio.sleep(SHARED_DB_CHECK_S)
-            ids = list(self.held)
-            if not ids:
-                break
-            try:
-                versions = await run_in_threadpool(agent.desired_versions, self.ctx, ids)
-            except Exception:  # the database is away: held heartbeats end at their wait anyway
-                log.warning("could not look for changes made by other servers", exc_info=True)
-                continue
-            moved = [name for node_id, (name, seen) in list(self.held.items())
-                     if versions.get(node_id, seen) != seen]
-            if moved:
-                self.ctx.signals.wake_now(moved)
-
 
 async def _read_heartbeat(request: Request) -> Heartbeat:
     """The heartbeat in the request's body, read by `Heartbeat.from_json` rather than by FastAPI: a fleet's
@@ -100,28 +60,17 @@ async def heartbeat(ctx: Context, node: NodeDep, request: Request,
     signals.wake(outcome.woken - {node.name})
     if body.wait_s <= 0 or not outcome.idle or node.name in outcome.woken or signals.closing:
         return outcome.reply
-    if await _hold(request, ctx, node, changed, body.wait_s, outcome.version):
+    if await _hold(ctx, changed, body.wait_s):
         return await run_in_threadpool(agent.desired_reply, ctx, node)
     return outcome.reply
 
 
-async def _hold(request: Request, ctx: ServerContext, node: NodeCaller, changed: asyncio.Event, wait_s: float,
-                version: int) -> bool:
-    """Wait until `changed` is set (by this server, or by `SharedDbWatch` for a change another server sharing
-    the PostgreSQL database made) or `wait_s` passes. True if something changed."""
-    watch = None
-    if ctx.db.is_postgres:
-        watch = getattr(request.app.state, "shared_db_watch", None)
-        if watch is None:
-            watch = request.app.state.shared_db_watch = SharedDbWatch(ctx)
-        watch.hold(node, version)
-    try:
-        if ctx.signals.closing:
-            return True
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), timeout=wait_s)
-            return True
-        return ctx.signals.closing
-    finally:
-        if watch is not None:
-            watch.release(node)
+async def _hold(ctx: ServerContext, changed: asyncio.Event, wait_s: float) -> bool:
+    """Wait until `changed` is set (by this server, or by another server sharing the PostgreSQL database, through
+    `nanum.server.bus`) or `wait_s` passes. True if something changed."""
+    if ctx.signals.closing:
+        return True
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(changed.wait(), timeout=wait_s)
+        return True
+    return ctx.signals.closing

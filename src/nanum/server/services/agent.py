@@ -191,13 +191,6 @@ def desired_reply(ctx: ServerContext, who: NodeCaller) -> HeartbeatReply:
         return reply
 
 
-def desired_versions(ctx: ServerContext, node_ids: list[int]) -> dict[int, int]:
-    """Each node's desired version (it grows whenever the jobs the node should run change), in one query."""
-    with ctx.db.read() as s:
-        rows = s.execute(select(NodeRow.id, NodeRow.desired_version).where(NodeRow.id.in_(node_ids)))
-        return {node_id: int(version or 0) for node_id, version in rows}
-
-
 def _reply(ctx: ServerContext, desired: list[JobLaunch], acks: list[int], offsets: dict[int, int]) -> HeartbeatReply:
     st = ctx.settings
     return HeartbeatReply(
