@@ -19,7 +19,7 @@ from nanum.server.settings import ServerSettings
 from nanum.store import EventRow, JobRow, upgrade
 from nanum.store.db import Precedence
 from tests.server.asgiclient import serve
-from tests.server.conftest import ALICE, submit
+from tests.server.conftest import ALICE, job, submit
 from tests.server.fakeagent import FakeAgent
 from tests.store.databases import create_pg_schema, drop_pg_schema, pg_schema_database
 
@@ -154,3 +154,32 @@ def test_a_job_submitted_to_the_server_that_does_not_schedule_reaches_the_heartb
     assert replies == [[job_id]]
     assert took < 2.0, f"the job reached its node {took:.2f} s after it was submitted"
 
+
+def test_the_server_that_does_not_schedule_shows_the_same_predictions(
+    pair: tuple[ServerContext, ServerContext],
+) -> None:
+    ctx_a, ctx_b = pair
+    app_a, app_b = create_app(ctx_a, run_scheduler=False), create_app(ctx_b, run_scheduler=False)
+    a, b = app_a.state.scheduler, app_b.state.scheduler
+    with serve(app_a) as client_a, serve(app_b) as client_b:
+        try:
+            agent = FakeAgent(client_a, "gpu-01", accounts.add_node(ctx_a, "gpu-01"), gpus=1)
+            agent.beat()
+            for _ in range(2):  # two finished runs of alice's "train"
+                done = submit(client_a, name="train", gpus=1, time_limit_s=3600)
+                a.tick()
+                agent.beat()
+                agent.exit(int(done["id"]))  # type: ignore[call-overload]
+                agent.beat()
+            running = submit(client_a, name="train", gpus=1, time_limit_s=3600)
+            waiting = submit(client_b, name="train", gpus=1, time_limit_s=3600)
+            assert a.tick() is not None
+            assert b.tick() is None  # b does not schedule, but reads what a predicts from
+            for job_id in (running["id"], waiting["id"]):
+                on_a, on_b = (job(c, job_id) for c in (client_a, client_b))
+                assert on_b["prediction_basis"] == on_a["prediction_basis"] == (
+                    "mean of the last 2 finished jobs of alice named train")
+                assert on_b["predicted_runtime_s"] == on_a["predicted_runtime_s"] is not None
+        finally:
+            a.leadership.release()
+            b.leadership.release()

@@ -128,6 +128,7 @@ class Scheduler:
         self.core = Incremental(ctx.policy, self.predictor, (), {}, explain=True)
         self._ticked = False
         self._explained_at = float("-inf")
+        self._followed_at = float("-inf")
         self._shown_at: dict[int, float] = {}
         self._lock = threading.Lock()
         #: a new job asked for a tick while one ran (`poke`)
@@ -189,6 +190,7 @@ class Scheduler:
         not schedule never holds them up."""
         with self._lock:
             if not self.leadership.held():
+                self._follow(now)
                 return None
             with self.ctx.db.precedence.first():
                 result = self._cycle(now)
@@ -197,6 +199,18 @@ class Scheduler:
             self._asked_during_tick = False
             self.poke(new_gpu_job=True)
         return result
+
+    def _follow(self, now: float | None) -> None:
+        """On a server that does not schedule: keep the jobs' run-time predictions its API shows as fresh as the
+        scheduling server's (at most `EXPLAIN_EVERY_S` old), from the same history. Only the predictions: the
+        reasons and estimates shown are in the database, and the places in the queue are worked out when asked
+        (`nanum.server.services.priority`)."""
+        moment = time.monotonic()
+        if moment - self._followed_at < EXPLAIN_EVERY_S:
+            return
+        self._followed_at = moment
+        plan, _ = self._read(now)
+        self._explain(plan)
 
     def _cycle(self, now: float | None) -> TickResult:
         began = time.perf_counter()
