@@ -95,14 +95,14 @@ def pg_schema(url: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def server(db: str | None) -> Iterator[tuple[str, str, str]]:
-    """`nanum server` on a free loopback port; yields (url, admin token, database URL)."""
+def server(db: str | None, *more: str) -> Iterator[tuple[str, str, str]]:
+    """`nanum server [MORE]` on a free loopback port; yields (url, admin token, database URL)."""
     root = Path(tempfile.mkdtemp(prefix="nanum-load-"))
     home, port = root / "home", free_port()
     db_url = db or f"sqlite:///{home / 'nanum.db'}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("NANUM_")}
     env.update(XDG_CONFIG_HOME=str(root / "config"), NANUM_HOME=str(home))
-    argv = [*nanum_exe(), "server", "--home", str(home), "--host", HOST, "--port", str(port), "--db", db_url]
+    argv = [*nanum_exe(), "server", "--home", str(home), "--host", HOST, "--port", str(port), "--db", db_url, *more]
     log = root / "server.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

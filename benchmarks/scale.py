@@ -141,18 +141,19 @@ def started_count(url: str, token: str, ids: list[int]) -> int:
 
 
 def server_usage(url: str) -> tuple[float, float]:
-    """CPU seconds and peak resident memory (MiB) of the `nanum server` serving `url`'s port."""
-    pid = server_pid(url.rsplit(":", 1)[1])
-    if pid is None:
-        return float("nan"), float("nan")
-    cpu = cpu_seconds(pid)[0]
-    peak = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                if line.startswith("VmHWM:")) / 1024
-    return cpu, peak
+    """CPU seconds and peak resident memory (MiB) of the `nanum server` serving `url`'s port, its worker processes
+    included (`--workers`): the sums over them."""
+    cpu = peak = 0.0
+    for pid in server_pids(url.rsplit(":", 1)[1]):
+        cpu += cpu_seconds(pid)[0]
+        peak += next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                     if line.startswith("VmHWM:")) / 1024
+    return (cpu, peak) if cpu else (float("nan"), float("nan"))
 
 
-def server_pid(port: str) -> int | None:
-    """The process whose command line is `nanum server ... --port PORT` (read from /proc: no `ss` needed)."""
+def server_pids(port: str) -> list[int]:
+    """The processes whose command line is `nanum server ... --port PORT` (read from /proc: no `ss` needed)."""
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -161,8 +162,8 @@ def server_pid(port: str) -> int | None:
         except OSError:
             continue
         if "server" in argv and any(a == "--port" and b == port for a, b in itertools.pairwise(argv)):
-            return int(entry.name)
-    return None
+            found.append(int(entry.name))
+    return found
 
 
 def main() -> None:
@@ -173,11 +174,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--db", default=PG, help="a PostgreSQL URL (a schema of its own is used), or `sqlite`")
+    parser.add_argument("--workers", type=int, default=1, help="server processes (`nanum server --workers`)")
     args = parser.parse_args()
 
     with contextlib.ExitStack() as stack:
         db = None if args.db == "sqlite" else stack.enter_context(pg_schema(args.db))
-        url, admin, _ = stack.enter_context(server(db))
+        url, admin, _ = stack.enter_context(server(db, "--workers", str(args.workers)))
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="nanum-scale-")))
         began = time.monotonic()
         token = register(url, admin, args.nodes, root / "tokens")
@@ -210,7 +212,7 @@ def main() -> None:
         api50, api99 = statistics.median(lat), lat[int(0.99 * (len(lat) - 1))]
         print(f"\n{args.nodes} nodes x {args.gpus} GPUs, {args.jobs:,} jobs offered at {args.rate:g}/s "
               f"({len(ids):,} accepted in {took:.0f} s: {len(ids) / took:.1f}/s), {'PostgreSQL' if db else 'SQLite'}, "
-              f"runs of {mean_s:.0f} s on average")
+              f"runs of {mean_s:.0f} s on average, {args.workers} server process{'es' if args.workers > 1 else ''}")
         rows = [
             ("scheduling cycle p50", f"{p50 * 1000:.0f} ms" if p50 is not None else "-", ""),
             ("scheduling cycle p99", f"{p99 * 1000:.0f} ms" if p99 is not None else "-", "< 500 ms"),

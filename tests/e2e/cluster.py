@@ -363,3 +363,24 @@ def kill_job_processes(state_dir: Path) -> None:
             pid = int(json.loads(record.read_text())["pid"])
             if process_alive(pid):
                 os.killpg(pid, signal.SIGKILL)
+
+
+def wait_until(what: str, check: object, timeout: float, *why: object) -> None:
+    """Until `check()` is true; fails naming `what` and showing `why` (log tails) after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (callable(check) and check()):
+        assert time.monotonic() < deadline, f"not {what} within {timeout} s: {why}"
+        time.sleep(0.1)
+
+
+def submit_many(servers: str, token: str, workdir: Path, count: int, command: list[str]) -> list[int]:
+    """`nanum submit --gpus 1 -- COMMAND` `count` times as a user would, with `servers` in NANUM_SERVER; the ids."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NANUM_")}
+    env.update(NANUM_SERVER=servers, NANUM_TOKEN=token, XDG_CONFIG_HOME=str(workdir / ".config"))
+    ids = []
+    for _ in range(count):
+        done = subprocess.run([*nanum_command(), "submit", "--gpus", "1", "--workdir", str(workdir), "--", *command],
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        ids.append(int(done.stdout.split()[2]))  # "Submitted job 12"
+    return ids

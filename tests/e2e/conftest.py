@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cluster import Cluster, job_account, remove, shared_dir
+from tests.store.databases import create_pg_schema, drop_pg_schema, pg_schema_url
 
 USERS = ("alice", "bob", "carol", "dave")
 
@@ -38,6 +39,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def own_cluster(tmp_path: Path) -> Iterator[Cluster]:
     """A cluster for one test, for tests that kill it."""
     yield from _cluster(tmp_path)
+
+
+@pytest.fixture
+def database() -> Iterator[str]:
+    """A fresh schema in the PostgreSQL test database, as a URL `nanum server --db` takes."""
+    schema = create_pg_schema()
+    yield pg_schema_url(schema)
+    drop_pg_schema(schema)
 
 
 @pytest.fixture

@@ -5,49 +5,17 @@ run log the test reads."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import AgentProc, ServerProc, job_account, kill_job_processes, nanum_command, remove, shared_dir
-from tests.store.databases import create_pg_schema, drop_pg_schema, pg_schema_url
+from tests.e2e.cluster import AgentProc, ServerProc, job_account, kill_job_processes, submit_many, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.timeout(240)]
 
 JOB = ["sh", "-c", 'echo "$NANUM_JOB_ID $(date +%s.%N)" >> runs.log; sleep 1']
-
-
-@pytest.fixture
-def database() -> Iterator[str]:
-    """A fresh schema in the test database, as a URL `nanum server --db` takes."""
-    schema = create_pg_schema()
-    yield pg_schema_url(schema)
-    drop_pg_schema(schema)
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    path = shared_dir("nanum-failover-")
-    yield path
-    remove(path)
-
-
-def _submit(servers: str, token: str, workdir: Path, count: int) -> list[int]:
-    """`nanum submit` as a user would, with both servers in NANUM_SERVER."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NANUM_")}
-    env.update(NANUM_SERVER=servers, NANUM_TOKEN=token, XDG_CONFIG_HOME=str(workdir / ".config"))
-    ids = []
-    for _ in range(count):
-        done = subprocess.run([*nanum_command(), "submit", "--gpus", "1", "--workdir", str(workdir), "--", *JOB],
-                              env=env, capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        ids.append(int(done.stdout.split()[2]))  # "Submitted job 12"
-    return ids
 
 
 def _starts(workdir: Path) -> list[tuple[int, float]]:
@@ -59,13 +27,6 @@ def _starts(workdir: Path) -> list[tuple[int, float]]:
 
 def _ran(workdir: Path) -> Counter[int]:
     return Counter(job for job, _ in _starts(workdir))
-
-
-def _wait(what: str, check: object, timeout: float, *why: object) -> None:
-    deadline = time.monotonic() + timeout
-    while not (callable(check) and check()):
-        assert time.monotonic() < deadline, f"not {what} within {timeout} s: {why}"
-        time.sleep(0.1)
 
 
 def test_the_other_server_carries_on_when_the_leader_is_killed(tmp_path: Path, database: str, workdir: Path) -> None:
@@ -82,20 +43,20 @@ def test_the_other_server_carries_on_when_the_leader_is_killed(tmp_path: Path, d
         alice = first.api("POST", "/users", {"name": "alice", "labs": ["vision"], "unix_user": job_account()})["token"]
         for agent in agents:
             agent.start()
-        _wait("both nodes up", lambda: sum(n["state"] == "up" for n in second.api("GET", "/nodes")) == 2, 30)
+        wait_until("both nodes up", lambda: sum(n["state"] == "up" for n in second.api("GET", "/nodes")) == 2, 30)
 
-        before = _submit(both, alice, workdir, 12)
-        _wait("a few jobs run", lambda: len(_ran(workdir)) >= 4, 30, first.log_tail())
+        before = submit_many(both, alice, workdir, 12, JOB)
+        wait_until("a few jobs run", lambda: len(_ran(workdir)) >= 4, 30, first.log_tail())
         first.kill()
         killed_at = time.time()
-        after = _submit(both, alice, workdir, 8)  # the CLI moves on to the second server by itself
+        after = submit_many(both, alice, workdir, 8, JOB)  # the CLI moves on to the second server by itself
 
-        _wait("a job starts after the kill", lambda: any(at > killed_at for _, at in _starts(workdir)), 30,
+        wait_until("a job starts after the kill", lambda: any(at > killed_at for _, at in _starts(workdir)), 30,
               second.log_tail())
         resumed_s = min(at for _, at in _starts(workdir) if at > killed_at) - killed_at
         jobs = before + after
         done = lambda: all(second.api("GET", f"/jobs/{j}")["state"] == "completed" for j in jobs)  # noqa: E731
-        _wait("every job completed", done, 90, second.log_tail(), [a.log_text()[-2000:] for a in agents])
+        wait_until("every job completed", done, 90, second.log_tail(), [a.log_text()[-2000:] for a in agents])
         ran = _ran(workdir)
         assert sorted(ran) == sorted(jobs) and set(ran.values()) == {1}, ran  # each ran exactly once
         assert all(second.api("GET", f"/jobs/{j}")["runs"] == 1 for j in jobs)

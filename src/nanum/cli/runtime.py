@@ -197,6 +197,10 @@ def server(
     oidc_manager_group: OidcManagerOpt = None,
     oidc_name: OidcNameOpt = "single sign-on",
     oidc_token_days: OidcDaysOpt = 30.0,
+    workers: Annotated[int, typer.Option(
+        "--workers", min=1, max=64, metavar="N",
+        help="Server processes sharing the port, each on its own core (PostgreSQL only): one schedules, all serve "
+             "the API and the agents.")] = 1,
 ) -> None:
     """Start only the server and scheduler; GPU machines join with `nanum agent`."""
     tuning = _scheduling(policy, half_life, grace, lease) | _exposure(webhook_allow_host, metrics_names)
@@ -206,7 +210,7 @@ def server(
     tuning |= _sso(oidc_issuer, oidc_client_id, oidc_client_secret_file, oidc_group_lab, oidc_manager_group,
                    claims=(oidc_username_claim, oidc_unix_claim, oidc_groups_claim), name=oidc_name,
                    token_days=oidc_token_days)
-    _run(home, host, port, db, allow_root_jobs, with_agent=False, simulate=None, tuning=tuning)
+    _run(home, host, port, db, allow_root_jobs, with_agent=False, simulate=None, tuning=tuning, workers=workers)
 
 
 def _scheduling(
@@ -348,6 +352,7 @@ def _run(
     with_agent: bool,
     simulate: str | None,
     tuning: dict[str, Any] | None = None,
+    workers: int = 1,
 ) -> None:
     from nanum.cli.common import fail
     from nanum.config import default_home
@@ -365,7 +370,7 @@ def _run(
         home=(home or default_home()).expanduser().resolve(), db_url=db, allow_root_jobs=allow_root, **(tuning or {})
     )
     try:
-        start(settings, host, port, LocalAgent(simulate_gpus=simulate) if with_agent else None)
+        start(settings, host, port, LocalAgent(simulate_gpus=simulate) if with_agent else None, workers)
     except StartError as exc:
         fail(str(exc))
     except KeyboardInterrupt:

@@ -1,7 +1,9 @@
 """`/metrics` for Prometheus: GPUs, jobs, the queue and the scheduler.
 
 Cluster figures are read from the store at scrape time (so every server sharing a database reports the same);
-the scheduler's cycle time is observed by the scheduling server as it ticks. Metrics:
+the scheduler's cycle time is observed by the scheduling server as it ticks. The processes of one server
+(`nanum server --workers`) keep their observations in files of a directory they share (`MULTIPROCESS_ENV`, set
+by the first process), so whichever answers a scrape reports the cycles of all of them. Metrics:
 
 - `nanum_gpu_utilization_percent`, `nanum_gpu_memory_used_bytes`, `nanum_gpu_memory_total_bytes`,
   `nanum_gpu_power_watts`, `nanum_gpu_temperature_celsius` {node, gpu, model}: the latest reading;
@@ -20,6 +22,7 @@ summed into one.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -38,6 +41,8 @@ WAIT_BUCKETS = (10.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 86400
 CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0,
                  1.5, 2.5, 5.0, 10.0, 30.0, 60.0)
 MIB = 1024 * 1024
+#: Where the processes of one server keep their observations (prometheus_client's multi-process mode).
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 class Metrics:
@@ -45,11 +50,17 @@ class Metrics:
 
     def __init__(self, ctx: ServerContext) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        shared = os.environ.get(MULTIPROCESS_ENV)
+        if shared:
+            from prometheus_client import multiprocess, values
+
+            values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]  # into files, read by all
+            multiprocess.MultiProcessCollector(self.registry, path=shared)  # type: ignore[no-untyped-call]
         self.cycle = Histogram(
             "nanum_scheduler_cycle_seconds",
             "Time of one scheduling cycle",
             buckets=CYCLE_BUCKETS,
-            registry=self.registry,
+            registry=None if shared else self.registry,
         )
         self.registry.register(ClusterCollector(ctx))
 

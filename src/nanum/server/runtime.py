@@ -5,6 +5,13 @@ for the invoking Unix user (token in DIR/admin-token, mode 0600, and in the CLI 
 with uvicorn. With a local agent it registers this host as a node (token in DIR/node-token) and supervises
 `nanum agent` as a child process in its own session, restarting it if it dies. Ctrl-C or SIGTERM stops the
 server and the agent; jobs keep running in their own sessions and the next start picks them up again.
+
+With several workers (`nanum server --workers N`, PostgreSQL only), the process binds the port and forks N server
+processes that take connections from it, each with its own interpreter: one process is bound to one core by its
+interpreter lock. They share the database as separate servers do: one schedules (`nanum.server.scheduler`'s
+leadership), all serve the API and the agents, and they wake each other through the database
+(`nanum.server.bus`). The first process only supervises them: it starts a worker again if one dies, and stops them
+all on Ctrl-C or SIGTERM. A worker stops by itself if the first process dies.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import fcntl
 import getpass
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,6 +43,7 @@ from nanum.config import load_credentials, save_credentials
 from nanum.server.app import create_app
 from nanum.server.callers import hash_token, new_token
 from nanum.server.context import ServerContext
+from nanum.server.metrics import MULTIPROCESS_ENV
 from nanum.server.schemas import UserIn
 from nanum.server.services import accounts, tokens
 from nanum.server.settings import ServerSettings
@@ -43,6 +52,10 @@ from nanum.store import Database, NodeRow, TokenRow, UserRow, upgrade
 log = logging.getLogger("nanum.server")
 
 AGENT_STOP_S = 15.0
+#: The most server processes `--workers` starts.
+MAX_WORKERS = 64
+#: How often a worker looks whether the process that started it is still there.
+PARENT_CHECK_S = 1.0
 
 
 class StartError(Exception):
@@ -61,12 +74,19 @@ class Started:
     created_admin: bool
 
 
-def start(settings: ServerSettings, host: str, port: int, agent: LocalAgent | None) -> None:
+def start(settings: ServerSettings, host: str, port: int, agent: LocalAgent | None, workers: int = 1) -> None:
     """Run until Ctrl-C or SIGTERM. Raises StartError when the port, directory or database is not usable."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    if not 1 <= workers <= MAX_WORKERS:
+        raise StartError(f"--workers takes 1 to {MAX_WORKERS} server processes, not {workers}")
+    if workers > 1 and agent is not None:
+        raise StartError("--workers is for `nanum server`; `nanum up` runs one server process beside its agent")
     _check_port(host, port)
     ctx = prepare(settings)
+    if workers > 1 and not ctx.db.is_postgres:
+        raise StartError("--workers needs PostgreSQL (--db postgresql+psycopg://USER@HOST/DB): with SQLite one "
+                         "process writes at a time, so more processes would only wait for each other")
     with _home_lock(settings.home):
         from nanum.server.services.tokens import purge_expired
 
@@ -74,7 +94,11 @@ def start(settings: ServerSettings, host: str, port: int, agent: LocalAgent | No
         url = f"http://{_connect_host(host)}:{port}"
         started = bootstrap_admin(ctx, url)
         node = bootstrap_node(ctx) if agent is not None else None
-        _announce(ctx, url, started, agent)
+        _announce(ctx, url, started, agent, workers)
+        if workers > 1:
+            ctx.db.dispose()  # each worker opens its own connections
+            Workers(settings, _listening_socket(host, port), workers).run()
+            return
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(_serve(ctx, host, port, url, agent, node))
 
@@ -212,8 +236,11 @@ class _Server(uvicorn.Server):
 
 
 async def _serve(
-    ctx: ServerContext, host: str, port: int, url: str, agent: LocalAgent | None, node: tuple[str, str] | None
+    ctx: ServerContext, host: str, port: int, url: str, agent: LocalAgent | None, node: tuple[str, str] | None,
+    *, sock: socket.socket | None = None, parent: int | None = None,
 ) -> None:
+    """Serve until stopped. A worker (`sock`, `parent`) takes connections from its parent's socket, and stops
+    when that parent is gone."""
     app = create_app(ctx)
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=3, lifespan="on"
@@ -223,8 +250,10 @@ async def _serve(
     if agent is not None and node is not None:
         server.agent = AgentSupervisor(url, node[0], node[1], ctx.settings.home / "agent", agent.simulate_gpus)
         supervise = asyncio.create_task(server.agent.run(lambda: server.started))
+    if parent is not None:
+        supervise = asyncio.create_task(_while_parent(parent, server))
     try:
-        await server.serve()
+        await server.serve(sockets=[sock] if sock is not None else None)
     finally:
         if server.agent is not None:
             server.agent.stop()
@@ -234,7 +263,100 @@ async def _serve(
             with contextlib.suppress(asyncio.CancelledError):
                 await supervise
         ctx.db.dispose()
-    print("nanum stopped; running jobs keep running and are picked up at the next start.", flush=True)
+    if parent is None:
+        print("nanum stopped; running jobs keep running and are picked up at the next start.", flush=True)
+
+
+async def _while_parent(parent: int, server: uvicorn.Server) -> None:
+    """Stop `server` once the process that started it is gone (a worker is never left serving on its own)."""
+    while os.getppid() == parent:
+        await asyncio.sleep(PARENT_CHECK_S)
+    log.warning("the first nanum server process is gone; this worker stops")
+    server.should_exit = True
+
+
+class Workers:
+    """`count` server processes forked from this one, taking connections from `sock`; this one only supervises."""
+
+    def __init__(self, settings: ServerSettings, sock: socket.socket, count: int) -> None:
+        self.settings, self.sock, self.count = settings, sock, count
+        self.children: dict[int, int] = {}  # pid -> worker number
+        self.stopping = False
+
+    def run(self) -> None:
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        shared = self.settings.home / "metrics"  # what the workers observe, for `/metrics` (`nanum.server.metrics`)
+        shutil.rmtree(shared, ignore_errors=True)
+        shared.mkdir(mode=0o700)
+        os.environ[MULTIPROCESS_ENV] = str(shared)
+        for number in range(self.count):
+            self._fork(number)
+        while self.children:
+            try:
+                pid, status = os.wait()
+            except ChildProcessError:
+                break
+            if pid not in self.children or self.stopping:
+                self.children.pop(pid, 0)
+                continue
+            number = self.children.pop(pid)
+            log.warning("server worker %d (pid %d) ended (%s); starting another", number, pid,
+                        _exit_text(status))
+            time.sleep(1.0)  # a worker that dies at once does not make this spin
+            if not self.stopping:
+                self._fork(number)
+        self.sock.close()
+        print("nanum stopped; running jobs keep running and are picked up at the next start.", flush=True)
+
+    def _stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stopping = True
+        for pid in list(self.children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    def _fork(self, number: int) -> None:
+        parent = os.getpid()
+        pid = os.fork()
+        if pid:
+            self.children[pid] = number
+            return
+        code = 0
+        try:  # the worker: nothing of the supervisor's handlers or connections
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            ctx = ServerContext.create(self.settings)
+            host, port = self.sock.getsockname()[:2]
+            url = f"http://{_connect_host(host)}:{port}"
+            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+                runner.run(_serve(ctx, host, port, url, None, None, sock=self.sock, parent=parent))
+        except BaseException:  # a worker never returns into the supervisor's code
+            log.exception("server worker %d failed", number)
+            code = 1
+        finally:
+            logging.shutdown()
+            os._exit(code)
+
+
+def _exit_text(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"signal {os.WTERMSIG(status)}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}"
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """The port, bound and listening, for the workers to share."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise StartError(f"cannot listen on {host}:{port} ({exc.strerror}); pass --host/--port") from exc
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 class AgentSupervisor:
@@ -338,9 +460,11 @@ def gpu_note(simulate: str | None) -> str | None:
     )
 
 
-def _announce(ctx: ServerContext, url: str, started: Started, agent: LocalAgent | None) -> None:
+def _announce(ctx: ServerContext, url: str, started: Started, agent: LocalAgent | None, workers: int = 1) -> None:
     db = "SQLite" if ctx.db.is_sqlite else make_url(ctx.db.url).render_as_string(hide_password=True)
     lines = [f"nanum is up at {url}  (state in {ctx.settings.home}, database {db})"]
+    if workers > 1:
+        lines.append(f"{workers} server processes share the port; one of them schedules.")
     if agent is not None and (gpus := gpu_note(agent.simulate_gpus)):
         lines.append(gpus)
     if getpass.getuser() == "root" and not ctx.settings.allow_root_jobs:
