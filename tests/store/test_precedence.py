@@ -5,16 +5,12 @@ past `Precedence.MAX_WAIT_S` are never held up, so nothing can wedge on it."""
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
-import os
-import signal
 import threading
-import time
 
 import pytest
 
 from nanum.store import Database, EventRow
-from nanum.store.db import Precedence, clear_shared, shared_flag
+from nanum.store.db import Precedence
 from tests.store.test_schema import _seed
 
 
@@ -95,40 +91,3 @@ def test_no_transaction_waits_longer_than_the_cap(database: Database, monkeypatc
     _, job_id, _, _ = _seed(database)
     assert _finishes_while_first(database, lambda: _event(database, job_id, "request")), "a request waited past the cap"
     assert _kinds(database) == ["request"]
-
-
-def _goes_first_in_a_child(shared: object, ready: object, hold_s: float) -> None:
-    with Precedence(shared).first():  # type: ignore[arg-type]
-        ready.set()  # type: ignore[attr-defined]
-        time.sleep(hold_s)
-
-
-def _child_going_first(hold_s: float) -> tuple[multiprocessing.process.BaseProcess, Precedence]:
-    shared = shared_flag()
-    fork = multiprocessing.get_context("fork")
-    ready = fork.Event()
-    child = fork.Process(target=_goes_first_in_a_child, args=(shared, ready, hold_s), daemon=True)
-    child.start()
-    assert ready.wait(10)
-    return child, Precedence(shared)
-
-
-def test_another_worker_process_waits_while_one_goes_first() -> None:
-    """`nanum server --workers`: the scheduling worker's tick goes first on the cores the others share."""
-    child, mine = _child_going_first(0.5)
-    began = time.monotonic()
-    with mine.turn():
-        waited = time.monotonic() - began
-    child.join(10)
-    assert 0.3 < waited < Precedence.MAX_WAIT_S + 0.5, waited
-
-
-def test_a_worker_that_died_going_first_holds_no_one_up_once_its_death_is_seen() -> None:
-    child, mine = _child_going_first(60)
-    assert child.pid is not None
-    os.kill(child.pid, signal.SIGKILL)
-    child.join(10)
-    clear_shared(mine.shared, child.pid)  # type: ignore[arg-type]  # as the first process does when one dies
-    began = time.monotonic()
-    with mine.turn():
-        assert time.monotonic() - began < 0.1

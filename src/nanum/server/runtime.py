@@ -48,7 +48,6 @@ from nanum.server.schemas import UserIn
 from nanum.server.services import accounts, tokens
 from nanum.server.settings import ServerSettings
 from nanum.store import Database, NodeRow, TokenRow, UserRow, upgrade
-from nanum.store.db import clear_shared, shared_flag
 
 log = logging.getLogger("nanum.server")
 
@@ -282,8 +281,6 @@ class Workers:
     def __init__(self, settings: ServerSettings, sock: socket.socket, count: int) -> None:
         self.settings, self.sock, self.count = settings, sock, count
         self.children: dict[int, int] = {}  # pid -> worker number
-        #: whose scheduling tick goes first on the machine's cores (`nanum.store.db.Precedence`)
-        self.first = shared_flag()
         self.stopping = False
 
     def run(self) -> None:
@@ -300,7 +297,6 @@ class Workers:
                 pid, status = os.wait()
             except ChildProcessError:
                 break
-            clear_shared(self.first, pid)
             if pid not in self.children or self.stopping:
                 self.children.pop(pid, 0)
                 continue
@@ -330,7 +326,6 @@ class Workers:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             ctx = ServerContext.create(self.settings)
-            ctx.db.precedence.shared = self.first
             host, port = self.sock.getsockname()[:2]
             url = f"http://{_connect_host(host)}:{port}"
             with asyncio.Runner(loop_factory=_loop_factory()) as runner:

@@ -11,10 +11,7 @@ busy handler would sleep for milliseconds between retries. One thread's sessions
 from __future__ import annotations
 
 import asyncio
-import mmap
-import os
 import random
-import struct
 import threading
 import time
 import zlib
@@ -111,38 +108,26 @@ class Precedence:
     300 ms. Transactions already under way go on, and may open others (a thread holding a session never waits
     here, so no row lock it holds can hold up the one going first). Code on an event loop never waits, and no one
     waits longer than `MAX_WAIT_S`: this only orders work that would run anyway. The one going first must not
-    wait for a lock that a waiting thread may hold (`LastSeen.flush(wait=False)`).
-
-    The worker processes of one server (`nanum server --workers`) share the machine's cores the same way: with
-    `shared` (memory the processes share, `shared_flag`), the process going first writes its pid there, and the
-    other processes' threads wait for it too, looking every `SHARED_POLL_S` (a dead process's pid is cleared by
-    the process that started it)."""
+    wait for a lock that a waiting thread may hold (`LastSeen.flush(wait=False)`)."""
 
     MAX_WAIT_S = 1.0
-    SHARED_POLL_S = 0.002
 
-    def __init__(self, shared: mmap.mmap | None = None) -> None:
+    def __init__(self) -> None:
         self._clear = threading.Event()
         self._clear.set()
         self._owner: int | None = None
         self._depth = threading.local()
         self._first = threading.Lock()
-        self.shared = shared
 
     @contextmanager
     def first(self) -> Iterator[None]:
-        """Go first: until the block ends, other threads (of the other worker processes too) open no new
-        session."""
+        """Go first: until the block ends, other threads open no new session."""
         with self._first:
             self._owner = threading.get_ident()
             self._clear.clear()
-            if self.shared is not None:
-                _SHARED_PID.pack_into(self.shared, 0, os.getpid())
             try:
                 yield
             finally:
-                if self.shared is not None:
-                    _SHARED_PID.pack_into(self.shared, 0, 0)
                 self._owner = None
                 self._clear.set()
 
@@ -150,44 +135,13 @@ class Precedence:
     def turn(self) -> Iterator[None]:
         """A session's turn: waits while another thread goes first, unless this thread already holds a session."""
         depth = getattr(self._depth, "n", 0)
-        if not depth and self._owner != threading.get_ident() and not _on_loop():
-            if not self._clear.is_set():
-                self._clear.wait(self.MAX_WAIT_S)
-            elif self.shared is not None:
-                self._wait_shared()
+        if not depth and not self._clear.is_set() and self._owner != threading.get_ident() and not _on_loop():
+            self._clear.wait(self.MAX_WAIT_S)
         self._depth.n = depth + 1
         try:
             yield
         finally:
             self._depth.n = depth
-
-
-    def _wait_shared(self) -> None:
-        """While another worker process goes first (at most `MAX_WAIT_S`)."""
-        shared, me = self.shared, os.getpid()
-        assert shared is not None
-        deadline = None
-        while (pid := _SHARED_PID.unpack_from(shared, 0)[0]) and pid != me:
-            now = time.monotonic()
-            deadline = deadline or now + self.MAX_WAIT_S
-            if now >= deadline:
-                return
-            time.sleep(self.SHARED_POLL_S)
-
-
-#: The pid of the worker process going first (0: none), in `Precedence.shared`.
-_SHARED_PID = struct.Struct("q")
-
-
-def shared_flag() -> mmap.mmap:
-    """Memory for `Precedence(shared=...)`, shared with the processes forked after it is made."""
-    return mmap.mmap(-1, _SHARED_PID.size)
-
-
-def clear_shared(shared: mmap.mmap, pid: int) -> None:
-    """`pid` has died: if it was going first, no one waits for it any longer."""
-    if _SHARED_PID.unpack_from(shared, 0)[0] == pid:
-        _SHARED_PID.pack_into(shared, 0, 0)
 
 
 def _on_loop() -> bool:
