@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nanum.agent import executor as executor_module
 from nanum.agent.executor import Executor
 from nanum.protocol import JobLaunch
 
@@ -45,3 +48,17 @@ def executor(state_dir: Path) -> Iterator[Executor]:
             ex.stop(job_id, 0.0)
             ex.wait(job_id, 5)
     ex.close()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _reap_left_children() -> Iterator[None]:
+    """Job processes that a test's executors left behind (a test that drops an executor while its job runs, as an
+    agent restart does) are stopped and reaped once the tests are done, rather than reported by the interpreter
+    at exit as still running."""
+    yield
+    for pid, proc in list(executor_module._CHILDREN.items()):
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        executor_module._CHILDREN.pop(pid, None)
