@@ -85,7 +85,6 @@ class Bus:
         self._cond = threading.Condition()
         self._poke = POKE_NONE
         self._nodes: set[str] = set()
-        self._closed = False
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -111,9 +110,8 @@ class Bus:
 
     def close(self) -> None:
         with self._cond:
-            self._closed = True
+            self._stop.set()
             self._cond.notify_all()
-        self._stop.set()
         for thread in self._threads:
             thread.join(timeout=5)
 
@@ -128,9 +126,9 @@ class Bus:
         try:
             while True:
                 with self._cond:
-                    while not self._closed and self._poke == POKE_NONE and not self._nodes:
+                    while not self._stop.is_set() and self._poke == POKE_NONE and not self._nodes:
                         self._cond.wait()
-                    if self._closed:
+                    if self._stop.is_set():
                         return
                     poke, nodes = self._poke, self._nodes
                     self._poke, self._nodes = POKE_NONE, set()
@@ -158,7 +156,7 @@ class Bus:
 
     def _listen(self) -> None:
         heard_before = False
-        while not self._closed:
+        while not self._stop.is_set():
             conn = None
             try:
                 conn = self._connect()
@@ -168,12 +166,12 @@ class Bus:
                 if heard_before:
                     self.on_missed()  # changes made while this server was not listening
                 heard_before = True
-                while not self._closed:
+                while not self._stop.is_set():
                     for note in raw.notifies(timeout=LISTEN_WAIT_S):
                         self._deliver(note.payload)
             except Exception as exc:  # the database went away: listen again once it is back
                 self.listening.clear()
-                if not self._closed:
+                if not self._stop.is_set():
                     log.warning("lost the other servers' notifications (%s); listening again in %.0f s",
                                 getattr(exc, "orig", None) or exc, RECONNECT_S)
                     self._stop.wait(RECONNECT_S)

@@ -346,14 +346,7 @@ def _exit_text(status: int) -> str:
 
 def _listening_socket(host: str, port: int) -> socket.socket:
     """The port, bound and listening, for the workers to share."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise StartError(f"cannot listen on {host}:{port} ({exc.strerror}); pass --host/--port") from exc
+    sock = _bound(host, port)
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
@@ -427,15 +420,22 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def _check_port(host: str, port: int) -> None:
+    _bound(host, port).close()
+
+
+def _bound(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port`; StartError, saying what to do, when it cannot be."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise StartError(f"port {port} on {host} is in use (is nanum already running?); pass --port") from exc
-            raise StartError(f"cannot listen on {host}:{port} ({exc.strerror}); pass --host/--port") from exc
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise StartError(f"port {port} on {host} is in use (is nanum already running?); pass --port") from exc
+        raise StartError(f"cannot listen on {host}:{port} ({exc.strerror}); pass --host/--port") from exc
+    return sock
 
 
 def _connect_host(host: str) -> str:
