@@ -85,17 +85,22 @@ def test_a_server_that_stops_writes_when_it_last_heard_from_its_nodes(ctx: Serve
         assert _shows(second, "gpu-01", later)
 
 
-def test_a_tick_does_not_wait_for_a_flush_under_way(client: AsgiClient, ctx: ServerContext, agent: FakeAgent) -> None:
-    """The server's periodic flush of heard times opens its transaction after taking its lock, and that transaction
-    waits while a tick goes first (`Database.precedence`): a tick waiting for the same lock would wait for itself.
-    It leaves the times to that flush; its sweep counts them all the same (`_last_heard`)."""
-    j = submit(client, gpus=1)
-    tick(client)
+def test_a_tick_starts_a_job_on_a_node_whose_latest_heartbeat_is_not_written_yet(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent
+) -> None:
+    """A scheduling tick writes no heard times (the periodic flush does): it counts a node as up by the later of its
+    stored time and the one this server noted, so a node whose stored time is past the node timeout but which was
+    just heard gets the job at once. And a tick does not wait for a flush under way."""
     agent.beat()
+    later = time.time() + 600  # ten minutes on: the stored time is far past the node timeout
+    ctx.clock = lambda: later
     agent.beat()  # nothing new: its time waits for a flush
+    j = submit(client, gpus=1)
     done = threading.Event()
     with ctx.last_seen._flush_lock:  # a flush is under way
-        threading.Thread(target=lambda: (client.app.state.scheduler.tick(), done.set()), daemon=True).start()
+        threading.Thread(target=lambda: (client.app.state.scheduler.tick(now=later + 1), done.set()),
+                         daemon=True).start()
         assert done.wait(10), "the tick waited for the flush"
     assert job(client, j["id"])["state"] == "running"
-    assert ctx.last_seen.flush(ctx.db) == 1  # the time noted was kept for the next flush
+    assert [d.job_id for d in agent.beat().desired] == [j["id"]]
+    assert ctx.last_seen.flush(ctx.db) == 1  # the time noted was kept for the flush

@@ -4,8 +4,9 @@ A heartbeat that reports nothing new (the same inventory, the same running jobs:
 changes only the node's `last_seen`. Writing that at once cost every such heartbeat a write transaction with the
 node's row locked; on a fleet of 1,000 nodes those transactions took over half of the server's time. So a quiet
 heartbeat notes the time here (`heard`), and `flush` writes every noted time in one transaction, about once a
-second (`FLUSH_S`, the server's lifespan), and before each scheduling tick's sweep for silent nodes, so the
-server that sweeps reads exact times for the nodes it hears from itself.
+second (`FLUSH_S`, the server's lifespan). The scheduling server's tick writes none of them: it takes the later of
+the stored and the noted time of each node it hears from itself (`latest`), both to see which nodes are up and to
+sweep for silent ones, so a tick costs no extra transaction and a job's start waits for no write.
 
 What this costs: after a crash, the `last_seen` of nodes that were quiet in the last second is that much older,
 which only brings their sweep closer by as much (the sweep gives a node its lease, its jobs' grace and a margin
@@ -53,7 +54,7 @@ class LastSeen:
         self._oldest: float | None = None  # time.monotonic() when the oldest unwritten time was noted
         self._flushing: float | None = None  # the same, of the times a flush is writing now
         self._lock = threading.Lock()
-        self._flush_lock = threading.Lock()  # one flush at a time (the writer's, a tick's)
+        self._flush_lock = threading.Lock()  # one flush at a time
 
     def heard(self, node_id: int, at: float, *, written: bool = False) -> None:
         """Note that the node was heard from at `at`; `written`: a heartbeat's own transaction stored it."""
@@ -71,6 +72,12 @@ class LastSeen:
         """When this server last heard from the node (None: not since it started)."""
         return self._heard.get(node_id)
 
+    def since(self, node_id: int, stored: float | None) -> float | None:
+        """When the node was last heard from: `stored` (its `last_seen` as read), or the later time this server
+        noted and may not have written yet."""
+        noted = self._heard.get(node_id)
+        return stored if noted is None or (stored is not None and stored >= noted) else noted
+
     def behind(self) -> bool:
         """True while some noted time has waited longer than `STALE_S` to be written."""
         waiting = [t for t in (self._oldest, self._flushing) if t is not None]
@@ -82,17 +89,12 @@ class LastSeen:
             self._heard.pop(node_id, None)
             self._unwritten.pop(node_id, None)
 
-    def flush(self, db: Database, *, wait: bool = True) -> int:
+    def flush(self, db: Database) -> int:
         """Write every unwritten time, never moving a stored time back, in one transaction; returns how many it
         wrote. On PostgreSQL, rows locked by another transaction (a heartbeat's, a tick's) are left to the next flush
-        rather than waited for. `wait=False`: write nothing if another flush is under way (a tick's: that flush's
-        session waits for the tick, `Database.precedence`)."""
-        if not self._flush_lock.acquire(blocking=wait):
-            return 0
-        try:
+        rather than waited for."""
+        with self._flush_lock:
             return self._flush(db)
-        finally:
-            self._flush_lock.release()
 
     def _flush(self, db: Database) -> int:
         with self._lock:

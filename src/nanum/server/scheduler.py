@@ -214,7 +214,6 @@ class Scheduler:
 
     def _cycle(self, now: float | None) -> TickResult:
         began = time.perf_counter()
-        self.ctx.last_seen.flush(self.ctx.db, wait=False)  # the sweep then reads fewer rows: `_last_heard`
         plan, now = self._read(now)
         self.core.sync(plan.snapshot)
         explain = self.core.explain = (len(plan.snapshot.pending) < EXPLAIN_LONG_QUEUE
@@ -256,7 +255,8 @@ class Scheduler:
                 self._explained = {}
             self._learned_until = learned
             settings = self.ctx.settings
-            plan = snapshot.build(s, now, settings.node_timeout_s, self.predictor, self._cache, settings.half_life_s)
+            plan = snapshot.build(s, now, settings.node_timeout_s, self.predictor, self._cache, settings.half_life_s,
+                                  self.ctx.last_seen.since)
             return plan, now
 
     def _explain(self, plan: snapshot.Plan) -> None:

@@ -1,6 +1,7 @@
 """Reading the cluster from the store into one `nanum.core.Snapshot` for a scheduling cycle.
 
-Nodes come from the agents' inventories; a node is up only if it was heard from within the node timeout. Running
+Nodes come from the agents' inventories; a node is up only if it was heard from within the node timeout (by the
+time stored, or the later one this server noted and has not written yet: `nanum.server.lastseen`). Running
 jobs carry their allocations and an expected end (start + time limit or predicted run time, planned once when the
 run is first seen, as the simulator plans it at the start). GPUs still held by a
 job that is no longer running (a stopped gang waiting for its last part) count as busy, and so do free GPUs on
@@ -22,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
 from types import SimpleNamespace
@@ -133,7 +134,9 @@ def build(
     predictor: HistoryPredictor,
     cache: SnapshotCache | None = None,
     half_life: float = DEFAULT_HALF_LIFE,
+    seen: Callable[[int, float | None], float | None] | None = None,
 ) -> Plan:
+    """`seen(node id, stored last_seen)`: when the node was last heard from (`LastSeen.since`; default: as stored)."""
     # Plain rows, not ORM objects: loading every user and lab as an object was most of a tick's read at 300 nodes.
     conn = s.connection()
     users = {u.id: u for u in conn.execute(_USERS)}
@@ -143,14 +146,15 @@ def build(
     rows = cache.rows
     full = rows.mark is None  # a first read takes every row; later ones only those written since
     try:
-        return _build(s, now, timeout, predictor, cache, half_life, users, labs, node_rows, full)
+        return _build(s, now, timeout, predictor, cache, half_life, users, labs, node_rows, full, seen)
     except BaseException:
         rows.forget()  # what this read took may not all have reached the cache: the next one reads everything
         raise
 
 
 def _build(s: Session, now: float, timeout: float, predictor: HistoryPredictor, cache: SnapshotCache,
-           half_life: float, users: dict[int, Any], labs: dict[int, Any], node_rows: Any, full: bool) -> Plan:
+           half_life: float, users: dict[int, Any], labs: dict[int, Any], node_rows: Any, full: bool,
+           seen: Callable[[int, float | None], float | None] | None) -> Plan:
     names = {r.id: r.name for r in node_rows}
     rows = cache.rows
     running_rows, pending_rows = rows.read(s, names)
@@ -168,7 +172,7 @@ def _build(s: Session, now: float, timeout: float, predictor: HistoryPredictor, 
             for p in places:
                 busy[p.node].update(p.gpus)
     _busy_outside(s, names, running, busy, now - timeout)
-    nodes = _nodes(cache, node_rows, now, timeout, busy)
+    nodes = _nodes(cache, node_rows, now, timeout, busy, seen)
     owned = _owned_gpus(nodes)
     usage = _month_usage(s, now)
     ended = _ended_uncharged(s, now, half_life, usage)
@@ -215,12 +219,13 @@ def _jobs(cache: SnapshotCache, every: list[Any] | None, names: tuple[Mapping[in
     return found
 
 
-def _nodes(cache: SnapshotCache, rows: Any, now: float, timeout: float, busy: dict[str, set[int]]) -> tuple[Node, ...]:
+def _nodes(cache: SnapshotCache, rows: Any, now: float, timeout: float, busy: dict[str, set[int]],
+           seen: Callable[[int, float | None], float | None] | None = None) -> tuple[Node, ...]:
     """The core nodes, each reused from the last tick while its row and busy GPUs are the same; and the very
     same tuple when every node is."""
     last, found = cache.nodes, {}
     for r in rows:
-        key = (r.inventory, _state(r, now, timeout), frozenset(busy.get(r.name, ())),
+        key = (r.inventory, _state(r, now, timeout, seen), frozenset(busy.get(r.name, ())),
                tuple(getattr(r, c.key) for c in FLEET_COLUMNS))  # compared, never hashed: JSON values do
         held = last.get(r.name)
         if held is None or held[0] != key:
@@ -283,10 +288,12 @@ def _busy_outside(
             busy[name].update(g for g in gpus if (name, g) not in held)
 
 
-def _state(row: Any, now: float, timeout: float) -> NodeState:
+def _state(row: Any, now: float, timeout: float,
+           seen: Callable[[int, float | None], float | None] | None = None) -> NodeState:
     if row.state == "draining":
         return NodeState.DRAINING
-    fresh = row.last_seen is not None and now - row.last_seen <= timeout
+    last = row.last_seen if seen is None else seen(row.id, row.last_seen)
+    fresh = last is not None and now - last <= timeout
     return NodeState.UP if fresh and row.state == "up" else NodeState.DOWN
 
 

@@ -12,7 +12,7 @@ cluster's size. A GPU is, in this order of precedence:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import select
 
@@ -111,7 +111,8 @@ def cluster(ctx: ServerContext, now: float | None = None) -> ClusterView:
         ).all()
         live = {r.node_id: r for r in s.execute(select(NodeLiveRow.__table__))}
         holders = {(r.node_id, r.gpu_index): r for r in s.execute(_HOLDERS)}
-    views = [_node(r, live.get(r.id), holders, now, timeout) for r in nodes]
+    seen = ctx.last_seen.since
+    views = [_node(r, seen(r.id, r.last_seen), live.get(r.id), holders, now, timeout) for r in nodes]
     totals = Totals()
     for node in views:
         for gpu in node.gpus:
@@ -120,16 +121,18 @@ def cluster(ctx: ServerContext, now: float | None = None) -> ClusterView:
     return ClusterView(now, views, totals)
 
 
-def node_state(state: str, last_seen: float | None, now: float, timeout: float) -> str:
+def node_state(state: str, last_seen: float | None, now: float, timeout: float) -> Literal["up", "draining", "down"]:
     if state == "draining":
         return "draining"
     fresh = last_seen is not None and now - last_seen <= timeout
     return "up" if fresh and state == "up" else "down"
 
 
-def _node(row: Any, live: Any, holders: dict[tuple[int, int], Any], now: float, timeout: float) -> NodeView:
+def _node(row: Any, last_seen: float | None, live: Any, holders: dict[tuple[int, int], Any], now: float,
+          timeout: float) -> NodeView:
+    """`last_seen`: when the node was last heard from (`LastSeen.since`)."""
     inv = row.inventory or {}
-    state = node_state(row.state, row.last_seen, now, timeout)
+    state: str = node_state(row.state, last_seen, now, timeout)
     fresh = live is not None and state != "down" and now - live.time <= timeout
     readings = {int(g["index"]): g for g in (live.gpus if fresh else ())}
     rogue = set(live.rogue) if fresh else set()
@@ -152,7 +155,7 @@ def _node(row: Any, live: Any, holders: dict[tuple[int, int], Any], now: float, 
         cpus=int(inv.get("cpus", 0)),
         memory_mb=int(inv.get("memory_mb", 0)),
         simulated=bool(inv.get("simulated")),
-        last_seen=row.last_seen,
+        last_seen=last_seen,
         sampled_at=live.time if fresh else None,
         gpus=gpus,
         drain_reason=row.drain_reason,

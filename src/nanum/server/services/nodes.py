@@ -9,6 +9,7 @@ from sqlalchemy import select
 
 from nanum.server.context import ServerContext
 from nanum.server.schemas import GpuOut, NodeOut, iso
+from nanum.server.services.cluster import node_state
 from nanum.store import AllocationRow, JobRow, NodeLiveRow, NodeRow, UserRow
 
 
@@ -25,7 +26,8 @@ def list_nodes(ctx: ServerContext) -> list[NodeOut]:
             )
         }
         live = {r.node_id: r for r in s.scalars(select(NodeLiveRow).where(NodeLiveRow.time >= now - timeout))}
-    out = [_node_out(n, holders, now, timeout) for n in nodes]
+    seen = ctx.last_seen.since
+    out = [_node_out(n, seen(n.id, n.last_seen), holders, now, timeout) for n in nodes]
     for node, row in zip(nodes, out, strict=True):
         if node.id in live and row.state != "down":
             _readings(row, live[node.id].gpus)
@@ -45,8 +47,9 @@ def _readings(node: NodeOut, readings: list[dict[str, Any]]) -> None:
             ]
 
 
-def _node_out(node: NodeRow, holders: dict[tuple[int, int | None], tuple[int, str]], now: float,
-              timeout: float) -> NodeOut:
+def _node_out(node: NodeRow, last_seen: float | None, holders: dict[tuple[int, int | None], tuple[int, str]],
+              now: float, timeout: float) -> NodeOut:
+    """`last_seen`: when the node was last heard from (`LastSeen.since`)."""
     inv = node.inventory or {}
     gpus = []
     for g in inv.get("gpus", ()):
@@ -61,9 +64,7 @@ def _node_out(node: NodeRow, holders: dict[tuple[int, int | None], tuple[int, st
                 user=user,
             )
         )
-    fresh = node.last_seen is not None and now - node.last_seen <= timeout
-    state: Literal["up", "draining", "drained", "down"] = (
-        "draining" if node.state == "draining" else "up" if fresh and node.state == "up" else "down")
+    state: Literal["up", "draining", "drained", "down"] = node_state(node.state, last_seen, now, timeout)
     if state == "draining" and not any(g.job_id is not None for g in gpus):
         state = "drained"
     for g in gpus:
@@ -75,7 +76,7 @@ def _node_out(node: NodeRow, holders: dict[tuple[int, int | None], tuple[int, st
         drain_reason=node.drain_reason,
         owner=node.owner,
         labels=dict(node.labels or {}),
-        last_seen=iso(node.last_seen),
+        last_seen=iso(last_seen),
         simulated=bool(inv.get("simulated")),
         cpus=int(inv.get("cpus", 0)),
         memory_mb=int(inv.get("memory_mb", 0)),

@@ -25,7 +25,8 @@ def report(ctx: ServerContext, *, user: str | None = None, lab: str | None = Non
     now = ctx.clock()
     settings = ctx.settings
     with ctx.db.read() as s:
-        plan = snapshot.build(s, now, settings.node_timeout_s, HistoryPredictor(), None, settings.half_life_s)
+        plan = snapshot.build(s, now, settings.node_timeout_s, HistoryPredictor(), None, settings.half_life_s,
+                              ctx.last_seen.since)
     snap = plan.snapshot
     order_ctx = OrderContext(now, snap.labs, snap.users, sum(len(n.gpus) for n in snap.nodes), None, snap.running)
     order = ctx.policy.make_order()
