@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from nanum.server.app import create_app
 from nanum.server.context import ServerContext
 from nanum.server.schemas import UserIn
-from nanum.server.services import accounts
+from nanum.server.services import accounts, checkpoints, history
 from nanum.server.settings import ServerSettings
 from nanum.store import EventRow, JobRow, upgrade
 from nanum.store.db import Precedence
@@ -183,3 +183,31 @@ def test_the_server_that_does_not_schedule_shows_the_same_predictions(
         finally:
             a.leadership.release()
             b.leadership.release()
+
+
+def test_only_the_server_that_schedules_keeps_the_database_tidy(
+    pair: tuple[ServerContext, ServerContext], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The finished jobs' summaries, the readings' roll-ups and the expired tokens' purge are the database's, done
+    once by the server that schedules: the other's upkeep would repeat them (and could lock the same rows in
+    another order). Its checkpoint directories, its own disk's, it still prunes."""
+    summarised: list[ServerContext] = []
+    maintained: list[tuple[ServerContext, str]] = []
+    monkeypatch.setattr(history, "summarise_finished", lambda ctx, limit=200: summarised.append(ctx) or 0)
+    monkeypatch.setattr(history, "maintain", lambda ctx, now, retention: maintained.append((ctx, "db")) or {})
+    monkeypatch.setattr(checkpoints, "prune", lambda ctx, now: maintained.append((ctx, "checkpoints")) or [])
+    ctx_a, ctx_b = pair
+    app_a, app_b = create_app(ctx_a), create_app(ctx_b)
+    for app in (app_a, app_b):
+        app.state.monitoring.summary_s = 0.05
+        app.state.monitoring.rollup_s = 0.2
+    with serve(app_a), serve(app_b):
+        deadline = time.monotonic() + 10
+        while not summarised.count(ctx_a) >= 3 and time.monotonic() < deadline:
+            ctx_a.signals.poke_local()  # a ticks first, and so schedules
+            time.sleep(0.05)
+        time.sleep(0.5)
+    assert app_a.state.scheduler.leading and not app_b.state.scheduler.leading
+    assert summarised.count(ctx_a) >= 3 and ctx_b not in summarised
+    assert (ctx_a, "db") in maintained and (ctx_b, "db") not in maintained
+    assert (ctx_b, "checkpoints") in maintained

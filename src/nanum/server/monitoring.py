@@ -2,7 +2,10 @@
 
 `Monitoring.record` runs for each heartbeat with readings (see `nanum.server.services.samples`); `run` is the
 upkeep loop started with the app: every `summary_s` it gives finished jobs their efficiency summary, and every
-`rollup_s` it rolls readings up into coarser buckets and prunes old ones (`nanum.server.services.history`).
+`rollup_s` it rolls readings up into coarser buckets and prunes old ones (`nanum.server.services.history`). Where
+servers (or `nanum server --workers` processes) share a database, only the one that schedules (`leads`) does the
+database's upkeep: the others would repeat it, and two summarising the same finished jobs at once could lock
+their rows in opposite orders. Every server still removes old checkpoint directories under its own root.
 
 `install` adds all of it to the app: the monitoring API under /api/v1, `/metrics`, the dashboard at `/`, and the
 upkeep loop in the app's lifespan.
@@ -14,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import Response
@@ -37,8 +40,11 @@ class Monitoring:
         retention: history.Retention | None = None,
         summary_s: float = 2.0,
         rollup_s: float = 60.0,
+        leads: Callable[[], bool] = lambda: True,
     ) -> None:
+        """`leads`: whether this server schedules now (it then also keeps the database tidy)."""
         self.ctx = ctx
+        self.leads = leads
         self.retention = retention or history.Retention()
         self.summary_s, self.rollup_s = summary_s, rollup_s
         self.notifier = Notifier(ctx)
@@ -54,13 +60,14 @@ class Monitoring:
             self.ctx.signals.poke()
         return recorded
 
-    def maintain(self, now: float | None = None) -> dict[str, int]:
-        """Roll up and prune readings; remove checkpoint directories kept past their retention; purge API tokens
-        a day past their expiry."""
+    def maintain(self, now: float | None = None, *, database: bool = True) -> dict[str, int]:
+        """Roll up and prune readings and purge API tokens a day past their expiry (`database`); remove checkpoint
+        directories kept past their retention."""
         now = self.ctx.clock() if now is None else now
-        done = history.maintain(self.ctx, now, self.retention)
+        done = history.maintain(self.ctx, now, self.retention) if database else {}
         done["checkpoints"] = len(checkpoints.prune(self.ctx, now))
-        done["tokens"] = tokens.purge_expired(self.ctx, now)
+        if database:
+            done["tokens"] = tokens.purge_expired(self.ctx, now)
         return done
 
     async def run(self) -> None:
@@ -70,8 +77,8 @@ class Monitoring:
             try:
                 if time.monotonic() >= next_rollup:
                     next_rollup = time.monotonic() + self.rollup_s
-                    await asyncio.to_thread(self.maintain)
-                else:
+                    await asyncio.to_thread(self.maintain, database=self.leads())
+                elif self.leads():
                     await asyncio.to_thread(history.summarise_finished, self.ctx)
             except Exception:
                 log.exception("monitoring upkeep failed; trying again")
@@ -86,7 +93,7 @@ def install(app: FastAPI, ctx: ServerContext, *, run_upkeep: bool = True) -> Mon
     from nanum.server import web
     from nanum.server.api import monitoring as monitoring_api
 
-    found = Monitoring(ctx)
+    found = Monitoring(ctx, leads=lambda: app.state.scheduler.leading)
     metrics = Metrics(ctx)
     app.state.monitoring, app.state.metrics = found, metrics
     app.state.scheduler.on_tick = lambda result: metrics.observe_cycle(result.seconds)

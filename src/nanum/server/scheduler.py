@@ -127,6 +127,8 @@ class Scheduler:
         #: The core's incremental scheduler: it decides each tick, and knows after it whether a GPU is free.
         self.core = Incremental(ctx.policy, self.predictor, (), {}, explain=True)
         self._ticked = False
+        #: whether this server held the leadership at its last tick (it schedules, and keeps the database tidy)
+        self.leading = False
         self._explained_at = float("-inf")
         self._followed_at = float("-inf")
         self._shown_at: dict[int, float] = {}
@@ -189,7 +191,8 @@ class Scheduler:
         needs 40 ms of CPU took 300 ms, and all the while held up every job it was starting. A server that does
         not schedule never holds them up."""
         with self._lock:
-            if not self.leadership.held():
+            self.leading = self.leadership.held()
+            if not self.leading:
                 self._follow(now)
                 return None
             with self.ctx.db.precedence.first():
