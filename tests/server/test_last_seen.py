@@ -8,10 +8,13 @@ import threading
 import time
 from datetime import datetime
 
+from sqlalchemy import select
+
 from nanum.server.app import create_app
 from nanum.server.context import ServerContext
-from nanum.server.lastseen import PEER_SLACK_S
+from nanum.server.lastseen import OVERDUE_S, PEER_SLACK_S
 from nanum.server.services import accounts
+from nanum.store import NodeRow
 from tests.server.asgiclient import AsgiClient, serve
 from tests.server.conftest import ADMIN, auth, job, submit, tick
 from tests.server.fakeagent import FakeAgent
@@ -22,6 +25,12 @@ def _last_seen(client: AsgiClient, name: str) -> float | None:
     nodes = client.get("/api/v1/nodes", headers=auth(ADMIN)).json()
     shown = next(n["last_seen"] for n in nodes if n["name"] == name)
     return None if shown is None else datetime.fromisoformat(shown.replace("Z", "+00:00")).timestamp()
+
+
+def _stored(ctx: ServerContext, name: str) -> float | None:
+    """The node's last seen time as the database has it."""
+    with ctx.db.read() as s:
+        return s.scalar(select(NodeRow.last_seen).where(NodeRow.name == name))
 
 
 def _shows(client: AsgiClient, name: str, at: float) -> bool:
@@ -104,3 +113,20 @@ def test_a_tick_starts_a_job_on_a_node_whose_latest_heartbeat_is_not_written_yet
     assert job(client, j["id"])["state"] == "running"
     assert [d.job_id for d in agent.beat().desired] == [j["id"]]
     assert ctx.last_seen.flush(ctx.db) == 1  # the time noted was kept for the flush
+
+
+def test_a_tick_writes_the_noted_times_only_when_the_writer_is_late(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent
+) -> None:
+    """On a busy server the periodic writer's transaction waits while ticks go first; once a noted time has waited
+    `OVERDUE_S`, the tick writes them itself (the nodes' last seen times must not fall `STALE_S` behind, or every
+    heartbeat starts writing its own)."""
+    agent.beat()
+    later = time.time() + 600
+    ctx.clock = lambda: later
+    agent.beat()  # nothing new: its time waits for a flush
+    tick(client)
+    assert _stored(ctx, "gpu-01") != later  # the writer is not late: the tick wrote nothing
+    ctx.last_seen._oldest = time.monotonic() - OVERDUE_S - 1  # noted that long ago
+    tick(client)
+    assert _stored(ctx, "gpu-01") == later

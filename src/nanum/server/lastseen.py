@@ -4,9 +4,10 @@ A heartbeat that reports nothing new (the same inventory, the same running jobs:
 changes only the node's `last_seen`. Writing that at once cost every such heartbeat a write transaction with the
 node's row locked; on a fleet of 1,000 nodes those transactions took over half of the server's time. So a quiet
 heartbeat notes the time here (`heard`), and `flush` writes every noted time in one transaction, about once a
-second (`FLUSH_S`, the server's lifespan). The scheduling server's tick writes none of them: it takes the later of
-the stored and the noted time of each node it hears from itself (`latest`), both to see which nodes are up and to
-sweep for silent ones, so a tick costs no extra transaction and a job's start waits for no write.
+second (`FLUSH_S`, the server's lifespan). The scheduling server takes the later of the stored and the noted time
+of each node it hears from itself (`since`), both to see which nodes are up and to sweep for silent ones, so its
+tick need not write them first: it does only when that writer has fallen behind (`overdue`: on a busy server the
+writer's transaction waits while ticks go first), so a job's start rarely waits for this write.
 
 What this costs: after a crash, the `last_seen` of nodes that were quiet in the last second is that much older,
 which only brings their sweep closer by as much (the sweep gives a node its lease, its jobs' grace and a margin
@@ -31,6 +32,8 @@ log = logging.getLogger("nanum.server")
 
 #: How often the noted times are written (seconds).
 FLUSH_S = 1.0
+#: A tick writes the noted times itself once one has waited this long (seconds): the writer is late.
+OVERDUE_S = 2 * FLUSH_S
 #: A heartbeat is written at once while some noted time has waited longer than this to be written (seconds).
 STALE_S = 3.0
 #: How much later a node heard by another server is given up: the most its stored time can lag (seconds).
@@ -54,7 +57,7 @@ class LastSeen:
         self._oldest: float | None = None  # time.monotonic() when the oldest unwritten time was noted
         self._flushing: float | None = None  # the same, of the times a flush is writing now
         self._lock = threading.Lock()
-        self._flush_lock = threading.Lock()  # one flush at a time
+        self._flush_lock = threading.Lock()  # one flush at a time (the writer's, a tick's)
 
     def heard(self, node_id: int, at: float, *, written: bool = False) -> None:
         """Note that the node was heard from at `at`; `written`: a heartbeat's own transaction stored it."""
@@ -78,6 +81,11 @@ class LastSeen:
         noted = self._heard.get(node_id)
         return stored if noted is None or (stored is not None and stored >= noted) else noted
 
+    def overdue(self) -> bool:
+        """True while some noted time has waited longer than `OVERDUE_S` to be written: the writer is late."""
+        oldest = self._oldest
+        return oldest is not None and time.monotonic() - oldest > OVERDUE_S
+
     def behind(self) -> bool:
         """True while some noted time has waited longer than `STALE_S` to be written."""
         waiting = [t for t in (self._oldest, self._flushing) if t is not None]
@@ -89,12 +97,17 @@ class LastSeen:
             self._heard.pop(node_id, None)
             self._unwritten.pop(node_id, None)
 
-    def flush(self, db: Database) -> int:
+    def flush(self, db: Database, *, wait: bool = True) -> int:
         """Write every unwritten time, never moving a stored time back, in one transaction; returns how many it
         wrote. On PostgreSQL, rows locked by another transaction (a heartbeat's, a tick's) are left to the next flush
-        rather than waited for."""
-        with self._flush_lock:
+        rather than waited for. `wait=False`: write nothing if another flush is under way (a tick's: that flush's
+        session waits for the tick, `Database.precedence`)."""
+        if not self._flush_lock.acquire(blocking=wait):
+            return 0
+        try:
             return self._flush(db)
+        finally:
+            self._flush_lock.release()
 
     def _flush(self, db: Database) -> int:
         with self._lock:

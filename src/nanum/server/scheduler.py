@@ -217,6 +217,8 @@ class Scheduler:
 
     def _cycle(self, now: float | None) -> TickResult:
         began = time.perf_counter()
+        if self.ctx.last_seen.overdue():  # the writer is late (see `nanum.server.lastseen`)
+            self.ctx.last_seen.flush(self.ctx.db, wait=False)
         plan, now = self._read(now)
         self.core.sync(plan.snapshot)
         explain = self.core.explain = (len(plan.snapshot.pending) < EXPLAIN_LONG_QUEUE

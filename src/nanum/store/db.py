@@ -108,7 +108,7 @@ class Precedence:
     300 ms. Transactions already under way go on, and may open others (a thread holding a session never waits
     here, so no row lock it holds can hold up the one going first). Code on an event loop never waits, and no one
     waits longer than `MAX_WAIT_S`: this only orders work that would run anyway. The one going first must not
-    wait for a lock that a waiting thread may hold (the scheduling tick takes no `LastSeen` flush lock)."""
+    wait for a lock that a waiting thread may hold (`LastSeen.flush(wait=False)`)."""
 
     MAX_WAIT_S = 1.0
 
