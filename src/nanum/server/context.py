@@ -101,11 +101,14 @@ class Caches:
     #: held then: a quiet heartbeat whose node still has both is answered with them (`services.agent`). Forgotten
     #: when labs change (a lab's grace is in each launch); another server's lab change shows within 5 s.
     desired: TtlCache[int, tuple[int, HeldGpus, list[JobLaunch]]] = field(default_factory=lambda: TtlCache(5.0))
+    #: each node's last quiet heartbeat and its answer, by node id (`services.agent.QuietAnswer`)
+    quiet: dict[int, Any] = field(default_factory=dict)
 
     def forget_labs(self) -> None:
         """A lab was created or changed: forget what was read of labs, and the launches that carry their grace."""
         self.labs.clear()
         self.desired.clear()
+        self.quiet.clear()
 
 
 @dataclass(slots=True)

@@ -345,6 +345,7 @@ class Scheduler:
             node.state = "down"
             silent += 1
             woken |= lifecycle.node_lost(s, node, now)
+            woken.add(node.name)  # its next heartbeat, if it comes, brings it up again (not answered from memory)
         return woken, silent
 
     def _show_reasons(self, s: Session, plan: snapshot.Plan, pending: tuple[Pending, ...], now: float) -> None:

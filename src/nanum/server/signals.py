@@ -5,12 +5,16 @@ A held heartbeat takes a node's current `asyncio.Event` *before* it reads the de
 missed. `wake` and `poke` may be called from any thread. Where servers share a PostgreSQL database, both are also
 published to the others (`bus`, a `nanum.server.bus.Bus`), which act on them as on their own (`wake_local`,
 `poke_local`).
+
+Each wake also gives the node a new `generation` at once, in the thread that woke it: what was worked out for a node
+(a quiet heartbeat's answer, `nanum.server.services.agent`) holds only while its generation is the same.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -22,6 +26,9 @@ class Signals:
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._nodes: dict[str, asyncio.Event] = {}
+        self._count = itertools.count(1)
+        self._generations: dict[str, int] = {}
+        self._epoch = 0  # moved by `wake_all`: every node's generation changes
         self.closing = False
         self.on_poke: Callable[[bool], None] | None = None
         #: the other servers sharing the database, where there may be some
@@ -38,6 +45,10 @@ class Signals:
             ev = self._nodes[node] = asyncio.Event()
         return ev
 
+    def generation(self, node: str) -> tuple[int, int]:
+        """Changes whenever the node is woken (here, or by another server through the bus). Safe from any thread."""
+        return self._epoch, self._generations.get(node, 0)
+
     def wake(self, nodes: Iterable[str]) -> None:
         """Release held heartbeats of `nodes`, here and on the other servers. Safe from any thread."""
         names = tuple(nodes)
@@ -49,6 +60,8 @@ class Signals:
         """Release held heartbeats of `nodes` on this server. Safe from any thread; a no-op before the loop is
         bound."""
         names = tuple(nodes)
+        for name in names:
+            self._generations[name] = next(self._count)
         if names and self._loop is not None and not self._loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop is shutting down
                 self._loop.call_soon_threadsafe(self.wake_now, names)
@@ -62,6 +75,7 @@ class Signals:
 
     def wake_all(self) -> None:
         """Release every heartbeat held on this server (each reads its node's jobs again). Safe from any thread."""
+        self._epoch = next(self._count)
         if self._loop is not None and not self._loop.is_closed():
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(lambda: self.wake_now(list(self._nodes)))

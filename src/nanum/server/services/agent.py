@@ -5,11 +5,15 @@ record it running, keep a job that was requeued while its node was silent (`life
 exit (`lifecycle.part_exited`) and acknowledge it; then build the node's desired list. Log chunks are appended to
 `$HOME/logs/<job_id>.log` after the transaction. A heartbeat that would change nothing but the node's
 `last_seen` is answered from a read transaction instead, and its time written with others' a moment later
-(`nanum.server.lastseen`): most heartbeats of a quiet fleet are such.
+(`nanum.server.lastseen`): most heartbeats of a quiet fleet are such. The node's next heartbeat that reports just
+the same (its hardware, its jobs' pids, addresses and checkpoints, its GPU problems) is answered as that one was,
+from memory, while nothing woke the node meanwhile (every change to a node's jobs, its GPUs' acceptance or health
+wakes it, on every server sharing the database: `Signals.generation`), for at most `QUIET_MEMORY_S`.
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +31,22 @@ from nanum.store import AllocationRow, JobRow, LabRow, NodeRow, UserRow
 
 #: Base of the rendezvous port of multi-node jobs: MASTER_PORT = base + job id modulo 1000.
 MASTER_PORT_BASE = 29500
+#: How long a quiet heartbeat's answer is given again from memory at most (seconds): a backstop for a change that
+#: woke no node (another server's, while the two lost touch).
+QUIET_MEMORY_S = 5.0
+
+
+@dataclass(slots=True, frozen=True)
+class QuietAnswer:
+    """A quiet heartbeat's answer, and what it was given for: the node's `generation` then and what it reported."""
+
+    generation: tuple[int, int]
+    until: float  # time.monotonic()
+    reported: tuple[Any, ...]
+    desired: list[JobLaunch]
+    paths: list[str]
+    version: int
+    runs: dict[int, tuple[int, bool]]
 
 
 @dataclass(slots=True)
@@ -45,6 +65,7 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
     quiet = _quiet(ctx, who, hb, now)
     if quiet is not None:
         return quiet
+    ctx.caches.quiet.pop(who.id, None)  # what it reports now may differ from the store, or change it
     with ctx.db.write() as s:
         node = s.get(NodeRow, who.id, with_for_update=True)
         if node is None:  # removed while its token was cached
@@ -84,6 +105,14 @@ def _quiet(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, now: float) -> Ou
     run...): `heartbeat` then writes it, `last_seen` with it."""
     if any(j.state != "running" for j in hb.jobs) or ctx.last_seen.behind():
         return None
+    reported = _reported(hb)
+    generation = ctx.signals.generation(who.name)  # taken before the read: a wake during it makes its answer old
+    memo = ctx.caches.quiet.get(who.id)
+    if memo is not None and memo.generation == generation and memo.reported == reported \
+            and time.monotonic() < memo.until and (paths := environments.known_paths(ctx)) is not None:
+        ctx.last_seen.heard(who.id, now)
+        known = memo.runs if all(c.job_id in memo.runs for c in hb.logs) else None
+        return _outcome(ctx, who, hb, memo.desired, [], paths, set(), False, memo.version, known)
     with ctx.db.read() as s:
         node = s.connection().execute(_QUIET_NODE, {"node": who.id}).first()  # a plain row: no ORM object
         if node is None or node.state == "down" or node.accepted_gpus is None:
@@ -106,8 +135,16 @@ def _quiet(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, now: float) -> Ou
         paths = environments.check_paths(ctx, s)
     ctx.last_seen.heard(who.id, now)
     runs = {job_id: (row.runs or 0, row.nodes > 1) for job_id, row in jobs.items()}  # as `joblogs.runs_on` finds them
+    ctx.caches.quiet[who.id] = QuietAnswer(generation, time.monotonic() + QUIET_MEMORY_S, reported, desired, paths,
+                                           version, runs)
     known = runs if all(c.job_id in runs for c in hb.logs) else None
     return _outcome(ctx, who, hb, desired, [], paths, set(), False, version, known)
+
+
+def _reported(hb: Heartbeat) -> tuple[Any, ...]:
+    """What of a heartbeat decides whether it is quiet (`_quiet` compares all of it with the store)."""
+    return (hb.node, tuple((j.job_id, j.state, j.pid, j.address, j.checkpoint_at) for j in hb.jobs),
+            tuple((p.index, p.problem) for p in hb.gpu_problems))
 
 
 #: What `_quiet` reads of the node (statements every heartbeat runs are built once: building one costs about as

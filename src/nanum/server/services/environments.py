@@ -27,7 +27,7 @@ from nanum.store import Database, DatasetRow, EnvironmentRow, JobRow, LabRow, No
 
 __all__ = [
     "add_dataset", "add_environment", "check_paths", "count_uses", "dataset_variable", "for_job", "get_environment",
-    "list_datasets", "list_environments", "remove_dataset", "remove_environment",
+    "known_paths", "list_datasets", "list_environments", "remove_dataset", "remove_environment",
 ]
 
 
@@ -173,13 +173,18 @@ def check_paths(ctx: ServerContext, s: Session) -> list[str]:
     """Every path the agents should look for: Python environments and datasets of pending or running jobs, and of
     every registered environment and dataset. Every heartbeat asks, so the answer is kept `PATHS_TTL_S` (and
     dropped at once when this server adds an environment or dataset)."""
-    now = time.monotonic()
-    hit = _paths_cache.get(ctx.db)
-    if hit is not None and now - hit[0] < PATHS_TTL_S:
-        return hit[1]
+    known = known_paths(ctx)
+    if known is not None:
+        return known
     paths = _check_paths(s)
-    _paths_cache[ctx.db] = (now, paths)
+    _paths_cache[ctx.db] = (time.monotonic(), paths)
     return paths
+
+
+def known_paths(ctx: ServerContext) -> list[str] | None:
+    """`check_paths`'s answer while it is kept in memory, else None."""
+    hit = _paths_cache.get(ctx.db)
+    return hit[1] if hit is not None and time.monotonic() - hit[0] < PATHS_TTL_S else None
 
 
 #: How long `check_paths` answers from memory; the last answer per database.

@@ -40,7 +40,7 @@ def set_node(ctx: ServerContext, name: str, body: NodeSet, actor: str) -> None:
         changes = {k: [before[k], after[k]] for k in before if before[k] != after[k]}
         if changes:
             _audit(s, ctx.clock(), actor, name, "set", changes, f"{actor} set node {name}: {_words(after)}")
-    _changed(ctx)
+    _changed(ctx, name)
 
 
 def drain(ctx: ServerContext, name: str, reason: str | None, actor: str) -> None:
@@ -51,7 +51,7 @@ def drain(ctx: ServerContext, name: str, reason: str | None, actor: str) -> None
         node.drain_reason, node.state = why, "draining"
         _audit(s, ctx.clock(), actor, name, "drain", {"drain_reason": [None, why]},
                f"{actor} drained node {name}: {why}")
-    _changed(ctx)
+    _changed(ctx, name)
 
 
 def resume(ctx: ServerContext, name: str, actor: str) -> None:
@@ -65,7 +65,7 @@ def resume(ctx: ServerContext, name: str, actor: str) -> None:
         if node.state == "draining":
             node.state = "up"  # the scheduler marks it down again if it is silent
         _audit(s, ctx.clock(), actor, name, "resume", changes, f"{actor} resumed node {name}")
-    _changed(ctx)
+    _changed(ctx, name)
 
 
 def remove(ctx: ServerContext, name: str, actor: str) -> None:
@@ -81,7 +81,7 @@ def remove(ctx: ServerContext, name: str, actor: str) -> None:
         _audit(s, ctx.clock(), actor, name, "remove", {}, f"{actor} removed node {name}")
     ctx.caches.node_tokens.clear()  # its agent's token
     ctx.last_seen.forget(node.id)
-    _changed(ctx)
+    _changed(ctx, name)
 
 
 def record_health(s: Session, node: NodeRow, problems: list[GpuProblem], now: float) -> bool:
@@ -100,8 +100,11 @@ def record_health(s: Session, node: NodeRow, problems: list[GpuProblem], now: fl
     return True
 
 
-def _changed(ctx: ServerContext) -> None:
+def _changed(ctx: ServerContext, name: str) -> None:
+    """The node's row changed: the scheduler looks again, and the node's next heartbeat is checked against the store
+    (a GPU back in service that the agent still reports a problem on is taken out again)."""
     ctx.caches.nodes.clear()
+    ctx.signals.wake([name])
     ctx.signals.poke()
 
 

@@ -96,6 +96,7 @@ def accept(ctx: ServerContext, name: str, actor: str) -> str:
                        changes={"accepted": [before, node.accepted_gpus]}, message=message))
     log.info("%s", message)
     ctx.caches.nodes.clear()
+    ctx.signals.wake([name])  # its next heartbeat is checked against the GPUs now accepted
     ctx.signals.poke()
     return message
 

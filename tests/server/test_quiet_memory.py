@@ -1,0 +1,116 @@
+"""A quiet heartbeat that reports just what the node's last one reported is answered from memory, without reading
+the store, and never with an answer that a change made since has outdated: a job started or cancelled, a GPU put
+back in service, the node marked down, on this server or on another one sharing the database."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from nanum.protocol import GpuProblem
+from nanum.server.app import create_app
+from nanum.server.context import ServerContext
+from nanum.server.services import accounts
+from nanum.store.db import Database
+from tests.server.asgiclient import AsgiClient, serve
+from tests.server.conftest import ADMIN, ALICE, auth, job, submit, tick
+from tests.server.fakeagent import FakeAgent
+from tests.server.test_fleet import _beat_with, _node
+from tests.server.test_two_servers import pair  # noqa: F401  (a fixture)
+
+
+@contextmanager
+def counting_reads(ctx: ServerContext, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """How many read transactions the server opens meanwhile."""
+    opened = [0]
+    read = Database.read
+
+    def counted(db: Database) -> object:
+        opened[0] += 1
+        return read(db)
+
+    with monkeypatch.context() as m:
+        m.setattr(Database, "read", counted)
+        yield opened
+
+
+def _desired(agent: FakeAgent) -> list[int]:
+    return [d.job_id for d in agent.beat().desired]
+
+
+def test_a_heartbeat_that_repeats_a_quiet_one_reads_nothing_and_gets_the_same_answer(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    j = submit(client, gpus=1)["id"]
+    tick(client)
+    agent.beat()  # starts it
+    agent.beat()  # reports it running, with its pid
+    assert _desired(agent) == [j]  # nothing new: quiet, answered from the store
+    with counting_reads(ctx, monkeypatch) as reads:
+        assert _desired(agent) == [j]
+        assert _desired(agent) == [j]
+    assert reads == [0]
+    assert job(client, j)["state"] == "running"
+
+
+def test_a_change_since_the_last_quiet_heartbeat_is_in_the_next_answer(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent
+) -> None:
+    assert _desired(agent) == []
+    assert _desired(agent) == []  # quiet, remembered
+    j = submit(client, gpus=1)["id"]
+    tick(client)
+    assert _desired(agent) == [j]  # started since
+    assert _desired(agent) == [j]
+    assert client.post(f"/api/v1/jobs/{j}/cancel", headers=auth(ALICE)).status_code == 200
+    assert _desired(agent) == []  # cancelled since: the agent stops it
+    agent.beat()  # and reports it ended
+    assert job(client, j)["state"] == "cancelled"
+
+
+def test_a_gpu_put_back_in_service_while_its_agent_still_reports_a_problem_goes_out_again(
+    client: AsgiClient, agent: FakeAgent
+) -> None:
+    problem = [GpuProblem(index=1, problem="Xid 79 (fallen off the bus)")]
+    _beat_with(agent, problem)
+    _beat_with(agent, problem)  # nothing new: quiet, remembered
+    assert client.post("/api/v1/nodes/gpu-01/resume", headers=auth(ADMIN)).status_code == 200
+    assert _node(client, "gpu-01")["gpus"][1]["health"] is None
+    _beat_with(agent, problem)  # the same report, but the store no longer has the problem
+    assert _node(client, "gpu-01")["gpus"][1]["health"] == "Xid 79 (fallen off the bus)"
+
+
+def test_a_node_marked_down_comes_up_with_its_next_heartbeat(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent
+) -> None:
+    agent.beat()
+    agent.beat()  # quiet, remembered
+    silent = time.time() + ctx.settings.requeue_after_s(0.0) + 60
+    ctx.started -= 3600  # long since the server started: the sweep gives nodes up
+    client.app.state.scheduler.tick(now=silent)
+    assert _node(client, "gpu-01")["state"] == "down"
+    agent.beat()  # the same report as before
+    assert _node(client, "gpu-01")["state"] == "up"
+
+
+@pytest.mark.postgres
+def test_a_job_started_by_the_other_server_reaches_a_node_whose_quiet_heartbeats_this_one_remembers(
+    pair: tuple[ServerContext, ServerContext],  # noqa: F811
+) -> None:
+    ctx_a, ctx_b = pair
+    app_a, app_b = create_app(ctx_a, run_scheduler=False), create_app(ctx_b, run_scheduler=False)
+    with serve(app_a) as client_a, serve(app_b) as client_b:
+        agent = FakeAgent(client_b, "gpu-01", accounts.add_node(ctx_b, "gpu-01"))
+        assert _desired(agent) == [] and _desired(agent) == []  # quiet heartbeats to b, remembered there
+        before = ctx_b.signals.generation("gpu-01")
+        j = submit(client_a, gpus=1)["id"]
+        assert app_a.state.scheduler.tick() is not None  # a schedules, and starts the job on gpu-01
+        deadline = time.monotonic() + 5
+        while ctx_b.signals.generation("gpu-01") == before:  # a's wake-up reaches b through the database
+            assert time.monotonic() < deadline, "the other server's wake-up never arrived"
+            time.sleep(0.01)
+        assert _desired(agent) == [j]
+        app_a.state.scheduler.leadership.release()
