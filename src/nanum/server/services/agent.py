@@ -221,9 +221,7 @@ def _report_unchanged(st: JobStatus, held: dict[int, list[int]], jobs: dict[int,
 def desired_reply(ctx: ServerContext, who: NodeCaller) -> HeartbeatReply:
     """The reply to a held heartbeat once something changed (or the wait ended)."""
     with ctx.db.read() as s:
-        node = s.get(NodeRow, who.id)
-        assert node is not None
-        reply = _reply(ctx, desired_jobs(ctx, s, node), [], {})
+        reply = _reply(ctx, desired_jobs(ctx, s, who), [], {})
         reply.check_paths = environments.check_paths(ctx, s)
         return reply
 
