@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -71,3 +72,13 @@ def test_a_newer_heartbeat_releases_an_older_held_one(live: AsgiClient, node: Fa
     node.beat()
     thread.join(timeout=5)
     assert not thread.is_alive() and len(replies) == 1
+
+
+def test_a_heartbeat_is_held_at_most_a_third_of_the_lease(live: AsgiClient, node: FakeAgent, ctx: ServerContext
+                                                         ) -> None:
+    """An agent that does not know the server's lease yet (its first heartbeat) may ask for a longer wait than a
+    third of it; held that long, the reply would come after the lease and the agent would have to throw it away."""
+    ctx.settings = dataclasses.replace(ctx.settings, lease_s=1.5)
+    began = time.monotonic()
+    node.beat(wait_s=10)
+    assert time.monotonic() - began < 1.5

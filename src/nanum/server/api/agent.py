@@ -58,9 +58,12 @@ async def heartbeat(ctx: Context, node: NodeDep, request: Request,
     if outcome.poke:
         signals.poke()
     signals.wake(outcome.woken - {node.name})
-    if body.wait_s <= 0 or not outcome.idle or node.name in outcome.woken or signals.closing:
+    # Held at most a third of the lease: an agent that does not know this server's lease yet (its first heartbeat)
+    # asks for a third of its default one, and a reply after the lease is one it must throw away.
+    wait_s = min(body.wait_s, ctx.settings.lease_s / 3)
+    if wait_s <= 0 or not outcome.idle or node.name in outcome.woken or signals.closing:
         return outcome.reply
-    if await _hold(ctx, changed, body.wait_s):
+    if await _hold(ctx, changed, wait_s):
         return await run_in_threadpool(agent.desired_reply, ctx, node)
     return outcome.reply
 
