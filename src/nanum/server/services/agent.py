@@ -44,7 +44,6 @@ class QuietAnswer:
     until: float  # time.monotonic()
     reported: tuple[Any, ...]
     desired: list[JobLaunch]
-    paths: list[str]
     version: int
     runs: dict[int, tuple[int, bool]]
 
@@ -135,8 +134,8 @@ def _quiet(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, now: float) -> Ou
         paths = environments.check_paths(ctx, s)
     ctx.last_seen.heard(who.id, now)
     runs = {job_id: (row.runs or 0, row.nodes > 1) for job_id, row in jobs.items()}  # as `joblogs.runs_on` finds them
-    ctx.caches.quiet[who.id] = QuietAnswer(generation, time.monotonic() + QUIET_MEMORY_S, reported, desired, paths,
-                                           version, runs)
+    ctx.caches.quiet[who.id] = QuietAnswer(generation, time.monotonic() + QUIET_MEMORY_S, reported, desired, version,
+                                           runs)
     known = runs if all(c.job_id in runs for c in hb.logs) else None
     return _outcome(ctx, who, hb, desired, [], paths, set(), False, version, known)
 

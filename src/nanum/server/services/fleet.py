@@ -80,6 +80,7 @@ def remove(ctx: ServerContext, name: str, actor: str) -> None:
         s.execute(delete(NodeRow).where(NodeRow.id == node.id))
         _audit(s, ctx.clock(), actor, name, "remove", {}, f"{actor} removed node {name}")
     ctx.caches.node_tokens.clear()  # its agent's token
+    ctx.caches.quiet.pop(node.id, None)
     ctx.last_seen.forget(node.id)
     _changed(ctx, name)
 
