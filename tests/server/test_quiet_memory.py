@@ -1,6 +1,7 @@
 """A quiet heartbeat that reports just what the node's last one reported is answered from memory, without reading
 the store, and never with an answer that a change made since has outdated: a job started or cancelled, a GPU put
-back in service, the node marked down, on this server or on another one sharing the database."""
+back in service, the node marked down, on this server or on another one sharing the database. The memory outlasts
+a long-polling node's held heartbeat, not a lease, and is not used while this server may miss another's wakes."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from nanum.protocol import GpuProblem
 from nanum.server.app import create_app
 from nanum.server.context import ServerContext
 from nanum.server.services import accounts
+from nanum.server.services import agent as agent_service
 from nanum.store.db import Database
 from tests.server.asgiclient import AsgiClient, serve
 from tests.server.conftest import ADMIN, ALICE, auth, job, submit, tick
@@ -54,6 +56,26 @@ def test_a_heartbeat_that_repeats_a_quiet_one_reads_nothing_and_gets_the_same_an
         assert _desired(agent) == [j]
     assert reads == [0]
     assert job(client, j)["state"] == "running"
+
+
+def test_a_long_polling_nodes_heartbeat_after_its_hold_is_answered_from_memory_for_a_lease(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    j = submit(client, gpus=1)["id"]
+    tick(client)
+    agent.beat()
+    agent.beat()
+    assert _desired(agent) == [j]  # quiet, remembered
+    real = agent_service.monotonic
+    lease = ctx.settings.lease_s
+    with counting_reads(ctx, monkeypatch) as reads:
+        # the next heartbeat comes once the held one ends: up to a third of a lease later
+        monkeypatch.setattr(agent_service, "monotonic", lambda: real() + lease / 3 + 1)
+        assert _desired(agent) == [j]
+        assert reads == [0]
+        monkeypatch.setattr(agent_service, "monotonic", lambda: real() + lease + 1)
+        assert _desired(agent) == [j]  # a lease on: read again, whatever the wakes said
+        assert reads == [1]
 
 
 def test_a_change_since_the_last_quiet_heartbeat_is_in_the_next_answer(
@@ -114,3 +136,21 @@ def test_a_job_started_by_the_other_server_reaches_a_node_whose_quiet_heartbeats
             time.sleep(0.01)
         assert _desired(agent) == [j]
         app_a.state.scheduler.leadership.release()
+
+
+@pytest.mark.postgres
+def test_a_server_that_is_not_hearing_the_others_wakes_answers_from_the_store(
+    pair: tuple[ServerContext, ServerContext], monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+) -> None:
+    _, ctx_b = pair
+    app_b = create_app(ctx_b, run_scheduler=False)
+    with serve(app_b) as client_b:
+        agent = FakeAgent(client_b, "gpu-01", accounts.add_node(ctx_b, "gpu-01"))
+        assert ctx_b.signals.bus is not None and ctx_b.signals.bus.listening.wait(5)
+        assert _desired(agent) == [] and _desired(agent) == []  # remembered
+        with counting_reads(ctx_b, monkeypatch) as reads:
+            assert _desired(agent) == []
+            assert reads == [0]
+            ctx_b.signals.bus.listening.clear()  # its connection to the others' wakes is lost
+            assert _desired(agent) == []
+            assert reads == [1]

@@ -101,7 +101,8 @@ class Caches:
     #: held then: a quiet heartbeat whose node still has both is answered with them (`services.agent`). Forgotten
     #: when labs change (a lab's grace is in each launch); another server's lab change shows within 5 s.
     desired: TtlCache[int, tuple[int, HeldGpus, list[JobLaunch]]] = field(default_factory=lambda: TtlCache(5.0))
-    #: each node's last quiet heartbeat and its answer, by node id (`services.agent.QuietAnswer`)
+    #: each node's last quiet heartbeat and its answer, by node id (`services.agent.QuietAnswer`), kept up to a
+    #: lease: a lab change on another server reaches a node answered from it within that lease
     quiet: dict[int, Any] = field(default_factory=dict)
 
     def forget_labs(self) -> None:

@@ -49,6 +49,11 @@ class Signals:
         """Changes whenever the node is woken (here, or by another server through the bus). Safe from any thread."""
         return self._epoch, self._generations.get(node, 0)
 
+    def hears_all(self) -> bool:
+        """Whether every wake reaches this server: no other server shares its database, or it is listening to them
+        (`nanum.server.bus.Bus.listening`; once it listens again, `wake_all` moves every generation)."""
+        return self.bus is None or self.bus.listening.is_set()
+
     def wake(self, nodes: Iterable[str]) -> None:
         """Release held heartbeats of `nodes`, here and on the other servers. Safe from any thread."""
         names = tuple(nodes)

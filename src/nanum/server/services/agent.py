@@ -2,20 +2,23 @@
 
 One heartbeat, in one transaction: store the node's inventory and mark it up; for each job the agent reports,
 record it running, keep a job that was requeued while its node was silent (`lifecycle.recover`), or process its
-exit (`lifecycle.part_exited`) and acknowledge it; then build the node's desired list. Log chunks are appended to
+exit (`lifecycle.part_exited`) and acknowledge it; then build the node's desired list, and find which of the jobs it names run here. Log chunks are appended to
 `$HOME/logs/<job_id>.log` after the transaction. A heartbeat that would change nothing but the node's
 `last_seen` is answered from a read transaction instead, and its time written with others' a moment later
 (`nanum.server.lastseen`): most heartbeats of a quiet fleet are such. The node's next heartbeat that reports just
 the same (its hardware, its jobs' pids, addresses and checkpoints, its GPU problems) is answered as that one was,
 from memory, while nothing woke the node meanwhile (every change to a node's jobs, its GPUs' acceptance or health
-wakes it, on every server sharing the database: `Signals.generation`), for at most `QUIET_MEMORY_S`.
+wakes it, on every server sharing the database: `Signals.generation`) and while this server hears every other
+server's wakes (`Signals.hears_all`), for at most a lease (`Settings.lease_s`). A node that long-polls sends its
+next heartbeat when its held one ends, up to a third of a lease later (`nanum.server.api.agent`): a shorter memory
+would have each of a quiet fleet's heartbeats read the store.
 """
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from time import monotonic
 from typing import Any
 
 from sqlalchemy import bindparam, or_, select
@@ -31,9 +34,6 @@ from nanum.store import AllocationRow, JobRow, LabRow, NodeRow, UserRow
 
 #: Base of the rendezvous port of multi-node jobs: MASTER_PORT = base + job id modulo 1000.
 MASTER_PORT_BASE = 29500
-#: How long a quiet heartbeat's answer is given again from memory at most (seconds): a backstop for a change that
-#: woke no node (another server's, while the two lost touch).
-QUIET_MEMORY_S = 5.0
 
 
 @dataclass(slots=True, frozen=True)
@@ -41,7 +41,7 @@ class QuietAnswer:
     """A quiet heartbeat's answer, and what it was given for: the node's `generation` then and what it reported."""
 
     generation: tuple[int, int]
-    until: float  # time.monotonic()
+    until: float  # monotonic()
     reported: tuple[Any, ...]
     desired: list[JobLaunch]
     version: int
@@ -81,8 +81,9 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         desired = desired_jobs(ctx, s, node, held_now)
         _remember(ctx, node.id, version, held_now, desired)
         paths = environments.check_paths(ctx, s)
+        runs = joblogs.runs_in(s, who.name, {c.job_id for c in hb.logs} | {j.job_id for j in hb.jobs})
     ctx.last_seen.heard(who.id, now, written=True)
-    return _outcome(ctx, who, hb, desired, acks, paths, woken, poke, version)
+    return _outcome(ctx, who, hb, desired, acks, paths, woken, poke, version, runs)
 
 
 def _outcome(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, desired: list[JobLaunch], acks: list[int],
@@ -107,8 +108,8 @@ def _quiet(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, now: float) -> Ou
     reported = _reported(hb)
     generation = ctx.signals.generation(who.name)  # taken before the read: a wake during it makes its answer old
     memo = ctx.caches.quiet.get(who.id)
-    if memo is not None and memo.generation == generation and memo.reported == reported \
-            and time.monotonic() < memo.until and (paths := environments.known_paths(ctx)) is not None:
+    if memo is not None and memo.generation == generation and memo.reported == reported and monotonic() < memo.until \
+            and ctx.signals.hears_all() and (paths := environments.known_paths(ctx)) is not None:
         ctx.last_seen.heard(who.id, now)
         known = memo.runs if all(c.job_id in memo.runs for c in hb.logs) else None
         return _outcome(ctx, who, hb, memo.desired, [], paths, set(), False, memo.version, known)
@@ -134,7 +135,8 @@ def _quiet(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, now: float) -> Ou
         paths = environments.check_paths(ctx, s)
     ctx.last_seen.heard(who.id, now)
     runs = {job_id: (row.runs or 0, row.nodes > 1) for job_id, row in jobs.items()}  # as `joblogs.runs_on` finds them
-    ctx.caches.quiet[who.id] = QuietAnswer(generation, time.monotonic() + QUIET_MEMORY_S, reported, desired, version,
+    # A lease at most: the backstop for a change that woke no node (a wake another server could not send).
+    ctx.caches.quiet[who.id] = QuietAnswer(generation, monotonic() + ctx.settings.lease_s, reported, desired, version,
                                            runs)
     known = runs if all(c.job_id in runs for c in hb.logs) else None
     return _outcome(ctx, who, hb, desired, [], paths, set(), False, version, known)

@@ -12,13 +12,14 @@ import threading
 from pathlib import Path
 
 from sqlalchemy import bindparam, select
+from sqlalchemy.orm import Session
 
 from nanum.protocol import LogChunk
 from nanum.server.context import ServerContext
 from nanum.server.services import nodelogs
 from nanum.store import JobRow
 
-__all__ = ["agent_log_size", "runs_on", "write_logs"]
+__all__ = ["agent_log_size", "runs_in", "runs_on", "write_logs"]
 
 
 def write_logs(ctx: ServerContext, node: str, chunks: list[LogChunk], mentioned: set[int],
@@ -64,9 +65,16 @@ def runs_on(ctx: ServerContext, node: str, ids: set[int]) -> dict[int, tuple[int
     if not ids:
         return {}
     with ctx.db.read() as s:
-        rows = s.connection().execute(_RUNS, {"ids": sorted(ids)})
-        return {job_id: (runs or 0, nodes > 1) for job_id, alloc, runs, nodes in rows
-                if any(a.get("node") == node for a in alloc or ())}
+        return runs_in(s, node, ids)
+
+
+def runs_in(s: Session, node: str, ids: set[int]) -> dict[int, tuple[int, bool]]:
+    """`runs_on`, in the caller's transaction."""
+    if not ids:
+        return {}
+    rows = s.connection().execute(_RUNS, {"ids": sorted(ids)})
+    return {job_id: (runs or 0, nodes > 1) for job_id, alloc, runs, nodes in rows
+            if any(a.get("node") == node for a in alloc or ())}
 
 
 def agent_log_size(logs: Path, stem: int | str) -> int:
