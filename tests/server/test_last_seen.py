@@ -66,6 +66,9 @@ def test_a_node_heard_by_another_server_shows_there_and_is_given_up_by_the_sched
         agent.beat()
         j = submit(client, gpus=1)
         tick(client)
+        # The first server's wake-up of the node, as the bus delivers it between servers on PostgreSQL (on SQLite,
+        # which has one server, nothing carries it): the second remembers its answer to the last heartbeat.
+        other.signals.wake_local(["gpu-01"])
         agent.beat()  # starts the job
         agent.beat()  # reports it running
         later = time.time() + 600

@@ -58,6 +58,25 @@ def test_a_heartbeat_that_repeats_a_quiet_one_reads_nothing_and_gets_the_same_an
     assert job(client, j)["state"] == "running"
 
 
+def test_the_heartbeat_after_one_that_wrote_reads_nothing_and_an_end_it_reports_is_written(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    j, k = submit(client, gpus=1)["id"], submit(client, gpus=1)["id"]
+    tick(client)
+    agent.beat()  # starts both
+    agent.beat()  # reports them running, with their pids: written
+    with counting_reads(ctx, monkeypatch) as reads:
+        assert sorted(_desired(agent)) == [j, k]  # the same report: answered as the write left things
+        assert reads == [0]
+    agent.exit(j)
+    agent.beat()  # its end: written and acknowledged
+    assert job(client, j)["state"] == "completed"
+    with counting_reads(ctx, monkeypatch) as reads:
+        assert _desired(agent) == [k]  # the same report less the end acknowledged
+        assert reads == [0]
+    assert agent.running.keys() == {k}
+
+
 def test_a_long_polling_nodes_heartbeat_after_its_hold_is_answered_from_memory_for_a_lease(
     client: AsgiClient, ctx: ServerContext, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -118,6 +137,14 @@ def test_a_node_marked_down_comes_up_with_its_next_heartbeat(
     assert _node(client, "gpu-01")["state"] == "up"
 
 
+def _heard(ctx: ServerContext, before: tuple[int, int]) -> None:
+    """Wait until the other server's wake-up of gpu-01 reaches `ctx` through the database."""
+    deadline = time.monotonic() + 5
+    while ctx.signals.generation("gpu-01") == before:
+        assert time.monotonic() < deadline, "the other server's wake-up never arrived"
+        time.sleep(0.01)
+
+
 @pytest.mark.postgres
 def test_a_job_started_by_the_other_server_reaches_a_node_whose_quiet_heartbeats_this_one_remembers(
     pair: tuple[ServerContext, ServerContext],  # noqa: F811
@@ -130,10 +157,7 @@ def test_a_job_started_by_the_other_server_reaches_a_node_whose_quiet_heartbeats
         before = ctx_b.signals.generation("gpu-01")
         j = submit(client_a, gpus=1)["id"]
         assert app_a.state.scheduler.tick() is not None  # a schedules, and starts the job on gpu-01
-        deadline = time.monotonic() + 5
-        while ctx_b.signals.generation("gpu-01") == before:  # a's wake-up reaches b through the database
-            assert time.monotonic() < deadline, "the other server's wake-up never arrived"
-            time.sleep(0.01)
+        _heard(ctx_b, before)
         assert _desired(agent) == [j]
         app_a.state.scheduler.leadership.release()
 
@@ -154,3 +178,29 @@ def test_a_server_that_is_not_hearing_the_others_wakes_answers_from_the_store(
             ctx_b.signals.bus.listening.clear()  # its connection to the others' wakes is lost
             assert _desired(agent) == []
             assert reads == [1]
+
+
+@pytest.mark.postgres
+def test_a_job_that_ended_through_the_other_server_is_never_given_back_from_this_ones_memory(
+    pair: tuple[ServerContext, ServerContext],  # noqa: F811
+) -> None:
+    ctx_a, ctx_b = pair
+    app_a, app_b = create_app(ctx_a, run_scheduler=False), create_app(ctx_b, run_scheduler=False)
+    with serve(app_a) as client_a, serve(app_b) as client_b:
+        agent = FakeAgent(client_b, "gpu-01", accounts.add_node(ctx_b, "gpu-01"))
+        assert ctx_b.signals.bus is not None and ctx_b.signals.bus.listening.wait(5)
+        agent.beat()
+        before = ctx_b.signals.generation("gpu-01")
+        j = submit(client_a, gpus=1)["id"]
+        assert app_a.state.scheduler.tick() is not None
+        _heard(ctx_b, before)
+        assert _desired(agent) == [j]  # started through b
+        assert _desired(agent) == [j]  # its pid written by b, which remembers the answer
+        agent.exit(j)
+        agent.client = client_a  # b stops answering for a moment: the agent reports the end to a
+        assert _desired(agent) == []
+        assert job(client_a, j)["state"] == "completed"
+        agent.client = client_b
+        assert _desired(agent) == []  # b's memory is of a report with the job running
+        assert agent.running == {}  # never started again
+        app_a.state.scheduler.leadership.release()

@@ -2,15 +2,19 @@
 
 One heartbeat, in one transaction: store the node's inventory and mark it up; for each job the agent reports,
 record it running, keep a job that was requeued while its node was silent (`lifecycle.recover`), or process its
-exit (`lifecycle.part_exited`) and acknowledge it; then build the node's desired list, and find which of the jobs it names run here. Log chunks are appended to
-`$HOME/logs/<job_id>.log` after the transaction. A heartbeat that would change nothing but the node's
-`last_seen` is answered from a read transaction instead, and its time written with others' a moment later
-(`nanum.server.lastseen`): most heartbeats of a quiet fleet are such. The node's next heartbeat that reports just
-the same (its hardware, its jobs' pids, addresses and checkpoints, its GPU problems) is answered as that one was,
-from memory, while nothing woke the node meanwhile (every change to a node's jobs, its GPUs' acceptance or health
-wakes it, on every server sharing the database: `Signals.generation`) and while this server hears every other
-server's wakes (`Signals.hears_all`), for at most a lease (`Settings.lease_s`). A node that long-polls sends its
-next heartbeat when its held one ends, up to a third of a lease later (`nanum.server.api.agent`): a shorter memory
+exit (`lifecycle.part_exited`) and acknowledge it; then build the node's desired list, and find which of the jobs
+it names run here. Log chunks are appended to `$HOME/logs/<job_id>.log` after the transaction. A heartbeat that
+would change nothing but the node's `last_seen` is answered from a read transaction instead, and its time written
+with others' a moment later (`nanum.server.lastseen`): most heartbeats of a quiet fleet are such.
+
+Either kind of heartbeat leaves its answer in memory for the node's next one, if that would be quiet: a quiet
+heartbeat's for the same report, a writing one's for the same report less the ends it acknowledged. That next
+heartbeat, reporting just that (its hardware, its jobs' pids, addresses and checkpoints, its GPU problems), is
+answered from memory, while nothing woke the node meanwhile (every change to a node's jobs, its GPUs' acceptance
+or health wakes it, on every server sharing the database: `Signals.generation`) and this server hears every other
+server's wakes (`Signals.hears_all`), for at most a lease (`Settings.lease_s`). Any change the agent makes (a job
+started or ended, through this server or another) changes its report. A node that long-polls sends its next
+heartbeat when its held one ends, up to a third of a lease later (`nanum.server.api.agent`): a shorter memory
 would have each of a quiet fleet's heartbeats read the store.
 """
 
@@ -65,6 +69,7 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
     if quiet is not None:
         return quiet
     ctx.caches.quiet.pop(who.id, None)  # what it reports now may differ from the store, or change it
+    generation = ctx.signals.generation(who.name)  # taken before the write: a wake during it makes its answer old
     with ctx.db.write() as s:
         node = s.get(NodeRow, who.id, with_for_update=True)
         if node is None:  # removed while its token was cached
@@ -77,12 +82,18 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         acks, woken, freed = _record_jobs(s, node, hb, held, stored, now)
         poke = poke or bool(acks) or bool(woken) or freed
         version = s.connection().execute(_DESIRED_VERSION, {"node": node.id}).scalar() or 0
-        held_now = _held(s, node.id)  # as the jobs' reports left them
+        s.flush()  # the reports' changes, for the read below
+        held_now, jobs_now = _held_jobs(s, node.id)  # as the jobs' reports left them
         desired = desired_jobs(ctx, s, node, held_now)
         _remember(ctx, node.id, version, held_now, desired)
         paths = environments.check_paths(ctx, s)
         runs = joblogs.runs_in(s, who.name, {c.job_id for c in hb.logs} | {j.job_id for j in hb.jobs})
+        # What the agent reports next if nothing changes: the same, less the ends acknowledged now.
+        following = [j for j in hb.jobs if j.job_id not in acks]
+        settled = _settled(hb, following, node, held_now, jobs_now)
     ctx.last_seen.heard(who.id, now, written=True)
+    if settled:
+        _keep_quiet(ctx, who, generation, _reported(hb, following), desired, version, jobs_now)
     return _outcome(ctx, who, hb, desired, acks, paths, woken, poke, version, runs)
 
 
@@ -100,12 +111,13 @@ def _outcome(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, desired: list[J
 
 def _quiet(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, now: float) -> Outcome | None:
     """The outcome of a heartbeat that would change nothing stored but the node's `last_seen`, found in a read
-    transaction; its time is noted for the next batched write (`nanum.server.lastseen`). None when the heartbeat
+    transaction, or in memory where the node's last heartbeat here reported just the same (see the module
+    docstring); its time is noted for the next batched write (`nanum.server.lastseen`). None when the heartbeat
     reports something new (an ended job, other hardware, a GPU problem, a node that was down, a job it should not
     run...): `heartbeat` then writes it, `last_seen` with it."""
     if any(j.state != "running" for j in hb.jobs) or ctx.last_seen.behind():
         return None
-    reported = _reported(hb)
+    reported = _reported(hb, hb.jobs)
     generation = ctx.signals.generation(who.name)  # taken before the read: a wake during it makes its answer old
     memo = ctx.caches.quiet.get(who.id)
     if memo is not None and memo.generation == generation and memo.reported == reported and monotonic() < memo.until \
@@ -115,17 +127,10 @@ def _quiet(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, now: float) -> Ou
         return _outcome(ctx, who, hb, memo.desired, [], paths, set(), False, memo.version, known)
     with ctx.db.read() as s:
         node = s.connection().execute(_QUIET_NODE, {"node": who.id}).first()  # a plain row: no ORM object
-        if node is None or node.state == "down" or node.accepted_gpus is None:
-            return None
-        if hb.gpu_problems and any(str(p.index) not in (node.gpu_health or {}) for p in hb.gpu_problems):
-            return None  # `fleet.record_health` may take a GPU out of service
-        inventory = hb.node.model_dump(exclude={"name"})
-        usable, extra = nodeinventory.split(inventory["gpus"], node.accepted_gpus)
-        inventory["gpus"] = usable
-        if extra != (node.unaccepted_gpus or []) or node.inventory != inventory:
+        if node is None:
             return None
         held, jobs = _held_jobs(s, node.id)
-        if not _jobs_unchanged(hb, held, jobs):
+        if not _settled(hb, hb.jobs, node, held, jobs):
             return None
         version = node.desired_version or 0  # read before the desired jobs: a change between is seen as one
         desired = _recalled(ctx, node.id, version, held)
@@ -134,17 +139,42 @@ def _quiet(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, now: float) -> Ou
             _remember(ctx, node.id, version, held, desired)
         paths = environments.check_paths(ctx, s)
     ctx.last_seen.heard(who.id, now)
-    runs = {job_id: (row.runs or 0, row.nodes > 1) for job_id, row in jobs.items()}  # as `joblogs.runs_on` finds them
-    # A lease at most: the backstop for a change that woke no node (a wake another server could not send).
-    ctx.caches.quiet[who.id] = QuietAnswer(generation, monotonic() + ctx.settings.lease_s, reported, desired, version,
-                                           runs)
-    known = runs if all(c.job_id in runs for c in hb.logs) else None
+    memo = _keep_quiet(ctx, who, generation, reported, desired, version, jobs)
+    known = memo.runs if all(c.job_id in memo.runs for c in hb.logs) else None
     return _outcome(ctx, who, hb, desired, [], paths, set(), False, version, known)
 
 
-def _reported(hb: Heartbeat) -> tuple[Any, ...]:
-    """What of a heartbeat decides whether it is quiet (`_quiet` compares all of it with the store)."""
-    return (hb.node, tuple((j.job_id, j.state, j.pid, j.address, j.checkpoint_at) for j in hb.jobs),
+def _settled(hb: Heartbeat, reports: list[JobStatus], node: Any, held: dict[int, list[int]],
+             jobs: dict[int, Any]) -> bool:
+    """Whether a heartbeat with `hb`'s hardware and GPU problems and these job reports would change nothing stored
+    but the node's `last_seen`, given the node's row (`_QUIET_NODE`'s columns) and the jobs holding GPUs there
+    (`_held_jobs`)."""
+    if node.state == "down" or node.accepted_gpus is None:
+        return False
+    if hb.gpu_problems and any(str(p.index) not in (node.gpu_health or {}) for p in hb.gpu_problems):
+        return False  # `fleet.record_health` may take a GPU out of service
+    inventory = hb.node.model_dump(exclude={"name"})
+    usable, extra = nodeinventory.split(inventory["gpus"], node.accepted_gpus)
+    inventory["gpus"] = usable
+    if extra != (node.unaccepted_gpus or []) or node.inventory != inventory:
+        return False
+    return _jobs_unchanged(reports, held, jobs)
+
+
+def _keep_quiet(ctx: ServerContext, who: NodeCaller, generation: tuple[int, int], reported: tuple[Any, ...],
+                desired: list[JobLaunch], version: int, jobs: dict[int, Any]) -> QuietAnswer:
+    """Remember the answer to a heartbeat that reports `reported`, for at most a lease: the backstop for a change
+    that woke no node (a wake another server could not send)."""
+    runs = {job_id: (row.runs or 0, row.nodes > 1) for job_id, row in jobs.items()}  # as `joblogs.runs_on` finds them
+    memo = ctx.caches.quiet[who.id] = QuietAnswer(generation, monotonic() + ctx.settings.lease_s, reported, desired,
+                                                  version, runs)
+    return memo
+
+
+def _reported(hb: Heartbeat, reports: list[JobStatus]) -> tuple[Any, ...]:
+    """What of a heartbeat with these job reports decides whether it is quiet (`_settled` compares all of it with
+    the store)."""
+    return (hb.node, tuple((j.job_id, j.state, j.pid, j.address, j.checkpoint_at) for j in reports),
             tuple((p.index, p.problem) for p in hb.gpu_problems))
 
 
@@ -194,18 +224,18 @@ def _held_jobs(s: Session, node_id: int) -> tuple[dict[int, list[int]], dict[int
     return held, jobs
 
 
-def _jobs_unchanged(hb: Heartbeat, held: dict[int, list[int]], jobs: dict[int, Any]) -> bool:
+def _jobs_unchanged(reports: list[JobStatus], held: dict[int, list[int]], jobs: dict[int, Any]) -> bool:
     """Whether `_record_jobs` would change nothing for these reports of running jobs: each is a running job held
     here, with the pid, address and checkpoint already stored, and no job held here that is not reported has
     ended or been told to stop (its GPUs would be freed)."""
-    reported = {st.job_id for st in hb.jobs}
+    reported = {st.job_id for st in reports}
     if not reported <= held.keys():
         return False
     for job_id in held.keys() - reported:
         row = jobs[job_id]
         if row.state != "running" or row.stop is not None:
             return False
-    return all(_report_unchanged(st, held, jobs) for st in hb.jobs)
+    return all(_report_unchanged(st, held, jobs) for st in reports)
 
 
 def _report_unchanged(st: JobStatus, held: dict[int, list[int]], jobs: dict[int, Any]) -> bool:
@@ -256,7 +286,7 @@ def _record_node(ctx: ServerContext, s: Session, node: NodeRow, hb: Heartbeat, n
     return changed or came_up
 
 
-#: Built once (building it costs about as much as running it): a heartbeat that writes reads it twice.
+#: Built once (building it costs about as much as running it).
 _HELD = select(AllocationRow.job_id, AllocationRow.gpu_index).where(AllocationRow.node_id == bindparam("node"))
 
 
