@@ -137,44 +137,54 @@ def test_a_node_marked_down_comes_up_with_its_next_heartbeat(
     assert _node(client, "gpu-01")["state"] == "up"
 
 
-def _heard(ctx: ServerContext, before: tuple[int, int]) -> None:
-    """Wait until the other server's wake-up of gpu-01 reaches `ctx` through the database."""
+@contextmanager
+def two_servers(contexts: tuple[ServerContext, ServerContext]
+                ) -> Iterator[tuple[AsgiClient, AsgiClient, FakeAgent]]:
+    """Clients of servers a (it schedules when asked to tick) and b, and gpu-01's agent talking to b, which hears
+    a's wake-ups."""
+    ctx_a, ctx_b = contexts
+    app_a, app_b = create_app(ctx_a, run_scheduler=False), create_app(ctx_b, run_scheduler=False)
+    with serve(app_a) as client_a, serve(app_b) as client_b:
+        assert ctx_b.signals.bus is not None and ctx_b.signals.bus.listening.wait(5)
+        try:
+            yield client_a, client_b, FakeAgent(client_b, "gpu-01", accounts.add_node(ctx_b, "gpu-01"))
+        finally:
+            app_a.state.scheduler.leadership.release()
+
+
+def _started_by_a(client_a: AsgiClient, ctx_b: ServerContext) -> int:
+    """Submit a 1-GPU job to a and start it there; return once b heard of it (through the database)."""
+    before = ctx_b.signals.generation("gpu-01")
+    j = int(submit(client_a, gpus=1)["id"])
+    assert client_a.app.state.scheduler.tick() is not None  # a schedules, and starts the job on gpu-01
     deadline = time.monotonic() + 5
-    while ctx.signals.generation("gpu-01") == before:
+    while ctx_b.signals.generation("gpu-01") == before:
         assert time.monotonic() < deadline, "the other server's wake-up never arrived"
         time.sleep(0.01)
+    return j
 
 
 @pytest.mark.postgres
 def test_a_job_started_by_the_other_server_reaches_a_node_whose_quiet_heartbeats_this_one_remembers(
     pair: tuple[ServerContext, ServerContext],  # noqa: F811
 ) -> None:
-    ctx_a, ctx_b = pair
-    app_a, app_b = create_app(ctx_a, run_scheduler=False), create_app(ctx_b, run_scheduler=False)
-    with serve(app_a) as client_a, serve(app_b) as client_b:
-        agent = FakeAgent(client_b, "gpu-01", accounts.add_node(ctx_b, "gpu-01"))
+    with two_servers(pair) as (client_a, _, agent):
         assert _desired(agent) == [] and _desired(agent) == []  # quiet heartbeats to b, remembered there
-        before = ctx_b.signals.generation("gpu-01")
-        j = submit(client_a, gpus=1)["id"]
-        assert app_a.state.scheduler.tick() is not None  # a schedules, and starts the job on gpu-01
-        _heard(ctx_b, before)
+        j = _started_by_a(client_a, pair[1])
         assert _desired(agent) == [j]
-        app_a.state.scheduler.leadership.release()
 
 
 @pytest.mark.postgres
 def test_a_server_that_is_not_hearing_the_others_wakes_answers_from_the_store(
     pair: tuple[ServerContext, ServerContext], monkeypatch: pytest.MonkeyPatch,  # noqa: F811
 ) -> None:
-    _, ctx_b = pair
-    app_b = create_app(ctx_b, run_scheduler=False)
-    with serve(app_b) as client_b:
-        agent = FakeAgent(client_b, "gpu-01", accounts.add_node(ctx_b, "gpu-01"))
-        assert ctx_b.signals.bus is not None and ctx_b.signals.bus.listening.wait(5)
+    ctx_b = pair[1]
+    with two_servers(pair) as (_, _, agent):
         assert _desired(agent) == [] and _desired(agent) == []  # remembered
         with counting_reads(ctx_b, monkeypatch) as reads:
             assert _desired(agent) == []
             assert reads == [0]
+            assert ctx_b.signals.bus is not None
             ctx_b.signals.bus.listening.clear()  # its connection to the others' wakes is lost
             assert _desired(agent) == []
             assert reads == [1]
@@ -184,16 +194,9 @@ def test_a_server_that_is_not_hearing_the_others_wakes_answers_from_the_store(
 def test_a_job_that_ended_through_the_other_server_is_never_given_back_from_this_ones_memory(
     pair: tuple[ServerContext, ServerContext],  # noqa: F811
 ) -> None:
-    ctx_a, ctx_b = pair
-    app_a, app_b = create_app(ctx_a, run_scheduler=False), create_app(ctx_b, run_scheduler=False)
-    with serve(app_a) as client_a, serve(app_b) as client_b:
-        agent = FakeAgent(client_b, "gpu-01", accounts.add_node(ctx_b, "gpu-01"))
-        assert ctx_b.signals.bus is not None and ctx_b.signals.bus.listening.wait(5)
+    with two_servers(pair) as (client_a, client_b, agent):
         agent.beat()
-        before = ctx_b.signals.generation("gpu-01")
-        j = submit(client_a, gpus=1)["id"]
-        assert app_a.state.scheduler.tick() is not None
-        _heard(ctx_b, before)
+        j = _started_by_a(client_a, pair[1])
         assert _desired(agent) == [j]  # started through b
         assert _desired(agent) == [j]  # its pid written by b, which remembers the answer
         agent.exit(j)
@@ -203,4 +206,3 @@ def test_a_job_that_ended_through_the_other_server_is_never_given_back_from_this
         agent.client = client_b
         assert _desired(agent) == []  # b's memory is of a report with the job running
         assert agent.running == {}  # never started again
-        app_a.state.scheduler.leadership.release()
