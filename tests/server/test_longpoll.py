@@ -13,6 +13,7 @@ from nanum.protocol import HeartbeatReply
 from nanum.server.app import create_app
 from nanum.server.context import ServerContext
 from nanum.server.services import accounts
+from nanum.server.services import agent as agent_service
 from tests.server.asgiclient import AsgiClient, serve
 from tests.server.conftest import ALICE, auth, submit
 from tests.server.fakeagent import FakeAgent
@@ -67,11 +68,22 @@ def test_with_nothing_to_say_the_reply_comes_when_the_wait_ends(live: AsgiClient
     assert 0.4 <= time.monotonic() - began < 3 and reply.desired == []
 
 
-def test_a_newer_heartbeat_releases_an_older_held_one(live: AsgiClient, node: FakeAgent) -> None:
+def test_a_newer_heartbeat_releases_an_older_held_one_without_reading_its_answer(
+    live: AsgiClient, node: FakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent gave the older one up to send the newer one: nothing reads its reply, so none is worked out."""
+    built: list[str] = []
+    reply_of = agent_service.desired_reply
+    monkeypatch.setattr(agent_service, "desired_reply", lambda ctx, who: built.append(who.name) or reply_of(ctx, who))
     thread, replies = held(node, wait_s=10)
     node.beat()
     thread.join(timeout=5)
     assert not thread.is_alive() and len(replies) == 1
+    assert built == []
+    thread, replies = held(node, wait_s=10)
+    j = submit(live, gpus=1)  # a change, not a newer heartbeat: the held one's answer is worked out
+    thread.join(timeout=5)
+    assert [d.job_id for d in replies[0].desired] == [j["id"]] and built == ["gpu-01"]
 
 
 def test_a_heartbeat_is_held_at_most_a_third_of_the_lease(live: AsgiClient, node: FakeAgent, ctx: ServerContext

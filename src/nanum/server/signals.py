@@ -29,6 +29,7 @@ class Signals:
         self._count = itertools.count(1)
         self._generations: dict[str, int] = {}
         self._epoch = 0  # moved by `wake_all`: every node's generation changes
+        self._latest: dict[str, object] = {}  # each node's newest heartbeat (`arrive`)
         self.closing = False
         self.on_poke: Callable[[bool], None] | None = None
         #: the other servers sharing the database, where there may be some
@@ -37,6 +38,17 @@ class Signals:
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self.closing = False
+
+    def arrive(self, node: str) -> object:
+        """A heartbeat of `node` arrived: release its older one still held (its agent gave up on it to send this
+        one) and return this one's ticket (`superseded`). Call on the event loop."""
+        ticket = self._latest[node] = object()
+        self.wake_now([node])
+        return ticket
+
+    def superseded(self, node: str, ticket: object) -> bool:
+        """Whether a newer heartbeat of `node` arrived after the one given `ticket`. Call on the event loop."""
+        return self._latest.get(node) is not ticket
 
     def event(self, node: str) -> asyncio.Event:
         """The event the next change to `node` will set. Call on the event loop."""

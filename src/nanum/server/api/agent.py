@@ -50,7 +50,7 @@ async def heartbeat(ctx: Context, node: NodeDep, request: Request,
     """Record the node's report and reply with the jobs it should run. With `wait_s` > 0 and nothing to change,
     the reply is held until the node's jobs change or `wait_s` passes."""
     signals = ctx.signals
-    signals.wake_now([node.name])  # an older heartbeat of this node still held returns now
+    ticket = signals.arrive(node.name)  # an older heartbeat of this node still held returns now
     changed = signals.event(node.name)
     if body.samples:
         await run_in_threadpool(request.app.state.monitoring.record, node.id, body.samples)
@@ -64,6 +64,9 @@ async def heartbeat(ctx: Context, node: NodeDep, request: Request,
     if wait_s <= 0 or not outcome.idle or node.name in outcome.woken or signals.closing:
         return outcome.reply
     if await _hold(ctx, changed, wait_s):
+        if signals.superseded(node.name, ticket):
+            # Its agent dropped it to send a newer one, which is answered from the store: nothing reads this reply.
+            return outcome.reply
         return await run_in_threadpool(agent.desired_reply, ctx, node)
     return outcome.reply
 
