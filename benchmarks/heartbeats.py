@@ -3,6 +3,12 @@ heartbeats back to back (no long poll) to a real `nanum server` on PostgreSQL, f
 
     .venv/bin/python benchmarks/heartbeats.py                       # 200 nodes, 20 s
     .venv/bin/python benchmarks/heartbeats.py --nodes 50 --seconds 10 --db sqlite
+    .venv/bin/python benchmarks/heartbeats.py --nodes 500 --gap 11 --seconds 33 --warmup 36
+
+`--gap S`: each node waits S seconds between heartbeats instead, as a long-polling node does whose held heartbeat
+ends with nothing new (the server holds one at most a third of its lease: 10 s by default). The server is then
+not saturated; the CPU per heartbeat is the figure to read. Let the warm-up cover each node's first three
+heartbeats (it comes up, is given its job, reports the job's pid): from then on they report nothing new.
 
 Each node first reports its job running (a write: the job's pid); from then on every heartbeat repeats the same
 report, which is what most of a fleet's heartbeats are. Printed: heartbeats answered per second (the server is
@@ -14,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import random
 import statistics
 import sys
 import time
@@ -47,9 +54,11 @@ def info(name: str) -> NodeInfo:
                     unix_user="nanum")
 
 
-async def node(url: str, name: str, token: str, until: list[float], latencies: list[float]) -> None:
-    """Heartbeat back to back until `until[0]`; latencies of those sent after `until[1]` (the warm-up's end)."""
+async def node(url: str, name: str, token: str, until: list[float], latencies: list[float], gap: float) -> None:
+    """Heartbeat until `until[0]`, `gap` seconds apart (the first after a random part of it); latencies of those
+    sent after `until[1]` (the warm-up's end)."""
     running: dict[int, JobStatus] = {}
+    await asyncio.sleep(random.uniform(0, gap))
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     me = info(name)
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60, trust_env=False) as c:
@@ -64,13 +73,14 @@ async def node(url: str, name: str, token: str, until: list[float], latencies: l
             for launch in reply.desired:
                 running.setdefault(launch.job_id, JobStatus(job_id=launch.job_id, state="running", pid=4242,
                                                             started_at=time.time(), run=launch.run))
+            await asyncio.sleep(gap)
 
 
-async def beat_all(url: str, tokens: list[str], warmup: float, seconds: float) -> list[float]:
+async def beat_all(url: str, tokens: list[str], warmup: float, seconds: float, gap: float) -> list[float]:
     now = time.monotonic()
     until = [now + warmup + seconds, now + warmup]
     latencies: list[float] = []
-    await asyncio.gather(*(node(url, f"hb{i:04d}", t, until, latencies) for i, t in enumerate(tokens)))
+    await asyncio.gather(*(node(url, f"hb{i:04d}", t, until, latencies, gap) for i, t in enumerate(tokens)))
     return latencies
 
 
@@ -79,6 +89,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=10.0)
+    parser.add_argument("--gap", type=float, default=0.0, help="seconds each node waits between heartbeats")
     parser.add_argument("--db", default=PG, help="a PostgreSQL URL (a schema of its own is used), or `sqlite`")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
@@ -91,7 +102,7 @@ def main() -> None:
         cpu: list[float] = []
 
         async def run() -> list[float]:
-            task = asyncio.create_task(beat_all(url, tokens, args.warmup, args.seconds))
+            task = asyncio.create_task(beat_all(url, tokens, args.warmup, args.seconds, args.gap))
             await asyncio.sleep(args.warmup)
             cpu.append(server_usage(url)[0])
             latencies = await task
@@ -100,7 +111,8 @@ def main() -> None:
 
         latencies = sorted(asyncio.run(run()))
     count = len(latencies)
-    print(f"{args.nodes} nodes, each running one job, heartbeats back to back for {args.seconds:g} s, "
+    pace = f"{args.gap:g} s apart" if args.gap else "back to back"
+    print(f"{args.nodes} nodes, each running one job, heartbeats {pace} for {args.seconds:g} s, "
           f"{'PostgreSQL' if db else 'SQLite'}")
     print(f"  heartbeats answered    {count / args.seconds:.0f}/s")
     print(f"  latency p50 / p99      {statistics.median(latencies) * 1000:.0f} / "
