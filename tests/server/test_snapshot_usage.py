@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nanum.server.services.lifecycle import month_start
-from nanum.server.snapshot import _uncharged
+from nanum.core import Job, Running
+from nanum.server.snapshot import UnchargedSums, _uncharged
 from tests.core.builders import job, running
 
 NOW = 1_780_000_000.0  # some day in June 2026
@@ -46,3 +47,40 @@ def test_a_run_without_its_row_is_an_error_not_a_wrong_sum() -> None:
     one = (running(job(1), {"n0": (0,)}, start=NOW - 60),)
     with pytest.raises(KeyError):
         _uncharged(one, {2: SimpleNamespace(id=2, start_time=NOW - 60, charged_until=None)}, NOW)
+
+
+STEPS = st.lists(st.tuples(st.floats(0, 86_400 * 20),  # how far `now` moves: across a month's end at times
+                           st.dictionaries(st.integers(0, 12), st.none() | st.tuples(
+                               st.sampled_from(["vision", "nlp"]), st.sampled_from(["ana", "bo"]),
+                               st.integers(0, 8), st.integers(1, 2),
+                               st.floats(-86_400 * 40, 600),  # its start, from `now`: before, or even "later"
+                               st.none() | st.floats(-86_400 * 30, 0)), max_size=6)), min_size=1, max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps=STEPS)
+def test_the_sums_kept_from_tick_to_tick_are_what_summing_every_run_gives(
+        steps: list[tuple[float, dict[int, tuple[str, str, int, int, float, float | None] | None]]]) -> None:
+    """Each step moves `now` on and starts, changes (a new charge) or ends some runs: the rows written since the
+    last tick. What `UnchargedSums` keeps equals `_uncharged` over every run, lab by lab and user by user."""
+    sums, now = UnchargedSums(), NOW
+    jobs: dict[int, tuple[object, tuple[object, ...], Job]] = {}
+    rows: dict[int, SimpleNamespace] = {}
+    runs: dict[int, Running] = {}
+    for i, (step, changes) in enumerate(steps):
+        now += step
+        for job_id, change in changes.items():
+            if change is None:
+                rows.pop(job_id, None), runs.pop(job_id, None), jobs.pop(job_id, None)
+                continue
+            lab, user, g, nodes, start, charged = change
+            core = job(job_id, gpus=g, lab=lab, user=user, nodes=nodes)
+            runs[job_id] = running(core, {"n0": ()}, start=now + start)
+            rows[job_id] = SimpleNamespace(id=job_id, start_time=now + start,
+                                           charged_until=None if charged is None else now + charged)
+            jobs[job_id] = (rows[job_id], (), core)
+        kept = sums.update(rows, jobs, None if i == 0 else list(changes), now)
+        fresh = _uncharged(tuple(runs.values()), rows, now)
+        for got, want in zip(kept, fresh, strict=True):
+            for key in got.keys() | want.keys():
+                assert got.get(key, 0.0) == pytest.approx(want.get(key, 0.0), rel=1e-9, abs=1e-3), key
