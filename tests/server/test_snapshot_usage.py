@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nanum.server.services.lifecycle import month_start
 from nanum.core import Job, Running
+from nanum.server.services.lifecycle import month_start
 from nanum.server.snapshot import UnchargedSums, _uncharged
 from tests.core.builders import job, running
 

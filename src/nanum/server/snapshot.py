@@ -229,7 +229,7 @@ def _nodes(cache: SnapshotCache, rows: Any, now: float, timeout: float, busy: di
     last, found = cache.nodes, {}
     for r in rows:
         key = (r.inventory, _state(r, now, timeout, seen), frozenset(busy.get(r.name, ())),
-               tuple(getattr(r, c.key) for c in FLEET_COLUMNS))  # compared, never hashed: JSON values do
+               r[_FLEET_AT:])  # compared, never hashed: JSON values do
         held = last.get(r.name)
         if held is None or held[0] != key:
             held = (key, core_node(r.name, json.loads(r.inventory), key[1], key[2], r))
@@ -509,10 +509,11 @@ _USERS = select(*USER_COLUMNS)
 _LABS = select(*LAB_COLUMNS)
 _NODES = (
     select(NodeRow.id, NodeRow.name, cast(NodeRow.inventory, Text).label("inventory"), NodeRow.state,
-           NodeRow.last_seen, *FLEET_COLUMNS)
+           NodeRow.last_seen, *FLEET_COLUMNS)  # the FLEET_COLUMNS last: a row's `[_FLEET_AT:]`
     .where(NodeRow.inventory.is_not(None))
     .order_by(NodeRow.name)
 )
+_FLEET_AT = 5
 _COMPLETED_SINCE = (
     select(*JOB_COLUMNS, JobRow.start_time, JobRow.end_time, UserRow.name.label("user_name"),
            LabRow.name.label("lab_name"))
