@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from nanum.cli.views import show_lines
+from nanum.server.context import ServerContext
 from tests.server.asgiclient import AsgiClient
-from tests.server.conftest import ALICE, BOB, job, submit, tick
+from tests.server.conftest import ADMIN, ALICE, BOB, job, submit, tick
 from tests.server.fakeagent import FakeAgent
 from tests.server.test_web import get, login
 
@@ -70,3 +71,28 @@ def test_the_job_page_shows_the_prediction(client: AsgiClient, agent: FakeAgent)
     assert "Predicted" in page and "(mean of the last 2 finished jobs of alice named train)" in page
     live = get(client, f"/ui/jobs/{queued['id']}.json", cookies).json()
     assert live["prediction"].endswith("run time (mean of the last 2 finished jobs of alice named train)")
+
+
+def test_a_tick_keeps_every_pending_and_running_jobs_prediction_and_only_theirs(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent
+) -> None:
+    """Ticks refresh only the jobs written since the one before; what they publish is what a full pass gives."""
+    scheduler = client.app.state.scheduler
+    ids = [int(submit(client, ALICE, name=f"exp{i % 2}", gpus=2)["id"]) for i in range(4)]  # 2 run, 2 wait
+    for step in range(4):
+        tick(client)
+        agent.beat()
+        if step == 0:
+            ids.append(int(submit(client, BOB, name="other", gpus=1)["id"]))
+        if step == 1:
+            client.post(f"/api/v1/jobs/{ids[2]}/cancel", headers={"Authorization": f"Bearer {ALICE}"})
+        if step == 2:
+            agent.exit(ids[0])
+        active = {j["id"] for j in client.get("/api/v1/jobs", headers={"Authorization": f"Bearer {ADMIN}"},
+                                              params={"all": "true"}).json() if j["state"] in ("pending", "running")}
+        tick(client)
+        assert ctx.predictions.keys() == active
+        kept = dict(ctx.predictions)
+        scheduler._published = (None, None)  # the next tick makes them all afresh
+        tick(client)
+        assert ctx.predictions == kept

@@ -40,6 +40,8 @@ class JobRows:
         #: where each job holds GPUs (or, needing none, runs), by job id; a job holding nothing is left out
         self.held: dict[int, tuple[Placement, ...]] = {}
         self.mark: int | None = None
+        #: the mark the last read started from: None when it read every pending and running row
+        self.since: int | None = None
         #: the ids of the rows the last read took, in the order read: every pending and running job at a first
         #: read (`mark` None before it), else the ones written since the read before (a row that left included)
         self.written: list[int] = []
@@ -47,7 +49,7 @@ class JobRows:
 
     def forget(self) -> None:
         """Read every pending and running row afresh next time, as at first."""
-        self.running, self.pending, self.held, self.written, self.mark = {}, {}, {}, [], None
+        self.running, self.pending, self.held, self.written, self.mark, self.since = {}, {}, {}, [], None, None
 
     def read(self, s: Session, names: Mapping[int, str]) -> tuple[list[Any], list[Any]]:
         """(running rows, pending rows in id order) as of `s`'s snapshot (a repeatable read on PostgreSQL), and
@@ -82,7 +84,7 @@ class JobRows:
         if unordered:
             self.pending = pending = dict(sorted(pending.items()))  # by id: ids are unique, rows never compared
         self._read_held(conn, names, None if self.mark is None else written)
-        self.written = written
+        self.written, self.since = written, self.mark
         self.mark = mark  # last: a read that fails half way is done again from the same mark
         return list(running.values()), list(pending.values())
 

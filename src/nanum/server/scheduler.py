@@ -38,7 +38,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from nanum.core import Decisions, HistoryPredictor, Incremental, Pending, Prediction, Preempt
+from nanum.core import Decisions, HistoryPredictor, Incremental, Job, Pending, Prediction, Preempt
 from nanum.server import snapshot
 from nanum.server.context import ServerContext
 from nanum.server.lastseen import PEER_SLACK_S
@@ -124,6 +124,8 @@ class Scheduler:
         self._cache = snapshot.SnapshotCache()
         #: predictions by (user, name, lab, GPUs, nodes), valid until the predictor learns something new
         self._explained: dict[tuple[str, str, str, int, int], Prediction] = {}
+        #: what the predictions published last were made from: the job rows' mark and the `_explained` then
+        self._published: tuple[int | None, object] = (None, None)
         #: The core's incremental scheduler: it decides each tick, and knows after it whether a GPU is free.
         self.core = Incremental(ctx.policy, self.predictor, (), {}, explain=True)
         self._ticked = False
@@ -267,19 +269,35 @@ class Scheduler:
     def _explain(self, plan: snapshot.Plan) -> None:
         """Publish each pending (held back by dependencies or array limits too) and running job's prediction and
         its basis (once per kind of job while the predictor learns nothing new): the API shows them without touching
-        the predictor, which only ticks use."""
-        out: dict[int, Prediction] = {}
-        explained = self._explained
-        snap = plan.snapshot
-        for job in itertools.chain(snap.pending, plan.waiting, (r.job for r in snap.running)):
-            key = (job.user, job.name, job.lab, job.gpus, job.nodes)
-            found = explained.get(key)
-            if found is None:
-                found = explained[key] = self.predictor.explain(job)
-            out[job.id] = found
+        the predictor, which only ticks use. While the predictor learned nothing since the last predictions
+        published, and those were made at the read before this one, only the jobs whose rows were written since
+        are looked at (a job's core object changes only then: `nanum.server.snapshot`)."""
+        explained, rows = self._explained, self._cache.rows
+        mark, used = self._published
+        if rows.since is not None and rows.since == mark and used is explained:
+            out = dict(self.ctx.predictions)
+            jobs = self._cache.jobs
+            for job_id in rows.written:
+                entry = jobs.get(job_id)
+                if entry is None:  # no longer pending or running
+                    out.pop(job_id, None)
+                else:
+                    out[job_id] = self._prediction(entry[2], explained)
+        else:
+            snap = plan.snapshot
+            out = {job.id: self._prediction(job, explained)
+                   for job in itertools.chain(snap.pending, plan.waiting, (r.job for r in snap.running))}
         if len(explained) > 4 * len(out) + 1000:
             self._explained = {}
+        self._published = (rows.mark, self._explained)
         self.ctx.predictions = out
+
+    def _prediction(self, job: Job, explained: dict[tuple[str, str, str, int, int], Prediction]) -> Prediction:
+        key = (job.user, job.name, job.lab, job.gpus, job.nodes)
+        found = explained.get(key)
+        if found is None:
+            found = explained[key] = self.predictor.explain(job)
+        return found
 
     def _apply(
         self, plan: snapshot.Plan, decisions: Decisions, now: float, explained: bool = True
