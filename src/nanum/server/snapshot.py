@@ -326,8 +326,8 @@ def _ended_uncharged(s: Session, now: float, half_life: float, usage: Seconds
 def _uncharged(running: tuple[Running, ...], rows: Mapping[int, Any], now: float) -> tuple[Seconds, Seconds]:
     """GPU-seconds of the running jobs not yet charged, in all and of them this month, by (kind, name) as in
     `_month_usage`. `rows`: the running jobs' rows by job id (a run without one is an error, not a wrong sum).
-    Summed per (lab, user) first, then to each: one dictionary update per run, where one per lab and per user,
-    each with its key built, was a fifth of a tick's reading with 8,000 jobs running."""
+    Summed over every run: the definition that `UnchargedSums`, which ticks use, keeps from tick to tick (its tests
+    compare the two)."""
     first = month_start(now)
     pairs: defaultdict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     for run in running:
