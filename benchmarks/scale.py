@@ -174,7 +174,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--db", default=PG, help="a PostgreSQL URL (a schema of its own is used), or `sqlite`")
-    parser.add_argument("--workers", type=int, default=1, help="server processes (`nanum server --workers`)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="serving server processes (`nanum server --workers`); above 1, one more schedules")
     args = parser.parse_args()
 
     with contextlib.ExitStack() as stack:
@@ -212,7 +213,9 @@ def main() -> None:
         api50, api99 = statistics.median(lat), lat[int(0.99 * (len(lat) - 1))]
         print(f"\n{args.nodes} nodes x {args.gpus} GPUs, {args.jobs:,} jobs offered at {args.rate:g}/s "
               f"({len(ids):,} accepted in {took:.0f} s: {len(ids) / took:.1f}/s), {'PostgreSQL' if db else 'SQLite'}, "
-              f"runs of {mean_s:.0f} s on average, {args.workers} server process{'es' if args.workers > 1 else ''}")
+              f"runs of {mean_s:.0f} s on average, "
+              + (f"{args.workers} serving server processes and one scheduling" if args.workers > 1
+                 else "1 server process"))
         rows = [
             ("scheduling cycle p50", f"{p50 * 1000:.0f} ms" if p50 is not None else "-", ""),
             ("scheduling cycle p99", f"{p99 * 1000:.0f} ms" if p99 is not None else "-", "< 500 ms"),

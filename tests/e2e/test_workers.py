@@ -1,7 +1,8 @@
-"""`nanum server --workers 3` on PostgreSQL: three server processes take connections on one port, and jobs
-submitted through any of them run once each on a real agent; a worker killed in the middle of the workload is
-replaced and no submission is lost; `/metrics` counts the scheduler's cycles whichever worker answers; the
-workers stop with the first process, or by themselves if it is killed. On SQLite the option is refused."""
+"""`nanum server --workers 3` on PostgreSQL: three server processes take connections on one port and a fourth,
+which takes none, schedules; jobs submitted through any of them run once each on a real agent; a serving worker
+and the scheduling one killed in the middle of the workload are replaced and no submission is lost; `/metrics`
+counts the scheduler's cycles whichever worker answers; the workers stop with the first process, or by themselves
+if it is killed. On SQLite the option is refused."""
 
 from __future__ import annotations
 
@@ -45,6 +46,25 @@ def workers_of(pid: int) -> list[int]:
     return sorted(found)
 
 
+def listening(pids: list[int], port: int) -> list[int]:
+    """Those of `pids` that hold the socket listening on `port` (read from /proc: no `ss` needed)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # 0A: LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    found = []
+    for pid in pids:
+        try:
+            links = {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
+        except OSError:
+            continue
+        if links & inodes:
+            found.append(pid)
+    return found
+
+
 def _cycles(url: str) -> float:
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
         text = r.read().decode()
@@ -59,7 +79,11 @@ def test_three_workers_share_the_port_and_run_every_job_once(tmp_path: Path, dat
     try:
         server.start()
         assert server.proc is not None
-        wait_until("three workers", lambda: len(workers_of(server.proc.pid)) == 3, 30)  # type: ignore[union-attr]
+        wait_until("four workers", lambda: len(workers_of(server.proc.pid)) == 4, 30)  # type: ignore[union-attr]
+        port = int(server.url.rsplit(":", 1)[1])
+        serving = listening(workers_of(server.proc.pid), port)
+        (scheduling,) = set(workers_of(server.proc.pid)) - set(serving)
+        assert len(serving) == 3
         token = server.api("POST", "/nodes", {"name": "node-a"})["token"]
         agent = AgentProc("node-a", server.url, token, tmp_path, gpus="2")
         alice = server.api("POST", "/users", {"name": "alice", "labs": ["vision"], "unix_user": job_account()})
@@ -67,16 +91,19 @@ def test_three_workers_share_the_port_and_run_every_job_once(tmp_path: Path, dat
         wait_until("the node up", lambda: [n["state"] for n in server.api("GET", "/nodes")] == ["up"], 30)
 
         ids = submit_many(server.url, alice["token"], workdir, 10, JOB)
-        victim = workers_of(server.proc.pid)[0]
-        os.kill(victim, signal.SIGKILL)
+        victims = [serving[0], scheduling]
+        for victim in victims:
+            os.kill(victim, signal.SIGKILL)
         ids += submit_many(server.url, alice["token"], workdir, 10, JOB)  # the others answer meanwhile
-        wait_until("a worker in its place", lambda: len(workers_of(server.proc.pid)) == 3  # type: ignore[union-attr]
-              and victim not in workers_of(server.proc.pid), 30, server.log_tail())  # type: ignore[union-attr]
+        wait_until("workers in their place", lambda: len(workers_of(server.proc.pid)) == 4  # type: ignore[union-attr]
+              and not set(victims) & set(workers_of(server.proc.pid)), 30, server.log_tail())  # type: ignore[union-attr]
+        assert len(listening(workers_of(server.proc.pid), port)) == 3  # type: ignore[union-attr]
         done = lambda: all(server.api("GET", f"/jobs/{j}")["state"] == "completed" for j in ids)  # noqa: E731
         wait_until("every job completed", done, 90, server.log_tail(), agent.log_text()[-2000:])
         ran = Counter(int(line) for line in (workdir / "runs.log").read_text().split())
         assert sorted(ran) == sorted(ids) and set(ran.values()) == {1}, ran  # each ran exactly once
-        assert f"(pid {victim}) ended (signal 9); starting another" in server.log_tail()
+        for victim in victims:
+            assert f"(pid {victim}) ended (signal 9); starting another" in server.log_tail()
 
         counts = {_cycles(server.url) for _ in range(6)}  # six connections: answered by several workers
         assert min(counts) > 0, counts  # each reports the scheduling worker's cycles
@@ -98,7 +125,7 @@ def test_workers_stop_when_the_first_process_is_killed(tmp_path: Path, database:
     try:
         server.start()
         assert server.proc is not None
-        wait_until("two workers", lambda: len(workers_of(server.proc.pid)) == 2, 30)  # type: ignore[union-attr]
+        wait_until("three workers", lambda: len(workers_of(server.proc.pid)) == 3, 30)  # type: ignore[union-attr]
         workers = workers_of(server.proc.pid)
         server.kill(signal.SIGKILL)
         wait_until("the orphaned workers stopped", lambda: not any(process_alive(p) for p in workers), 30)

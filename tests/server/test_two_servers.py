@@ -88,6 +88,28 @@ def test_a_server_that_does_not_schedule_never_holds_up_its_requests(
         b.leadership.release()
 
 
+def test_a_serving_worker_never_schedules_even_alone_and_the_scheduling_one_starts_its_jobs(
+    pair: tuple[ServerContext, ServerContext],
+) -> None:
+    """`nanum server --workers`: the processes that serve requests never take the leadership, so none of their
+    requests waits for a tick; the one process that schedules starts what they took."""
+    serving_ctx, scheduling_ctx = pair
+    serving = create_app(serving_ctx, run_scheduler=False, may_lead=False)
+    scheduling = create_app(scheduling_ctx, run_scheduler=False).state.scheduler
+    with serve(serving) as client:
+        agent = FakeAgent(client, "gpu-01", accounts.add_node(serving_ctx, "gpu-01"), gpus=2)
+        agent.beat()
+        job_id = submit(client, gpus=1)["id"]
+        try:
+            assert serving.state.scheduler.tick() is None  # no other server holds the leadership, and yet
+            assert job(client, job_id)["state"] == "pending"
+            assert scheduling.tick() is not None  # the serving worker took no lock
+            assert job(client, job_id)["state"] == "running"
+        finally:
+            scheduling.leadership.release()
+            serving.state.scheduler.leadership.release()
+
+
 def test_two_busy_servers_never_start_a_job_twice(pair: tuple[ServerContext, ServerContext]) -> None:
     ctx_a, ctx_b = pair
     app_a, app_b = create_app(ctx_a, run_scheduler=False), create_app(ctx_b, run_scheduler=False)

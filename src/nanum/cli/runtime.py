@@ -199,8 +199,8 @@ def server(
     oidc_token_days: OidcDaysOpt = 30.0,
     workers: Annotated[int, typer.Option(
         "--workers", min=1, max=64, metavar="N",
-        help="Server processes sharing the port, so the server can use N cores (PostgreSQL only): one schedules, all "
-             "serve the API and the agents.")] = 1,
+        help="Server processes sharing the port, serving the API and the agents (PostgreSQL only); with N > 1 one "
+             "more process schedules, so the server can use N + 1 cores.")] = 1,
 ) -> None:
     """Start only the server and scheduler; GPU machines join with `nanum agent`."""
     tuning = _scheduling(policy, half_life, grace, lease) | _exposure(webhook_allow_host, metrics_names)

@@ -33,9 +33,10 @@ API_PREFIX = "/api/v1"
 WORKER_THREADS = 10
 
 
-def create_app(ctx: ServerContext, *, run_scheduler: bool = True) -> FastAPI:
-    """The application over `ctx`. `run_scheduler=False` leaves ticking to the caller (`app.state.scheduler`)."""
-    scheduler = Scheduler(ctx)
+def create_app(ctx: ServerContext, *, run_scheduler: bool = True, may_lead: bool = True) -> FastAPI:
+    """The application over `ctx`. `run_scheduler=False` leaves ticking to the caller (`app.state.scheduler`);
+    `may_lead=False` makes a server that never schedules (`Scheduler.may_lead`)."""
+    scheduler = Scheduler(ctx, may_lead=may_lead)
     ctx.signals.on_poke = scheduler.poke
 
     def missed() -> None:

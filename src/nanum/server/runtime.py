@@ -8,8 +8,9 @@ server and the agent; jobs keep running in their own sessions and the next start
 
 With several workers (`nanum server --workers N`, PostgreSQL only), the process binds the port and forks N server
 processes that take connections from it, each with its own interpreter: one process is bound to one core by its
-interpreter lock. They share the database as separate servers do: one schedules (`nanum.server.scheduler`'s
-leadership), all serve the API and the agents, and they wake each other through the database
+interpreter lock. It forks one more that schedules and serves no request: while a server ticks, its own requests
+wait (`Database.precedence`), so a request that reached a scheduling worker waited for whole ticks (at 1,000
+nodes, the p99 of submissions). They share the database as separate servers do, and wake each other through it
 (`nanum.server.bus`). The first process only supervises them: it starts a worker again if one dies, and stops them
 all on Ctrl-C or SIGTERM. A worker stops by itself if the first process dies.
 """
@@ -222,8 +223,13 @@ class _Server(uvicorn.Server):
         super().__init__(config)
         self.ctx = ctx
         self.agent: AgentSupervisor | None = None
+        #: a worker of `Workers`: Ctrl-C reaches every process of the terminal's group, and the first process
+        #: then sends each worker SIGTERM, which uvicorn would take as a second signal and cut its shutdown short
+        self.worker = False
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.worker and sig == signal.SIGINT:
+            return
         self.ctx.signals.close()
         if self.agent is not None:
             self.agent.stop()
@@ -239,9 +245,9 @@ async def _serve(
     ctx: ServerContext, host: str, port: int, url: str, agent: LocalAgent | None, node: tuple[str, str] | None,
     *, sock: socket.socket | None = None, parent: int | None = None,
 ) -> None:
-    """Serve until stopped. A worker (`sock`, `parent`) takes connections from its parent's socket, and stops
-    when that parent is gone."""
-    app = create_app(ctx)
+    """Serve until stopped. A worker (`sock`, `parent`) takes connections from its parent's socket, never
+    schedules (a process of its own does: `_schedule`), and stops when that parent is gone."""
+    app = create_app(ctx, may_lead=parent is None)
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=3, lifespan="on"
     )
@@ -251,7 +257,8 @@ async def _serve(
         server.agent = AgentSupervisor(url, node[0], node[1], ctx.settings.home / "agent", agent.simulate_gpus)
         supervise = asyncio.create_task(server.agent.run(lambda: server.started))
     if parent is not None:
-        supervise = asyncio.create_task(_while_parent(parent, server))
+        server.worker = True
+        supervise = asyncio.create_task(_while_parent(parent, lambda: setattr(server, "should_exit", True)))
     try:
         await server.serve(sockets=[sock] if sock is not None else None)
     finally:
@@ -267,16 +274,34 @@ async def _serve(
         print("nanum stopped; running jobs keep running and are picked up at the next start.", flush=True)
 
 
-async def _while_parent(parent: int, server: uvicorn.Server) -> None:
-    """Stop `server` once the process that started it is gone (a worker is never left serving on its own)."""
+async def _while_parent(parent: int, stop: Callable[[], None]) -> None:
+    """Call `stop` once the process that started this one is gone (a worker is never left on its own)."""
     while os.getppid() == parent:
         await asyncio.sleep(PARENT_CHECK_S)
     log.warning("the first nanum server process is gone; this worker stops")
-    server.should_exit = True
+    stop()
+
+
+async def _schedule(ctx: ServerContext, parent: int) -> None:
+    """The scheduling worker: the server's background work (scheduler, bus, upkeep) and no requests, until
+    SIGTERM or until `parent` is gone."""
+    app = create_app(ctx)
+    stopped = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopped.set)
+    watch = asyncio.create_task(_while_parent(parent, stopped.set))
+    try:
+        async with app.router.lifespan_context(app):
+            await stopped.wait()
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+        ctx.db.dispose()
 
 
 class Workers:
-    """`count` server processes forked from this one, taking connections from `sock`; this one only supervises."""
+    """`count` server processes forked from this one, taking connections from `sock`, and one more that schedules
+    (number `count`); this one only supervises."""
 
     def __init__(self, settings: ServerSettings, sock: socket.socket, count: int) -> None:
         self.settings, self.sock, self.count = settings, sock, count
@@ -290,7 +315,7 @@ class Workers:
         shutil.rmtree(shared, ignore_errors=True)
         shared.mkdir(mode=0o700)
         os.environ[MULTIPROCESS_ENV] = str(shared)
-        for number in range(self.count):
+        for number in range(self.count + 1):
             self._fork(number)
         while self.children:
             try:
@@ -324,12 +349,16 @@ class Workers:
         code = 0
         try:  # the worker: nothing of the supervisor's handlers or connections
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the first process stops the workers (`_stop`)
             ctx = ServerContext.create(self.settings)
             host, port = self.sock.getsockname()[:2]
             url = f"http://{_connect_host(host)}:{port}"
             with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-                runner.run(_serve(ctx, host, port, url, None, None, sock=self.sock, parent=parent))
+                if number == self.count:
+                    self.sock.close()
+                    runner.run(_schedule(ctx, parent))
+                else:
+                    runner.run(_serve(ctx, host, port, url, None, None, sock=self.sock, parent=parent))
         except BaseException:  # a worker never returns into the supervisor's code
             log.exception("server worker %d failed", number)
             code = 1
@@ -464,7 +493,7 @@ def _announce(ctx: ServerContext, url: str, started: Started, agent: LocalAgent 
     db = "SQLite" if ctx.db.is_sqlite else make_url(ctx.db.url).render_as_string(hide_password=True)
     lines = [f"nanum is up at {url}  (state in {ctx.settings.home}, database {db})"]
     if workers > 1:
-        lines.append(f"{workers} server processes share the port; one of them schedules.")
+        lines.append(f"{workers} server processes share the port; one more schedules.")
     if agent is not None and (gpus := gpu_note(agent.simulate_gpus)):
         lines.append(gpus)
     if getpass.getuser() == "root" and not ctx.settings.allow_root_jobs:

@@ -116,8 +116,11 @@ class Leadership:
 
 
 class Scheduler:
-    def __init__(self, ctx: ServerContext) -> None:
+    def __init__(self, ctx: ServerContext, *, may_lead: bool = True) -> None:
         self.ctx = ctx
+        #: False in a process that serves requests beside one that schedules (`nanum server --workers`): it never
+        #: takes the leadership, so no request there waits for a tick (`Database.precedence`)
+        self.may_lead = may_lead
         self.predictor = HistoryPredictor()
         self.leadership = Leadership(ctx.db)
         self._learned_until = 0.0
@@ -193,7 +196,7 @@ class Scheduler:
         needs 40 ms of CPU took 300 ms, and all the while held up every job it was starting. A server that does
         not schedule never holds them up."""
         with self._lock:
-            self.leading = self.leadership.held()
+            self.leading = self.may_lead and self.leadership.held()
             if not self.leading:
                 self._follow(now)
                 return None
