@@ -9,7 +9,8 @@ Jobs ask for 1, 2, 4 or 8 GPUs and run `sleep S`, with S drawn around a mean tha
 GPUs busy at the offered rate (for the defaults, 8 to 24 s), so every job can start. Printed beside the targets:
 the scheduling cycle (median and p99, from the server's `nanum_scheduler_cycle_seconds` histogram, interpolated
 within buckets as Prometheus does), submit latency (p50, p99), heartbeats handled per second, errors, whether
-every job started, the server's CPU time and peak memory, and the CPU the simulated fleet's process and this
+every job started, how long jobs waited from submission to start (p50, p99: with 70 % of the GPUs busy some
+queueing is expected, an 8-GPU job waits for a whole node), the server's CPU time and peak memory, and the CPU the simulated fleet's process and this
 submitting client took beside it (all share the machine).
 Targets: no errors, every job started, API p99 < 200 ms, cycle p99 < 500 ms.
 """
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -133,11 +135,14 @@ def cycle_quantiles(url: str) -> tuple[float | None, float | None, int]:
     return quantile(0.5), quantile(0.99), int(total)
 
 
-def started_count(url: str, token: str, ids: list[int]) -> int:
-    """How many of `ids` have started (running or ended after running)."""
+def started_waits(url: str, token: str, ids: list[int]) -> list[float]:
+    """How long each of `ids` that has started (running or ended after running) waited from its submission to its
+    start, in seconds."""
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120) as c:
         jobs = c.get("/api/v1/jobs", params={"all": "true"}).json()
-    return sum(1 for j in jobs if j["id"] in set(ids) and j.get("start_time"))
+    wanted = set(ids)
+    return [(datetime.fromisoformat(j["start_time"]) - datetime.fromisoformat(j["submit_time"])).total_seconds()
+            for j in jobs if j["id"] in wanted and j.get("start_time")]
 
 
 def server_usage(url: str) -> tuple[float, float]:
@@ -199,8 +204,10 @@ def main() -> None:
             latencies, ids, errors = asyncio.run(submit_all(url, token, args.jobs, args.rate, args.clients, mean_s))
             took = time.monotonic() - began
             deadline = time.monotonic() + 60
-            while (started := started_count(url, token, ids)) < len(ids) and time.monotonic() < deadline:
+            while len(waits := started_waits(url, token, ids)) < len(ids) and time.monotonic() < deadline:
                 time.sleep(2)
+            started = len(waits)
+            waits.sort()
             cpu1, peak = server_usage(url)
             fleet1, own1 = cpu_seconds(agents.pid)[0], time.process_time()
             measured = time.monotonic() - began
@@ -226,6 +233,8 @@ def main() -> None:
              ""),
             ("errors", f"{errors} submit, {beats.group(4) if beats else '?'} heartbeat", "0"),
             ("jobs started", f"{started:,} of {len(ids):,}", "all"),
+            ("start wait p50 / p99", f"{statistics.median(waits):.2f} s / {waits[int(0.99 * (len(waits) - 1))]:.2f} s"
+             if waits else "-", ""),
             ("server CPU", f"{cpu1 - cpu0:.0f} s over {measured:.0f} s ({(cpu1 - cpu0) / measured:.2f} cores)", ""),
             ("server peak memory", f"{peak:.0f} MiB", ""),
             ("fleet, client CPU",
