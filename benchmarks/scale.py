@@ -8,10 +8,10 @@ and heartbeats) and a stream of submissions, on PostgreSQL.
 Jobs ask for 1, 2, 4 or 8 GPUs and run `sleep S`, with S drawn around a mean that keeps about 70 % of the fleet's
 GPUs busy at the offered rate (for the defaults, 8 to 24 s), so every job can start. Printed beside the targets:
 the scheduling cycle (median and p99, from the server's `nanum_scheduler_cycle_seconds` histogram, interpolated
-within buckets as Prometheus does), submit latency (p50, p99), heartbeats handled per second, errors, whether
-every job started, how long jobs waited from submission to start (p50, p99: with 70 % of the GPUs busy some
-queueing is expected, an 8-GPU job waits for a whole node), the server's CPU time and peak memory, and the CPU the simulated fleet's process and this
-submitting client took beside it (all share the machine).
+within buckets as Prometheus does), submit latency (p50, p99), heartbeats handled per second, errors, whether every
+job started, how long jobs waited from submission to start (p50, p99: with 70 % of the GPUs busy some queueing is
+expected, an 8-GPU job waits for a whole node), the server's CPU time and peak memory, and the CPU the simulated
+fleet's process and this submitting client took beside it (all share the machine).
 Targets: no errors, every job started, API p99 < 200 ms, cycle p99 < 500 ms.
 """
 
