@@ -17,9 +17,12 @@ import httpx
 import pytest
 
 from nanum.server.callers import hash_token
-from nanum.server.runtime import StartError, bootstrap_admin, bootstrap_node, prepare
+from nanum.server.runtime import StartError, bootstrap_admin, bootstrap_node, connection_note, prepare
 from nanum.server.services import logins
 from nanum.server.settings import ServerSettings
+from nanum.store import Database
+from nanum.store.db import POOL_MAX
+from tests.store.databases import PG_URL
 
 
 @pytest.fixture(autouse=True)
@@ -123,3 +126,21 @@ def test_nanum_server_serves_until_sigterm(tmp_path: Path) -> None:
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
     assert b"nanum stopped" in out and b"Traceback" not in out
+
+
+@pytest.mark.postgres
+def test_more_workers_than_postgresql_takes_connections_for_are_warned_of(tmp_path: Path) -> None:
+    db = Database(PG_URL)
+    try:
+        with db.engine.connect() as conn:
+            allowed = int(conn.exec_driver_sql("SHOW max_connections").scalar_one())
+            reserved = int(conn.exec_driver_sql("SHOW superuser_reserved_connections").scalar_one())
+        too_many = (allowed - reserved) // POOL_MAX + 1
+        note = connection_note(db, too_many)
+        assert note is not None
+        assert f"up to {too_many * POOL_MAX} database connections" in note
+        assert f"max_connections {allowed}" in note and f"at least {too_many * POOL_MAX + reserved}" in note
+        assert connection_note(db, too_many - 1) is None
+    finally:
+        db.dispose()
+    assert connection_note(Database(f"sqlite:///{tmp_path / 'n.db'}"), 64) is None  # one process writes there

@@ -49,6 +49,7 @@ from nanum.server.schemas import UserIn
 from nanum.server.services import accounts, tokens
 from nanum.server.settings import ServerSettings
 from nanum.store import Database, NodeRow, TokenRow, UserRow, upgrade
+from nanum.store.db import POOL_MAX
 
 log = logging.getLogger("nanum.server")
 
@@ -489,11 +490,29 @@ def gpu_note(simulate: str | None) -> str | None:
     )
 
 
+def connection_note(db: Database, processes: int) -> str | None:
+    """A warning when `processes` server processes may open more connections than PostgreSQL allows, else None.
+    Each opens at most `POOL_MAX`; a request that finds none left fails with "too many clients"."""
+    if not db.is_postgres:
+        return None
+    with db.engine.connect() as conn:
+        allowed = int(conn.exec_driver_sql("SHOW max_connections").scalar_one())
+        reserved = int(conn.exec_driver_sql("SHOW superuser_reserved_connections").scalar_one())
+    need = processes * POOL_MAX
+    if need <= allowed - reserved:
+        return None
+    return (f"Warning: the {processes} server processes may open up to {need} database connections, and PostgreSQL "
+            f"takes {allowed - reserved} (max_connections {allowed}, {reserved} kept for superusers); under load "
+            f"requests would fail. Raise max_connections to at least {need + reserved}, or run fewer --workers.")
+
+
 def _announce(ctx: ServerContext, url: str, started: Started, agent: LocalAgent | None, workers: int = 1) -> None:
     db = "SQLite" if ctx.db.is_sqlite else make_url(ctx.db.url).render_as_string(hide_password=True)
     lines = [f"nanum is up at {url}  (state in {ctx.settings.home}, database {db})"]
     if workers > 1:
         lines.append(f"{workers} server processes share the port; one more schedules.")
+        if connections := connection_note(ctx.db, workers + 1):
+            lines.append(connections)
     if agent is not None and (gpus := gpu_note(agent.simulate_gpus)):
         lines.append(gpus)
     if getpass.getuser() == "root" and not ctx.settings.allow_root_jobs:

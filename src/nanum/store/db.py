@@ -152,13 +152,17 @@ def _on_loop() -> bool:
     return True
 
 
+#: Connections a process keeps to PostgreSQL, and the most it opens: one for each of the server's worker threads
+#: (`nanum.server.app.WORKER_THREADS`), the scheduling tick, its leadership lock and the bus's listener, with room
+#: to spare.
+POOL_SIZE, POOL_MAX = 10, 20
+
+
 def _make_engine(url: str, **engine_args: Any) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        # 20 in all: one for each of the server's worker threads (`nanum.server.app.WORKER_THREADS`), the
-        # scheduling tick and its leadership lock, with room to spare
-        engine_args.setdefault("pool_size", 10)
-        engine_args.setdefault("max_overflow", 10)
+        engine_args.setdefault("pool_size", POOL_SIZE)
+        engine_args.setdefault("max_overflow", POOL_MAX - POOL_SIZE)
         engine_args.setdefault("pool_pre_ping", True)
         return create_engine(url, **engine_args)
     if parsed.database and parsed.database != ":memory:":
