@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from tests.server.asgiclient import AsgiClient
 from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, submit, tick
 from tests.server.fakeagent import FakeAgent
@@ -144,9 +142,7 @@ def test_a_dependency_that_cannot_be_met_is_refused_at_submit(client: AsgiClient
 
 
 def test_an_array_runs_at_most_its_limit_with_task_ids(client: AsgiClient, agent: FakeAgent) -> None:
-    began = time.perf_counter()
     first = submit(client, gpus=0, array="0-9%3")
-    assert time.perf_counter() - began < 2.0
     array = int(first["id"])  # type: ignore[call-overload]
     r = client.get(f"/api/v1/jobs?array={array}", headers=auth(ALICE))
     tasks = r.json()

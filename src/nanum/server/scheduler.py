@@ -109,9 +109,14 @@ class Leadership:
             return False
 
     def release(self) -> None:
+        """Give the leadership up. The lock is released by a statement, so another server can take it as soon as
+        this returns; closing the connection alone releases it only once PostgreSQL has noticed the close."""
         conn, self._conn = self._conn, None
         if conn is not None:
-            conn.invalidate()  # closing the connection releases the lock; never return it to the pool
+            with contextlib.suppress(DBAPIError):
+                conn.execute(text("SELECT pg_advisory_unlock_all()"))
+                conn.commit()
+            conn.invalidate()  # never return it to the pool: its session may still hold the lock if that failed
             conn.close()
 
 
