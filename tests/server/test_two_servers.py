@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from nanum.server.app import create_app
 from nanum.server.context import ServerContext
@@ -52,6 +52,23 @@ def test_only_one_server_schedules_and_the_other_takes_over(pair: tuple[ServerCo
         a.leadership.release()  # a stops
         assert b.tick() is not None
         assert a.tick() is None
+    finally:
+        a.leadership.release()
+        b.leadership.release()
+
+
+def test_a_leader_whose_database_connection_was_cut_gives_up_without_an_error(
+    pair: tuple[ServerContext, ServerContext],
+) -> None:
+    a, b = (create_app(ctx, run_scheduler=False).state.scheduler for ctx in pair)
+    try:
+        assert a.tick() is not None
+        leader = a.leadership._conn.execute(text("SELECT pg_backend_pid()")).scalar_one()  # type: ignore[union-attr]
+        with pair[1].db.engine.connect() as conn:
+            assert conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": leader}).scalar_one()
+            conn.commit()
+        assert b.tick() is not None  # the lock went with the connection
+        assert a.tick() is None  # a finds its connection gone, gives up, and is not the leader
     finally:
         a.leadership.release()
         b.leadership.release()

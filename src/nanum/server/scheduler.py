@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import bindparam, func, or_, select, text
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from nanum.core import Decisions, HistoryPredictor, Incremental, Job, Pending, Prediction, Preempt
@@ -113,7 +113,7 @@ class Leadership:
         this returns; closing the connection alone releases it only once PostgreSQL has noticed the close."""
         conn, self._conn = self._conn, None
         if conn is not None:
-            with contextlib.suppress(DBAPIError):
+            with contextlib.suppress(SQLAlchemyError):  # a broken connection, or one whose transaction failed
                 conn.execute(text("SELECT pg_advisory_unlock_all()"))
                 conn.commit()
             conn.invalidate()  # never return it to the pool: its session may still hold the lock if that failed
