@@ -1,7 +1,8 @@
 """A tiny real HTTP control plane for agent tests: it serves the heartbeat endpoint the way the server does.
 
 It keeps a desired list the test edits, acknowledges exited jobs at once (taking them off the desired list),
-stores log chunks, and holds a heartbeat that asks to wait until the desired list changes or `wait_s` passes.
+stores log chunks (skipping bytes it holds already, as the server does), and holds a heartbeat that asks to wait
+until the desired list changes or `wait_s` passes.
 Every status it receives is timestamped, so tests can measure start and exit latency.
 """
 
@@ -26,6 +27,7 @@ class FakeServer:
         self.desired: dict[int, JobLaunch] = {}
         self.seen: dict[tuple[int, str], tuple[float, JobStatus]] = {}  # (job, state) → first (time, status)
         self.logs: dict[int, bytearray] = {}
+        self.log_when_seen: dict[tuple[int, str], bytes] = {}  # (job, state) → its log as that status arrived
         self.beats: list[Heartbeat] = []
         self.version = 0
         self.allow_root, self.grace_s = allow_root, grace_s
@@ -101,12 +103,13 @@ class FakeServer:
     def _record(self, beat: Heartbeat, now: float) -> list[int]:
         for chunk in beat.logs:
             log = self.logs.setdefault(chunk.job_id, bytearray())
-            if chunk.offset == len(log):
-                log += chunk.data.encode()
+            if chunk.offset <= len(log):
+                log += chunk.data.encode()[len(log) - chunk.offset :]
         ack = []
         for status in beat.jobs:
             if (status.job_id, status.state) not in self.seen:
                 self.seen[(status.job_id, status.state)] = (now, status)
+                self.log_when_seen[(status.job_id, status.state)] = bytes(self.logs.get(status.job_id, b""))
                 self.cond.notify_all()
             if status.state != "running":
                 self.desired.pop(status.job_id, None)

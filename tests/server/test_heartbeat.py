@@ -237,6 +237,25 @@ def test_logs_are_appended_at_their_offsets_and_read_back(client: AsgiClient, ag
     assert r.text == "" and int(r.headers["X-Nanum-Log-Offset"]) == offset
 
 
+def test_output_sent_again_is_kept_once_and_its_new_bytes_appended(client: AsgiClient, agent: FakeAgent) -> None:
+    """An agent whose request got no reply sends again from what the server last said it held: the server keeps
+    the bytes it has and appends the rest."""
+    from nanum.protocol import LogChunk
+
+    j = submit(client)
+    tick(client)
+    agent.beat()
+    agent.logs = [LogChunk(job_id=j["id"], offset=0, data="epoch 1\n")]
+    assert agent.beat().log_offsets[j["id"]] == 8
+    agent.logs = [LogChunk(job_id=j["id"], offset=0, data="epoch 1\népoch 2\n")]  # the reply above was lost
+    assert agent.beat().log_offsets[j["id"]] == 17
+    agent.logs = [LogChunk(job_id=j["id"], offset=9, data="\ufffd2\nepoch 3\n", nbytes=15)]  # not UTF-8: not cut
+    assert agent.beat().log_offsets[j["id"]] == 17
+    agent.logs = [LogChunk(job_id=j["id"], offset=17, data="epoch 3\n")]
+    assert agent.beat().log_offsets[j["id"]] == 25
+    assert client.get(f"/api/v1/jobs/{j['id']}/logs", headers=auth(ALICE)).text == "epoch 1\népoch 2\nepoch 3\n"
+
+
 def test_a_node_may_not_write_another_nodes_job_logs(client: AsgiClient, ctx: ServerContext, agent: FakeAgent) -> None:
     from nanum.protocol import LogChunk
 

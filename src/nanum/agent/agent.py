@@ -227,19 +227,13 @@ class Agent:
         problems = self.health.check() if self.health is not None else []
         beat = Heartbeat(node=self.node, jobs=statuses, logs=chunks, samples=samples, wait_s=wait_s,
                          gpu_problems=problems)
-        try:
-            reply = await self._exchange(client, beat)
-        finally:
-            # Until a reply says what the server holds, do not send these logs again: the dropped request may
-            # still be appending them on the server, and a second copy must not race it.
-            self._logs.in_doubt = {c.job_id for c in chunks}
+        reply = await self._exchange(client, beat)
         if reply is None:
             return False
         self._check_lease()  # a frozen agent that resumes stops its jobs before anything else
         if fence.boottime() >= sent + reply.lease_s:
             raise Retry(f"the server's reply came after this agent's lease ({reply.lease_s:g} s) had run out")
         self._lease.renew(sent, reply.lease_s)
-        self._logs.in_doubt = set()
         self.monitor.sent(samples)
         self.heartbeats += 1
         self._sent_version = version

@@ -3,9 +3,10 @@ when an ended job's files may go.
 
 Each heartbeat carries at most a chunk per job within a byte budget, ended jobs first (their log is what keeps
 them on the node). What a reply says the server holds wins; where it says nothing, what went out in that round
-counts as held. A chunk whose request got no reply is in doubt: the dropped request may still be appending it on
-the server, so it is not sent again until a reply says what the server holds. An ended job the server
-acknowledged is forgotten (its files removed) once the server holds its whole log.
+counts as held. A request that got no reply (dropped for newer news) counts for nothing: the next heartbeat sends
+again from what the server last said it holds, and the server skips the bytes it has already, so the heartbeat
+that reports a job's end carries the rest of its output. An ended job the server acknowledged is forgotten (its
+files removed) once the server holds its whole log.
 """
 
 from __future__ import annotations
@@ -22,14 +23,13 @@ class LogShipping:
         self.bytes_per_heartbeat = bytes_per_heartbeat
         self.offsets: dict[int, int] = {}  # log bytes the server holds, per job (None: not known yet)
         self.acked: set[int] = set()
-        self.in_doubt: set[int] = set()  # jobs whose last log chunk went out in a request without a reply
 
     def chunks(self, executor: Executor, statuses: list[JobStatus]) -> list[LogChunk]:
         """New output since what the server holds: ended jobs first, at most a chunk per job and a budget."""
         budget, chunks = self.bytes_per_heartbeat, []
         for status in sorted(statuses, key=lambda s: (s.state == "running", s.job_id)):
             offset = self.offsets.get(status.job_id)
-            if offset is None or status.job_id in self.in_doubt or (status.log_size or 0) <= offset or budget <= 0:
+            if offset is None or (status.log_size or 0) <= offset or budget <= 0:
                 continue
             text, nbytes = executor.read_log(status.job_id, offset, min(self.chunk_bytes, budget))
             if nbytes:

@@ -88,20 +88,27 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         _remember(ctx, node.id, version, held_now, desired)
         paths = environments.check_paths(ctx, s)
         runs = joblogs.runs_in(s, who.name, {c.job_id for c in hb.logs} | {j.job_id for j in hb.jobs})
+        # Before the commit: once a job shows as ended, the output its last report carried is in its log.
+        offsets = _write_logs(ctx, who, hb, runs)
         # What the agent reports next if nothing changes: the same, less the ends acknowledged now.
         following = [j for j in hb.jobs if j.job_id not in acks]
         settled = _settled(hb, following, node, held_now, jobs_now)
     ctx.last_seen.heard(who.id, now, written=True)
     if settled:
         _keep_quiet(ctx, who, generation, _reported(hb, following), desired, version, jobs_now)
-    return _outcome(ctx, who, hb, desired, acks, paths, woken, poke, version, runs)
+    return _outcome(ctx, hb, desired, acks, paths, woken, poke, version, offsets)
 
 
-def _outcome(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, desired: list[JobLaunch], acks: list[int],
-             paths: list[str] | None, woken: set[str], poke: bool, version: int,
-             runs: dict[int, tuple[int, bool]] | None = None) -> Outcome:
-    """Append the heartbeat's log chunks and build the reply. `runs`: `joblogs.runs_on`'s answer, when already read."""
-    offsets = joblogs.write_logs(ctx, who.name, hb.logs, {j.job_id for j in hb.jobs}, runs)
+def _write_logs(ctx: ServerContext, who: NodeCaller, hb: Heartbeat,
+                runs: dict[int, tuple[int, bool]] | None = None) -> dict[int, int]:
+    """Append the heartbeat's log chunks; each reported job's log length. `runs`: `joblogs.runs_on`'s answer, when
+    already read."""
+    return joblogs.write_logs(ctx, who.name, hb.logs, {j.job_id for j in hb.jobs}, runs)
+
+
+def _outcome(ctx: ServerContext, hb: Heartbeat, desired: list[JobLaunch], acks: list[int], paths: list[str] | None,
+             woken: set[str], poke: bool, version: int, offsets: dict[int, int]) -> Outcome:
+    """The reply, and what the heartbeat changed."""
     reply = _reply(ctx, desired, acks, offsets)
     reply.check_paths = paths
     running = {j.job_id for j in hb.jobs if j.state == "running"}
@@ -124,7 +131,7 @@ def _quiet(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, now: float) -> Ou
             and ctx.signals.hears_all() and (paths := environments.known_paths(ctx)) is not None:
         ctx.last_seen.heard(who.id, now)
         known = memo.runs if all(c.job_id in memo.runs for c in hb.logs) else None
-        return _outcome(ctx, who, hb, memo.desired, [], paths, set(), False, memo.version, known)
+        return _outcome(ctx, hb, memo.desired, [], paths, set(), False, memo.version, _write_logs(ctx, who, hb, known))
     with ctx.db.read() as s:
         node = s.connection().execute(_QUIET_NODE, {"node": who.id}).first()  # a plain row: no ORM object
         if node is None:
@@ -141,7 +148,7 @@ def _quiet(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, now: float) -> Ou
     ctx.last_seen.heard(who.id, now)
     memo = _keep_quiet(ctx, who, generation, reported, desired, version, jobs)
     known = memo.runs if all(c.job_id in memo.runs for c in hb.logs) else None
-    return _outcome(ctx, who, hb, desired, [], paths, set(), False, version, known)
+    return _outcome(ctx, hb, desired, [], paths, set(), False, version, _write_logs(ctx, who, hb, known))
 
 
 def _settled(hb: Heartbeat, reports: list[JobStatus], node: Any, held: dict[int, list[int]],

@@ -2,13 +2,18 @@
 
 The agent counts the bytes of each run of a job's output; the server keeps every run in one file
 (`$HOME/logs/<job_id>.log`, each run after a header line), and a multi-node job one file per node besides
-(`nanum.server.services.nodelogs`). A chunk that overlaps or leaves a gap is dropped, and the length the server
-answers tells the agent where to resend from.
+(`nanum.server.services.nodelogs`). A chunk is appended from where the server's copy ends: bytes it holds already
+are skipped, and a chunk that would leave a gap is dropped; the length the server answers tells the agent where to
+send from. So an agent may send again what a request without a reply carried: appends are checked and made under
+a lock on the logs directory that every server process on the machine shares.
 """
 
 from __future__ import annotations
 
-import threading
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from sqlalchemy import bindparam, select
@@ -24,34 +29,44 @@ __all__ = ["agent_log_size", "runs_in", "runs_on", "write_logs"]
 
 def write_logs(ctx: ServerContext, node: str, chunks: list[LogChunk], mentioned: set[int],
                runs: dict[int, tuple[int, bool]] | None = None) -> dict[int, int]:
-    """Append each chunk that starts where the server's copy of this run ends; return each job's length this run.
+    """Append what each chunk has beyond the server's copy of this run; return each job's length this run.
 
     Offsets and lengths count the agent's bytes of the current run (a requeued job's log starts again at 0 on
     the agent; the server keeps every run in one file, each after a header line): a chunk covers `nbytes` of
-    them even where bytes that were not UTF-8 arrived as U+FFFD. A chunk that overlaps or leaves a gap is
-    dropped, and the returned length tells the agent where to resend from. Only jobs that ran on this node may
-    write their logs. Heartbeats of one node may be handled concurrently, so appends are serialised. `runs`:
-    what `runs_on` would answer (covering every job of `chunks`), when the caller has read it already."""
+    them even where bytes that were not UTF-8 arrived as U+FFFD. Bytes held already are skipped (`_append`), a
+    chunk that would leave a gap is dropped, and the returned length tells the agent where to send from. Only
+    jobs that ran on this node may write their logs. Heartbeats of one node may be handled concurrently, by
+    several processes, so appends are serialised (`_locked`). `runs`: what `runs_on` would answer (covering
+    every job of `chunks`), when the caller has read it already."""
     if runs is None:
         runs = runs_on(ctx, node, {c.job_id for c in chunks} | mentioned)
     allowed = {c.job_id for c in chunks if c.job_id in runs}
+    if not allowed and not mentioned & runs.keys():
+        return {}
     logs = ctx.settings.logs_dir
     stems = {job_id: nodelogs.stem(job_id, node, gang) for job_id, (_, gang) in runs.items()}
-    with _LOG_LOCK:
-        if allowed:
-            logs.mkdir(parents=True, exist_ok=True)
+    with _locked(logs):
         offsets = {job_id: _run_log_size(logs, stems[job_id], run, node) for job_id, (run, _) in runs.items()
                    if job_id in mentioned or job_id in allowed}
         for chunk in chunks:
             if chunk.job_id in allowed:
-                had = offsets[chunk.job_id]
-                offsets[chunk.job_id] = _append(logs, chunk, had, stems[chunk.job_id])
-                if runs[chunk.job_id][1] and offsets[chunk.job_id] != had:  # a multi-node job: interleave too
-                    nodelogs.interleave(logs, chunk.job_id, node, chunk.data, runs[chunk.job_id][0])
+                offsets[chunk.job_id], text = _append(logs, chunk, offsets[chunk.job_id], stems[chunk.job_id])
+                if runs[chunk.job_id][1] and text:  # a multi-node job: interleave too
+                    nodelogs.interleave(logs, chunk.job_id, node, text, runs[chunk.job_id][0])
     return offsets
 
 
-_LOG_LOCK = threading.Lock()
+@contextlib.contextmanager
+def _locked(logs: Path) -> Iterator[None]:
+    """Hold the logs directory's lock: one thread of one process at a time (each call opens its own descriptor,
+    and `flock` excludes other descriptors, in this process or another)."""
+    logs.mkdir(parents=True, exist_ok=True)
+    fd = os.open(logs / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 #: Built once: every heartbeat that carries output asks.
@@ -116,15 +131,21 @@ def _skew(path: Path) -> int:
         return 0
 
 
-def _append(logs: Path, chunk: LogChunk, have: int, stem: str) -> int:
-    """Append `chunk` to `stem`.log when it starts at `have` (this run's bytes held); return the new length."""
-    data = chunk.data.encode()
+def _append(logs: Path, chunk: LogChunk, have: int, stem: str) -> tuple[int, str]:
+    """Append what `chunk` has beyond `have` (this run's bytes held) to `stem`.log; return the new length and the
+    text appended. A chunk that starts after `have` would leave a gap, and is dropped; one that starts before it
+    (sent again: its first request got no reply) is cut to its new bytes, where its text is its bytes (a chunk
+    that carried bytes that were not UTF-8 cannot be cut: it is dropped, and the agent sends from `have`)."""
+    text, data = chunk.data, chunk.data.encode()
     nbytes = len(data) if chunk.nbytes is None else chunk.nbytes
-    if chunk.offset != have or nbytes <= 0:
-        return have
+    if chunk.offset < have < chunk.offset + nbytes and nbytes == len(data):
+        data = data[have - chunk.offset :]
+        text, nbytes = data.decode(errors="replace"), len(data)
+    elif chunk.offset != have or nbytes <= 0:
+        return have, ""
     path = logs / f"{stem}.log"
     with open(path, "ab") as f:
         f.write(data)
     if nbytes != len(data):
         (logs / f"{path.name}.skew").write_text(str(_skew(path) + nbytes - len(data)))
-    return have + nbytes
+    return have + nbytes, text
