@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 
 import httpx
@@ -134,6 +135,30 @@ def test_logs_page_by_offset_and_follow_stops_once_the_job_ended() -> None:
         first = nanum.logs(7)
         assert (first.text, first.offset, first.state) == ("epoch 1\n", 8, "running")
         assert "".join(nanum.follow_logs(7, poll_s=0.01, settle_s=0.05)) == "epoch 1\nepoch 2\n"
+
+
+def test_following_an_ended_job_waits_for_the_output_its_node_has_not_sent_while_some_comes() -> None:
+    held = {"now": b"epoch 1\n"}  # what the server holds; the node has 8 bytes more
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        offset = int(request.url.params["offset"])
+        chunk = held["now"][offset:]
+        missing = 16 - len(held["now"])
+        headers = {"X-Nanum-Log-Offset": str(offset + len(chunk)), "X-Nanum-Job-State": "completed"}
+        return httpx.Response(200, content=chunk, headers={**headers, "X-Nanum-Log-Missing": str(missing)}
+                              if missing else headers)
+
+    with client(handler) as nanum:
+        assert nanum.logs(7).missing == 8
+        chunks = nanum.follow_log_chunks(7, poll_s=0.01, settle_s=0.5)
+        assert next(chunks).text == "epoch 1\n"
+        held["now"] = b"epoch 1\nepoch 2\n"  # the node's next heartbeat brought the rest
+        assert [(c.text, c.missing) for c in chunks] == [("epoch 2\n", 0), ("", 0)]
+        held["now"] = b"epoch 1\n"  # a node that stopped sending: waited for `settle_s`, then given up on
+        began = time.monotonic()
+        assert [(c.text, c.missing) for c in nanum.follow_log_chunks(7, poll_s=0.01, settle_s=0.3)] == \
+            [("epoch 1\n", 8), ("", 8)]
+        assert time.monotonic() - began >= 0.3
 
 
 def test_settings_come_from_arguments_then_environment_then_the_saved_file(

@@ -256,6 +256,29 @@ def test_output_sent_again_is_kept_once_and_its_new_bytes_appended(client: AsgiC
     assert client.get(f"/api/v1/jobs/{j['id']}/logs", headers=auth(ALICE)).text == "epoch 1\népoch 2\nepoch 3\n"
 
 
+def test_the_output_an_ended_job_still_has_on_its_node_is_counted_until_it_arrives(client: AsgiClient,
+                                                                                  agent: FakeAgent) -> None:
+    """More output than a heartbeat carries: the report of the end comes with part of it, and `nanum logs` is told
+    how much is still to come."""
+    from nanum.protocol import LogChunk
+
+    j = submit(client)
+    tick(client)
+    agent.beat()
+    agent.exit(j["id"])
+    ended = agent.exited[j["id"]] = agent.exited[j["id"]].model_copy(update={"log_size": 20})
+    agent.logs = [LogChunk(job_id=j["id"], offset=0, data="epoch 1\n")]
+    assert agent.beat().ack == [j["id"]]
+    r = client.get(f"/api/v1/jobs/{j['id']}/logs", headers=auth(ALICE))
+    assert (r.headers["X-Nanum-Job-State"], r.headers["X-Nanum-Log-Missing"], r.text) == ("completed", "12",
+                                                                                          "epoch 1\n")
+    agent.exited[j["id"]] = ended  # an agent reports an ended job until the server holds all its output
+    agent.logs = [LogChunk(job_id=j["id"], offset=8, data="epoch 2\nend\n")]
+    agent.beat()
+    r = client.get(f"/api/v1/jobs/{j['id']}/logs", headers=auth(ALICE))
+    assert "X-Nanum-Log-Missing" not in r.headers and r.text == "epoch 1\nepoch 2\nend\n"
+
+
 def test_a_node_may_not_write_another_nodes_job_logs(client: AsgiClient, ctx: ServerContext, agent: FakeAgent) -> None:
     from nanum.protocol import LogChunk
 

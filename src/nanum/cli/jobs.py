@@ -10,9 +10,10 @@ import typer
 from nanum.cli import jobcmds
 from nanum.cli.app import app
 from nanum.cli.common import Command, JsonOpt, ServerOpt, TokenOpt, clean_errors, connect, fail, note, print_json
+from nanum.client import TERMINAL_STATES
 
 if TYPE_CHECKING:
-    from nanum.client import Client
+    from nanum.client import Client, LogChunk
 
 _Opt = typer.Option
 JobIdArg = Annotated[int, typer.Argument(help="Job ID (see `nanum ps`).", show_default=False)]
@@ -195,7 +196,8 @@ def logs(
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """A job's output (stdout and stderr together)."""
+    """A job's output (stdout and stderr together). Of a job that has just ended, the output its node has not
+    sent yet is waited for."""
     out = sys.stdout
     with connect(server, token) as client:
         if follow:
@@ -204,17 +206,29 @@ def logs(
                 _say_what_it_waits_for(client, job_id)
             out.write(first.text)
             out.flush()
-            for text in client.follow_logs(job_id, first.offset, node=node):
-                out.write(text)
-                out.flush()
-            return
-        offset = 0
-        while True:
-            chunk = client.logs(job_id, offset, node)
-            out.write(chunk.text)
-            if not chunk.text or chunk.offset <= offset:
-                break
-            offset = chunk.offset
+            last = _follow(client, job_id, first.offset, node)
+        else:
+            offset = 0
+            while True:
+                last = client.logs(job_id, offset, node)
+                out.write(last.text)
+                if not last.text or last.offset <= offset:
+                    break
+                offset = last.offset
+            if last.missing and last.state in TERMINAL_STATES:  # it has just ended: the rest is on its way
+                last = _follow(client, job_id, offset, node)
+        if last.missing and last.state in TERMINAL_STATES:
+            note(f"the last {last.missing} bytes of job {job_id}'s output are still on its node, which has stopped "
+                 f"sending them; `nanum logs {job_id}` shows them once it sends them")
+
+
+def _follow(client: Client, job_id: int, offset: int, node: str | None) -> LogChunk:
+    """Print the job's output from `offset` as it arrives, until the job has ended and the server holds all of it
+    (or its node stopped sending it); the last read."""
+    for chunk in client.follow_log_chunks(job_id, offset, node=node):
+        sys.stdout.write(chunk.text)
+        sys.stdout.flush()
+    return chunk
 
 
 def _say_what_it_waits_for(client: Client, job_id: int) -> None:

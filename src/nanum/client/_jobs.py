@@ -105,27 +105,38 @@ class JobCalls(Connection):
         params: dict[str, Any] = {"offset": offset} if node is None else {"offset": offset, "node": node}
         response = self._call("GET", f"/jobs/{job_id}/logs", params=params)
         next_offset = int(response.header("X-Nanum-Log-Offset") or offset + len(response.content))
-        return LogChunk(response.text, next_offset, response.header("X-Nanum-Job-State") or "")
+        return LogChunk(response.text, next_offset, response.header("X-Nanum-Job-State") or "",
+                        int(response.header("X-Nanum-Log-Missing") or 0))
 
-    def follow_logs(self, job_id: int, offset: int = 0, poll_s: float = 0.5, settle_s: float = 1.0,
+    def follow_logs(self, job_id: int, offset: int = 0, poll_s: float = 0.5, settle_s: float = 10.0,
                     node: str | None = None) -> Iterator[str]:
-        """Yield the job's output as it arrives, until the job has ended and its output stopped coming.
+        """Yield the job's output as it arrives, until the job has ended and the server holds all of it.
 
-        An agent may ship the last output just after the exit status, so an ended job is read again until
-        nothing new came for `settle_s` seconds."""
+        The report of a job's end carries the rest of its output, unless there was more than a heartbeat
+        carries: then the server says how much is still to come, and it is waited for, as long as some arrives
+        every `settle_s` seconds (its node may have gone down meanwhile)."""
+        for chunk in self.follow_log_chunks(job_id, offset, poll_s, settle_s, node):
+            if chunk.text:
+                yield chunk.text
+
+    def follow_log_chunks(self, job_id: int, offset: int = 0, poll_s: float = 0.5, settle_s: float = 10.0,
+                          node: str | None = None) -> Iterator[LogChunk]:
+        """`follow_logs`, chunk by chunk: each one with output, then the last read (no text; its `missing` says
+        how much output its node still held when waiting for it ended)."""
         quiet_since: float | None = None
         while True:
             chunk = self._retrying(functools.partial(self.logs, job_id, offset, node))
             offset = chunk.offset
             if chunk.text:
                 quiet_since = None
-                yield chunk.text
+                yield chunk
                 continue
             if chunk.state in TERMINAL_STATES:
                 quiet_since = quiet_since or time.monotonic()
-                if time.monotonic() - quiet_since >= settle_s:
+                if not chunk.missing or time.monotonic() - quiet_since >= settle_s:
+                    yield chunk
                     return
-            time.sleep(min(poll_s, settle_s / 4) if chunk.state in TERMINAL_STATES else poll_s)
+            time.sleep(min(poll_s, 0.05) if chunk.state in TERMINAL_STATES else poll_s)
 
     def wait(self, job_id: int, timeout: float | None = None, poll_s: float = 0.1) -> Job:
         """Block until the job ends and return it; raise `WaitTimeout` after `timeout` seconds.

@@ -62,9 +62,11 @@ class NewToken(TypedDict):
 
 
 class LogChunk(NamedTuple):
-    """Output of a job from some byte offset; `offset` is where the next read starts, `state` the job's."""
+    """Output of a job from some byte offset; `offset` is where the next read starts, `state` the job's;
+    `missing`: bytes of an ended job's output that its node has not sent yet (they follow in a moment)."""
 
     text: str
     offset: int
     state: str
+    missing: int = 0
 

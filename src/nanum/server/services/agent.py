@@ -103,7 +103,7 @@ def _write_logs(ctx: ServerContext, who: NodeCaller, hb: Heartbeat,
                 runs: dict[int, tuple[int, bool]] | None = None) -> dict[int, int]:
     """Append the heartbeat's log chunks; each reported job's log length. `runs`: `joblogs.runs_on`'s answer, when
     already read."""
-    return joblogs.write_logs(ctx, who.name, hb.logs, {j.job_id for j in hb.jobs}, runs)
+    return joblogs.write_logs(ctx, who.name, hb.logs, hb.jobs, runs)
 
 
 def _outcome(ctx: ServerContext, hb: Heartbeat, desired: list[JobLaunch], acks: list[int], paths: list[str] | None,

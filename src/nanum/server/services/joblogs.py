@@ -6,6 +6,10 @@ The agent counts the bytes of each run of a job's output; the server keeps every
 are skipped, and a chunk that would leave a gap is dropped; the length the server answers tells the agent where to
 send from. So an agent may send again what a request without a reply carried: appends are checked and made under
 a lock on the logs directory that every server process on the machine shares.
+
+The report of a job's end carries its output's length on the node. Where the server holds less (the output was
+more than a heartbeat carries), `<stem>.log.missing` says how many bytes are still to come, until they have:
+`nanum logs` then knows to wait for them rather than show an ended job's output cut short.
 """
 
 from __future__ import annotations
@@ -19,15 +23,15 @@ from pathlib import Path
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
-from nanum.protocol import LogChunk
+from nanum.protocol import JobStatus, LogChunk
 from nanum.server.context import ServerContext
 from nanum.server.services import nodelogs
 from nanum.store import JobRow
 
-__all__ = ["agent_log_size", "runs_in", "runs_on", "write_logs"]
+__all__ = ["agent_log_size", "missing_bytes", "runs_in", "runs_on", "write_logs"]
 
 
-def write_logs(ctx: ServerContext, node: str, chunks: list[LogChunk], mentioned: set[int],
+def write_logs(ctx: ServerContext, node: str, chunks: list[LogChunk], reports: list[JobStatus],
                runs: dict[int, tuple[int, bool]] | None = None) -> dict[int, int]:
     """Append what each chunk has beyond the server's copy of this run; return each job's length this run.
 
@@ -37,7 +41,9 @@ def write_logs(ctx: ServerContext, node: str, chunks: list[LogChunk], mentioned:
     chunk that would leave a gap is dropped, and the returned length tells the agent where to send from. Only
     jobs that ran on this node may write their logs. Heartbeats of one node may be handled concurrently, by
     several processes, so appends are serialised (`_locked`). `runs`: what `runs_on` would answer (covering
-    every job of `chunks`), when the caller has read it already."""
+    every job of `chunks`), when the caller has read it already. Each of `reports` (the node's reports of its
+    jobs) that is of an ended job records how much of its output is still to come (the module docstring)."""
+    mentioned = {r.job_id for r in reports}
     if runs is None:
         runs = runs_on(ctx, node, {c.job_id for c in chunks} | mentioned)
     allowed = {c.job_id for c in chunks if c.job_id in runs}
@@ -53,7 +59,28 @@ def write_logs(ctx: ServerContext, node: str, chunks: list[LogChunk], mentioned:
                 offsets[chunk.job_id], text = _append(logs, chunk, offsets[chunk.job_id], stems[chunk.job_id])
                 if runs[chunk.job_id][1] and text:  # a multi-node job: interleave too
                     nodelogs.interleave(logs, chunk.job_id, node, text, runs[chunk.job_id][0])
+        for report in reports:
+            if report.state != "running" and report.job_id in runs:
+                _note_missing(logs / f"{stems[report.job_id]}.log.missing",
+                              (report.log_size or 0) - offsets[report.job_id])
     return offsets
+
+
+def _note_missing(path: Path, missing: int) -> None:
+    if missing > 0:
+        path.write_text(str(missing))
+    else:
+        path.unlink(missing_ok=True)
+
+
+def missing_bytes(logs: Path, stems: list[str]) -> int:
+    """How many bytes of an ended job's output its nodes hold that the server does not have yet, for the parts
+    `stems` names (as `nodelogs.stem` does)."""
+    total = 0
+    for stem in stems:
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            total += int((logs / f"{stem}.log.missing").read_text())
+    return total
 
 
 @contextlib.contextmanager
@@ -114,6 +141,7 @@ def _run_log_size(logs: Path, stem: str, run: int, node: str) -> int:
         if total and run > 1:
             seen_run = -1
     if seen_run != run:
+        (logs / f"{stem}.log.missing").unlink(missing_ok=True)  # an earlier run's
         if total:
             header = f"\n--- run {run} on {node} ---\n".encode()
             with open(logs / f"{stem}.log", "ab") as f:

@@ -21,7 +21,7 @@ from nanum.server.context import ServerContext
 from nanum.server.errors import BadRequest, Conflict, Forbidden, NotFound
 from nanum.server.job_schemas import ACTIVE_STATES, JOB_STATES, JobSubmit
 from nanum.server.schemas import iso
-from nanum.server.services import budgets, catalog, eligibility, environments, jobusage, lifecycle, nodelogs
+from nanum.server.services import budgets, catalog, eligibility, environments, joblogs, jobusage, lifecycle, nodelogs
 from nanum.server.views import core_job, job_out
 from nanum.store import JobRow, LabRow, SegmentRow, UserRow, table
 
@@ -375,20 +375,24 @@ class LogSlice:
     data: bytes
     next_offset: int
     state: str
+    missing: int  # bytes of the ended job's output still on its node(s) (`joblogs.missing_bytes`)
 
 
 def read_logs(ctx: ServerContext, caller: Caller, job_id: int, offset: int, node: str | None = None) -> LogSlice:
     with ctx.db.read() as s:
         job = _owned(s, caller, job_id)
-        state = job.state
-        stem = str(job_id)
+        state, gang = job.state, job.nodes > 1
+        nodes = [str(a["node"]) for a in job.allocation or ()]
         if node is not None:
-            stem = nodelogs.stem(job_id, nodelogs.node_of(job.allocation, node), job.nodes > 1)
-    path = ctx.settings.logs_dir / f"{stem}.log"
+            nodes = [nodelogs.node_of(job.allocation, node)]
+    logs = ctx.settings.logs_dir
+    # Looked at before the read: what arrives between is read too.
+    missing = joblogs.missing_bytes(logs, [nodelogs.stem(job_id, n, gang) for n in nodes] or [str(job_id)])
+    stem = str(job_id) if node is None else nodelogs.stem(job_id, nodes[0], gang)
     try:
-        with open(path, "rb") as f:
+        with open(logs / f"{stem}.log", "rb") as f:
             f.seek(max(offset, 0))
             data = f.read(LOG_CHUNK)
     except FileNotFoundError:
         data = b""
-    return LogSlice(data, max(offset, 0) + len(data), state)
+    return LogSlice(data, max(offset, 0) + len(data), state, missing)
