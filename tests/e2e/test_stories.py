@@ -110,6 +110,15 @@ def test_wait_and_logs_follow_a_job_to_its_end_and_its_exit_code(cluster: Cluste
     assert json.loads(cluster.nanum("ps", "--all", "--json", user="dave").stdout)[-1]["exit_code"] == 3
 
 
+def test_logs_of_a_job_that_just_ended_show_all_its_output_even_more_than_a_heartbeat_carries(
+        cluster: Cluster, workdir: Path) -> None:
+    job_id = cluster.submit("dave", "--", "sh", "-c", "head -c 20000000 /dev/zero | tr '\\0' x; echo; echo end",
+                            cwd=workdir)
+    cluster.wait_state(job_id, "completed")
+    logs = cluster.nanum("logs", str(job_id), user="dave")
+    assert (logs.returncode, len(logs.stdout), logs.stdout[-5:], logs.stderr) == (0, 20_000_005, "\nend\n", "")
+
+
 def test_only_the_owner_or_an_admin_may_cancel_a_job(cluster: Cluster, workdir: Path) -> None:
     job_id = cluster.submit("alice", "--", "sleep", "120", cwd=workdir)
     cluster.wait_state(job_id, "running")
