@@ -34,6 +34,9 @@ class JobRows:
 
     def __init__(self, columns: tuple[Any, ...]) -> None:
         self.columns = columns
+        # Built once: building a statement of this many columns costs about as much as running it.
+        self._every = select(*columns).where(JobRow.state.in_(ACTIVE))
+        self._since = select(*columns).where(JobRow.rev >= bindparam("mark"))
         self.running: dict[int, Any] = {}
         #: in id order (the queue's order of submission)
         self.pending: dict[int, Any] = {}
@@ -56,12 +59,11 @@ class JobRows:
         `held` brought up to date. `names`: every node's name by its id."""
         conn = s.connection()
         mark = revs.mark(conn)
-        which = JobRow.state.in_(ACTIVE) if self.mark is None else JobRow.rev >= self.mark
         running, pending = self.running, self.pending
         last = next(reversed(pending), 0)
         unordered = False
         written: list[int] = []
-        result = conn.execute(select(*self.columns).where(which))
+        result = conn.execute(self._every) if self.mark is None else conn.execute(self._since, {"mark": self.mark})
         if self._record is None:
             self._record = namedtuple("JobRecord", result.keys())  # type: ignore[misc]
         record = self._record._make

@@ -110,5 +110,10 @@ def mark(conn: Connection) -> int:
     """Where the next read of this reader starts: every row written after this transaction's snapshot has a
     `rev` at least this. Call it first in the transaction, before the rows are read (see the module docstring)."""
     if conn.dialect.name == "sqlite":
-        return int(conn.execute(text("SELECT n FROM job_revs")).scalar_one()) + 1
-    return int(conn.execute(text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")).scalar_one())
+        return int(conn.execute(_SQLITE_MARK).scalar_one()) + 1
+    return int(conn.execute(_POSTGRES_MARK).scalar_one())
+
+
+#: Built once: every tick asks (building a statement costs about as much as running it).
+_SQLITE_MARK = text("SELECT n FROM job_revs")
+_POSTGRES_MARK = text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
