@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import time
 
+import pytest
 from sqlalchemy import select
 
 from nanum.protocol import JobStatus, LogChunk
@@ -277,6 +279,27 @@ def test_the_output_an_ended_job_still_has_on_its_node_is_counted_until_it_arriv
     agent.beat()
     r = client.get(f"/api/v1/jobs/{j['id']}/logs", headers=auth(ALICE))
     assert "X-Nanum-Log-Missing" not in r.headers and r.text == "epoch 1\nepoch 2\nend\n"
+
+
+def test_logs_are_kept_where_the_file_system_takes_no_locks_and_that_is_said_once(
+        client: AsgiClient, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from nanum.server.services import joblogs
+
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(joblogs.fcntl, "flock", no_locks)
+    monkeypatch.setattr(joblogs, "_unlockable", False)
+    j = submit(client)
+    tick(client)
+    agent.beat()
+    for offset, line in ((0, "epoch 1\n"), (8, "epoch 2\n")):
+        agent.logs = [LogChunk(job_id=j["id"], offset=offset, data=line)]
+        assert agent.beat().log_offsets[j["id"]] == offset + 8
+    assert client.get(f"/api/v1/jobs/{j['id']}/logs", headers=auth(ALICE)).text == "epoch 1\nepoch 2\n"
+    said = [r.getMessage() for r in caplog.records if "cannot lock" in r.getMessage()]
+    assert len(said) == 1 and "No locks available" in said[0] and "local disk" in said[0]
 
 
 def test_a_node_may_not_write_another_nodes_job_logs(client: AsgiClient, ctx: ServerContext, agent: FakeAgent) -> None:

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +31,8 @@ from nanum.server.services import nodelogs
 from nanum.store import JobRow
 
 __all__ = ["agent_log_size", "missing_bytes", "runs_in", "runs_on", "write_logs"]
+
+log = logging.getLogger("nanum.server")
 
 
 def write_logs(ctx: ServerContext, node: str, chunks: list[LogChunk], reports: list[JobStatus],
@@ -85,15 +89,28 @@ def missing_bytes(logs: Path, stems: list[str]) -> int:
 
 @contextlib.contextmanager
 def _locked(logs: Path) -> Iterator[None]:
-    """Hold the logs directory's lock: one thread of one process at a time (each call opens its own descriptor,
-    and `flock` excludes other descriptors, in this process or another)."""
+    """Hold the logs directory's lock: one thread of one process at a time. Where the file system takes no locks
+    (an NFS mount without its lock service), only this process's threads are kept apart, and that is said once."""
+    global _unlockable
     logs.mkdir(parents=True, exist_ok=True)
-    fd = os.open(logs / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
+    with _THREADS:
+        fd = os.open(logs / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as exc:
+                if not _unlockable:
+                    _unlockable = True
+                    log.warning("cannot lock %s (%s): with several server processes (--workers), a job's "
+                                "output sent twice could be kept twice; keep the nanum home on a local disk",
+                                logs / ".lock", exc.strerror)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+
+_THREADS = threading.Lock()
+_unlockable = False
 
 
 #: Built once: every heartbeat that carries output asks.
