@@ -33,7 +33,6 @@ class JobRows:
     """Pending and running job rows of `columns` (which must include `JobRow.id` and `JobRow.state`)."""
 
     def __init__(self, columns: tuple[Any, ...]) -> None:
-        self.columns = columns
         # Built once: building a statement of this many columns costs about as much as running it.
         self._every = select(*columns).where(JobRow.state.in_(ACTIVE))
         self._since = select(*columns).where(JobRow.rev >= bindparam("mark"))
