@@ -71,8 +71,12 @@ def write_logs(ctx: ServerContext, node: str, chunks: list[LogChunk], reports: l
 
 
 def _note_missing(path: Path, missing: int) -> None:
+    """Say how many bytes are still to come, or that none are. Replaced whole: a reader never sees it half written
+    (an empty file would read as nothing missing)."""
     if missing > 0:
-        path.write_text(str(missing))
+        partial = path.with_name(f"{path.name}.new")
+        partial.write_text(str(missing))
+        os.replace(partial, path)
     else:
         path.unlink(missing_ok=True)
 
