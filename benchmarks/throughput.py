@@ -281,27 +281,40 @@ def machine_seconds() -> tuple[float, float, float]:
     return busy / tick, iowait / tick, (busy + idle + iowait) / tick
 
 
-def agent_of(server_pid: int) -> int | None:
-    """The local agent `nanum up` runs as its child."""
+def child_of(parent: int, match: Callable[[Path], bool]) -> int | None:
+    """A child of process `parent` whose /proc directory `match` accepts."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
             text = stat.read_text()
-            parent = int(text.rsplit(")", 1)[1].split()[1])
-            if parent == server_pid and "agent" in (stat.parent / "cmdline").read_text():
+            if int(text.rsplit(")", 1)[1].split()[1]) == parent and match(stat.parent):
                 return int(stat.parent.name)
     return None
 
 
+def agent_of(server_pid: int) -> int | None:
+    """The local agent `nanum up` runs as its child."""
+    return child_of(server_pid, lambda proc: "agent" in (proc / "cmdline").read_text())
+
+
 def drain_cpu(server_pid: int, run: Callable[[], tuple[float, float, int]], n: int) -> tuple[
         tuple[float, float, int], dict[str, float]]:
-    """`run()`'s result, and the CPU milliseconds per job of the server, its agent and the jobs' processes, and
-    the shares of the machine's CPU time that were busy and waiting for I/O meanwhile."""
+    """`run()`'s result, and the CPU milliseconds per job of the server, its agent (with its job launcher) and the
+    jobs' processes, and the shares of the machine's CPU time that were busy and waiting for I/O meanwhile."""
     agent = agent_of(server_pid)
     if agent is None:
         sys.exit("cannot find the agent of `nanum up` to measure its CPU time")
-    before = cpu_seconds(server_pid), cpu_seconds(agent), machine_seconds()
+    launcher = child_of(agent, lambda proc: (proc / "comm").read_text().strip() == "nanum-launcher")
+
+    def node() -> tuple[float, float]:  # the agent's and its launcher's own; and their children's (the jobs)
+        own, children = cpu_seconds(agent)
+        if launcher is not None:
+            more = cpu_seconds(launcher)
+            own, children = own + more[0], children + more[1]
+        return own, children
+
+    before = cpu_seconds(server_pid), node(), machine_seconds()
     result = run()
-    after = cpu_seconds(server_pid), cpu_seconds(agent), machine_seconds()
+    after = cpu_seconds(server_pid), node(), machine_seconds()
     per_job, elapsed = 1000 / n, max(after[2][2] - before[2][2], 1e-9)
     return result, {
         "drain_server_cpu_ms": (after[0][0] - before[0][0]) * per_job,

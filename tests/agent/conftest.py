@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from nanum.agent import executor as executor_module
 from nanum.agent.executor import Executor
+from nanum.agent.launch import launcher
 from nanum.protocol import JobLaunch
 
 NODE = "test-node"
@@ -53,12 +53,10 @@ def executor(state_dir: Path) -> Iterator[Executor]:
 @pytest.fixture(autouse=True, scope="session")
 def _reap_left_children() -> Iterator[None]:
     """Job processes that a test's executors left behind (a test that drops an executor while its job runs, as an
-    agent restart does) are stopped and reaped once the tests are done, rather than reported by the interpreter
-    at exit as still running."""
+    agent restart does) are stopped once the tests are done, rather than left running."""
     yield
-    for pid, proc in list(executor_module._CHILDREN.items()):
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-        executor_module._CHILDREN.pop(pid, None)
+    for pid in launcher().waiters():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        launcher().returncode(pid)
+    launcher().close()

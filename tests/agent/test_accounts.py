@@ -37,10 +37,10 @@ def log_text(ex: Executor, job_id: int) -> str:
     return ex.read_log(job_id, 0, 1 << 20)[0]
 
 
-@pytest.fixture(params=[True, False], ids=["setpriv", "fork"])
-def switching_executor(request: pytest.FixtureRequest, state_dir: Path) -> Iterator[Executor]:
-    """Executors that switch users through `setpriv`, and by setting ids in a forked child."""
-    ex = Executor(state_dir, NODE, use_setpriv=request.param)
+@pytest.fixture
+def switching_executor(state_dir: Path) -> Iterator[Executor]:
+    """A root agent's executor, which runs jobs as their users."""
+    ex = Executor(state_dir, NODE)
     yield ex
     ex.close()
 

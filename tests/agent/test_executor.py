@@ -8,9 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from nanum.agent import executor as executor_module
 from nanum.agent import fence, procs
 from nanum.agent.executor import Executor
+from nanum.agent.launch import launcher
 from tests.agent.conftest import NODE, make_launch
 
 
@@ -50,7 +50,7 @@ def test_exit_code_is_recorded(executor: Executor) -> None:
     assert status is not None and status.exit_code == 3 and status.ended_at and status.started_at
 
 
-def test_job_gets_no_stdin_and_no_wrapper_descriptor(executor: Executor) -> None:
+def test_job_gets_no_stdin_and_no_waiter_descriptor(executor: Executor) -> None:
     executor.start(allow_root=True, launch=make_launch(1, "sh", "-c", "cat; ls -l /proc/$$/fd"))
     assert executor.wait(1, 5) is not None
     listing = log_text(executor, 1)
@@ -117,7 +117,7 @@ def test_stop_terms_then_kills_the_whole_group(executor: Executor, tmp_path: Pat
     assert (executor.jobs_dir / "5" / "preempt").exists()
 
 
-def test_sigterm_ends_a_job_and_the_wrapper_records_it(executor: Executor) -> None:
+def test_sigterm_ends_a_job_and_the_waiter_records_it(executor: Executor) -> None:
     executor.start(allow_root=True, launch=make_launch(6, "sleep", "60"))
     time.sleep(0.1)
     executor.stop(6, grace_s=10)
@@ -127,7 +127,7 @@ def test_sigterm_ends_a_job_and_the_wrapper_records_it(executor: Executor) -> No
 
 
 def test_a_job_stopped_the_moment_it_starts_gets_sigterm_not_sigkill(executor: Executor) -> None:
-    # A SIGTERM that reaches the wrapper before it has started the command must still stop the command.
+    # A SIGTERM that reaches the waiter before it has started the command must still stop the command.
     for job_id in range(100, 140):
         executor.start(allow_root=True, launch=make_launch(job_id, "sleep", "60"))
         executor.stop(job_id, grace_s=3)
@@ -234,7 +234,7 @@ def test_dead_pid_with_another_start_time_is_not_adopted(state_dir: Path) -> Non
     finally:
         second.close()
         os.killpg(real_pid, 9)
-        executor_module._CHILDREN.pop(real_pid).wait()  # neither executor adopted it: reap it here
+        launcher().returncode(real_pid)  # neither executor adopted it
 
 
 def test_forget_removes_an_ended_job(executor: Executor) -> None:

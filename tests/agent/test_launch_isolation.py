@@ -71,10 +71,10 @@ def shared() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture(params=[True, False], ids=["setpriv", "fork"])
-def as_root(request: pytest.FixtureRequest, state_dir: Path) -> Iterator[Executor]:
-    """A root agent's executor, switching users through `setpriv` or in a forked child."""
-    ex = Executor(state_dir, NODE, use_setpriv=request.param)
+@pytest.fixture
+def as_root(state_dir: Path) -> Iterator[Executor]:
+    """A root agent's executor, which runs jobs as their users."""
+    ex = Executor(state_dir, NODE)
     yield ex
     for job_id, state in ex.held().items():
         if state == "running":
@@ -141,6 +141,23 @@ def test_a_switched_job_holds_no_descriptor_but_its_output(as_root: Executor, al
     links = [line.split("->")[-1].strip() for line in listing.splitlines() if "->" in line]
     assert len(links) == 3 and links[0] == "/dev/null", listing  # no exit file, no setup script
     assert links[1].endswith("/output.log") and links[2] == links[1], listing
+
+
+def test_a_job_cannot_read_its_waiters_memory_where_other_jobs_requests_passed(
+    as_root: Executor, alice: pwd.struct_passwd, bob: pwd.struct_passwd, shared: Path
+) -> None:
+    # The waiter is forked from the launcher, which has carried every job's environment: bob's secret passed
+    # through it just before alice's job, whose waiter runs as alice.
+    as_root.start(make_launch(1, "true", unix_user=BOB, env={"BOBS_SECRET": "bob-s3cret-token"}))
+    as_root.wait(1, 5)
+    probe = (
+        'for f in mem environ; do head -c 1 /proc/$PPID/$f >/dev/null 2>&1 && echo "$f readable" || echo "$f refused"; '
+        'done; grep -c bob-s3cret-token /proc/$PPID/mem 2>/dev/null || true'
+    )
+    as_root.start(make_launch(2, "sh", "-c", probe, unix_user=ALICE))
+    status = as_root.wait(2, 5)
+    assert status is not None and status.exit_code == 0
+    assert log_text(as_root, 2) == "mem refused\nenviron refused\n", log_text(as_root, 2)
 
 
 # --- 2. the working directory is entered as the job's user -------------------------------------------------------

@@ -19,7 +19,6 @@ import contextlib
 import logging
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -41,7 +40,7 @@ from nanum.agent.environments import (
 from nanum.agent.exitwatch import POLL_S, ExitWatch
 from nanum.agent.jobrecord import JobRecord, read_exit_file, read_log, read_workdir_failure
 from nanum.agent.jobsdir import discard, empty_trash, make_jobs_dir, new_job_dir
-from nanum.agent.launch import check_fields, find_setpriv, job_env, prepare, spawn
+from nanum.agent.launch import check_fields, find_setpriv, job_env, launcher, prepare, spawn
 from nanum.agent.sessions import relayed
 from nanum.protocol import JobLaunch, JobStatus
 
@@ -50,9 +49,6 @@ __all__ = ["Executor"]
 log = logging.getLogger("nanum.agent")
 
 MAX_SLEEP_S = 5.0
-# Processes this Python process started, by pid, shared by every Executor so that one created over the same
-# state directory (an agent restart inside one process, as tests do) can still reap them.
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 class Executor:
@@ -62,7 +58,6 @@ class Executor:
         node: str,
         *,
         on_change: Callable[[], object] | None = None,
-        use_setpriv: bool = True,
         cgroups: Cgroups | None = None,
         containers: Containers | None = None,
         checkpoint_root: Path | None = None,
@@ -76,7 +71,7 @@ class Executor:
         self._on_change = on_change
         self._agent = agent_account()
         self._boot = procs.boot_id()
-        self._setpriv = find_setpriv() if use_setpriv else None
+        self._setpriv = find_setpriv()
         self._cgroups = cgroups
         self._containers = containers or Containers()
         self._checkpoint_root = checkpoint_root
@@ -91,6 +86,10 @@ class Executor:
             if cgroups is not None:
                 cgroups.sweep(r.job_id for r in self._jobs.values() if r.state == "running")
         self._empty_trash()
+        try:
+            launcher().start()
+        except OSError as exc:  # the first job tries again, and fails to start saying why if it still cannot
+            log.warning("cannot start the job launcher: %s", exc)
         self._thread = threading.Thread(target=self._watch, name="nanum-executor", daemon=True)
         self._thread.start()
 
@@ -236,23 +235,21 @@ class Executor:
         record.started_at = time.time()
         try:
             record.save()
-            proc = spawn(record, account, env, switch_user=switch, setpriv=self._setpriv, cgroup_files=enter,
-                         command=command, cwd="/" if in_container(launch) else None)
+            pid = spawn(record, account, env, switch_user=switch, cgroup_files=enter, command=command,
+                        cwd="/" if in_container(launch) else None)
         except BaseException:
             record.started_at = None
             self._end_cgroup(record)
             raise
-        _CHILDREN[proc.pid] = proc
         try:
-            record.pid, record.start_ticks = proc.pid, procs.start_ticks(proc.pid)
+            record.pid, record.start_ticks = pid, procs.start_ticks(pid)
             record.state = "running"
             record.save()
             self._watch_pid(record)
         except BaseException:  # a job the agent cannot keep track of must not run on unseen
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            _CHILDREN.pop(proc.pid, None)
-            proc.wait()
+                os.killpg(pid, signal.SIGKILL)
+            launcher().returncode(pid)
             record.pid = record.start_ticks = record.started_at = None
             self._end_cgroup(record)
             raise
@@ -285,7 +282,7 @@ class Executor:
 
     def _adopt_starting(self, record: JobRecord) -> None:
         """The agent stopped while it was starting the job, maybe after its process was spawned but before its pid
-        was recorded. That process, the wrapper, is found by the exit file it holds open and adopted; a job that has
+        was recorded. That process, the waiter, is found by the exit file it holds open and adopted; a job that has
         ended meanwhile is read from that file. Otherwise it never ran: it is forgotten, and starts when the server's
         list of the node's jobs next names it, as a job the agent had not recorded at all."""
         pid = procs.holding(record.exit_path)
@@ -384,14 +381,14 @@ class Executor:
             os.killpg(record.pid, sig)
 
     def _finish(self, record: JobRecord, lost: str | None = None) -> None:
-        """Record how the job ended; kill what it left in its process group; reap it if it is our child."""
+        """Record how the job ended; kill what it left in its process group; learn how its waiter ended, where
+        this process's launcher started it."""
         pid = record.pid or 0
         self._exits.unwatch(record.job_id)
         if pid:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
-        proc = _CHILDREN.pop(pid, None)
-        returncode = proc.wait() if proc is not None else None
+        returncode = launcher().returncode(pid) if pid else None
         record.fenced = (record.dir / fence.FENCED_MARK).exists()
         set_result(record, read_exit_file(record.exit_path), returncode, lost)
         if in_container(record.launch):
@@ -400,7 +397,7 @@ class Executor:
         self._end_cgroup(record)
         record.state, record.ended_at = "exited", time.time()
         why = read_workdir_failure(record.exit_path)
-        if why is not None:  # the wrapper, as the job's user, could not enter the working directory
+        if why is not None:  # the waiter, as the job's user, could not enter the working directory
             record.state, record.reason = "failed_to_start", workdir_failure(record, why)
             record.exit_code = record.signal = None
         record.save()

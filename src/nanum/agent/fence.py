@@ -112,7 +112,7 @@ def running_jobs(jobs_dir: Path) -> int:
 
 def _process(job_dir: Path, record: dict[str, Any]) -> tuple[int, int | None] | None:
     """The live process of a recorded job: (pid, start ticks), or None. A job still `starting` (its agent stopped
-    between the spawn and recording the pid) is found by the exit file its wrapper holds."""
+    between the spawn and recording the pid) is found by the exit file its waiter holds."""
     state, pid, ticks = record.get("state"), record.get("pid"), record.get("start_ticks")
     if state == "starting":
         pid = procs.holding(job_dir / "exit")  # `JobRecord.exit_path`

@@ -3,7 +3,7 @@
 Files in a job's directory:
 - `job.json`  this record: the launch request, pid and process start time, stop requests, and the result;
 - `output.log` stdout and stderr of the job;
-- `exit`      written by the wrapper shell with the job's exit status when the command ends, or with
+- `exit`      written by the job's waiter (`nanum.agent.launcher`) with its exit status when the command ends, or with
               `workdir: ` and the reason when the job's user could not enter its working directory;
 - `preempt`   created by the agent just before it sends SIGTERM, so the job can tell it should checkpoint;
 - `activity`  touched by the job (a notebook) whenever its user is at work: idle detection reads its mtime;
@@ -32,7 +32,7 @@ log = logging.getLogger("nanum.agent")
 State = Literal["starting", "running", "exited", "failed_to_start"]
 MAX_SIGNAL = 64
 WORKDIR_FAILED = "workdir: "
-ENV_CD_ERROR = ": cannot change directory to "  # what `env -C` says, after its name
+ENV_CD_ERROR = ": cannot change directory to "  # how a waiter of an earlier version said it, through `env -C`
 #: The file in a job's checkpoint directory whose modification time says when it last saved its state.
 CHECKPOINT_MARK = ".checkpoint"
 
@@ -150,7 +150,7 @@ class JobRecord:
 
 
 def read_exit_file(path: Path) -> int | None:
-    """The exit status the wrapper recorded, or None when it wrote nothing (it was killed, or is running)."""
+    """The exit status the waiter recorded, or None when it wrote nothing (it was killed, or is running)."""
     try:
         text = path.read_text().strip()
     except OSError:
@@ -162,7 +162,7 @@ def read_exit_file(path: Path) -> int | None:
 
 
 def read_workdir_failure(path: Path) -> str | None:
-    """When the wrapper could not enter the job's working directory as its user: why, in the kernel's words
+    """When the waiter could not enter the job's working directory as its user: why, in the kernel's words
     (`Permission denied`), or '' when it could not tell; None when the exit file says nothing of the kind."""
     try:
         text = path.read_text(errors="replace")
@@ -171,10 +171,9 @@ def read_workdir_failure(path: Path) -> str | None:
     if not text.startswith(WORKDIR_FAILED):
         return None
     said = text[len(WORKDIR_FAILED) :].splitlines()
-    _, found, after = (said[0] if said else "").partition(ENV_CD_ERROR)
-    if not found or ": " not in after:
-        return ""
-    why = after.rsplit(": ", 1)[1].strip()
+    why = said[0].strip() if said else ""
+    if ENV_CD_ERROR in why:
+        why = why.rsplit(": ", 1)[1].strip()
     return why if len(why) <= 100 and why.isprintable() else ""
 
 

@@ -1,80 +1,42 @@
-"""Starting one job process: its directory, environment, account and the wrapper that records its exit status.
+"""Starting one job process: its directory, environment, account, and the request to the launcher.
 
-Every job runs as `/bin/sh -c WRAPPER nanum-job-ID SETUP COMMAND...` (WRAPPER: `wrapper()`) in a session of its
-own, with its standard output open for writing on the job's `exit` file and its standard error on its log. The
-wrapper moves the exit file to descriptor 3 and the log to 1, reads SETUP from its standard input (below), gives
-the command /dev/null as input and no fd 3, and sets a trap *handler* (not `trap ''`, whose ignored signals the
-command would inherit), so that a SIGTERM sent to the process group stops the command but not the shell, which
-then writes the command's status to the exit file. That file is how a restarted agent learns the exit status of
-a job that ended while it was down; being an inherited descriptor, it works even where the job's user cannot
-reach the state directory.
+Every job is started by this agent's launcher (`nanum.agent.launcher`): a waiter process leads the job's own
+session, holds its exit file, switches to the job's user, enters its working directory as that user, starts the
+command with the job's environment and records its exit status. Its standard output and error are the job's log.
 
-Nothing the job's owner controls reaches a process that still runs as root. An agent running as root starts
-the wrapper as the job's user through `setpriv` with an environment it builds itself (`PATH` alone): the job's
-environment would otherwise be read by `setpriv` and its dynamic loader as root (`LD_PRELOAD` runs the user's
-code as uid 0). The job's own environment and working directory come in a small shell script on the wrapper's
-standard input (a memfd owned by the user, 0600; SETUP is `stdin`), which the wrapper sources as the user
-before anything else: it enters the working directory (so a directory the user may not enter, such as another
-user's 0700 home, is refused as the kernel refuses it to that user) and exports the variables, each value in
-single quotes. The variables never appear on a command line, where any user could read them in /proc. If the
-directory cannot be entered the script writes `workdir: ` and the reason to the exit file instead of a status,
-and the executor reports the job as failed to start with that reason. Where there is no `setpriv`, or a
-variable's name is not one a shell can export, the agent forks a child that switches ids and then execs the
-wrapper with the job's environment (no cwd: the kernel would enter it as root); the script then only enters the
-directory. A job run as the agent's own account needs no switch: it starts with its environment and working
-directory directly, and SETUP is `-`. The umask is the agent's, as before.
+Nothing the job's owner controls reaches a process that still runs as root: the environment reaches only the
+command's exec, after the switch, and the working directory is entered as the user (so a directory the user may
+not enter, such as another user's 0700 home, is refused as the kernel refuses it to that user, and the job fails
+to start saying so). A job run as the agent's own account needs no switch. The umask is the agent's.
 
-Where the node enforces limits (`nanum.agent.cgroups`), the wrapper is started by `ENTER`, a shell (root, with the
-agent's `PATH` alone) that enters the job's cgroup by writing `0` (itself) into the files the cgroups give and then
-execs the rest, so the job is in its cgroup before it runs anything: a pid moved in from outside after the spawn
-could already have forked.
-
-A job stopped the moment it starts must still get SIGTERM: a signal that reaches the group after the trap is set
-but before the shell has started the command would be swallowed, and the command would run on until SIGKILL. So
-the wrapper starts the command in the background first and only then sets the trap (a signal before that ends
-both, as it should), then waits for the command. `env --default-signal` undoes the ignored SIGINT and SIGQUIT a
-shell gives background commands, so jobs can still be interrupted (a first word NAME=VALUE sets that variable, as
-`env` does). Where `env` lacks that option (coreutils before 8.31) the command runs in the foreground as before,
-with that narrow race.
+Where the node enforces limits (`nanum.agent.cgroups`), the waiter enters the job's cgroup before anything else
+runs: a pid moved in from outside after the spawn could already have forked.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
-import functools
 import os
-import re
 import shutil
-import signal
+import socket
 import subprocess
-import tempfile
+import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from nanum.agent.accounts import Account, Refused
 from nanum.agent.jobrecord import JobRecord
+from nanum.agent.launcher import receive, send
 from nanum.protocol import JobLaunch
 
-__all__ = ["check_fields", "find_setpriv", "job_env", "prepare", "spawn", "wrapper"]
+__all__ = ["LaunchFailed", "Launcher", "check_fields", "find_setpriv", "job_env", "launcher", "prepare", "spawn"]
 
-ENV_COMMAND = ("/usr/bin/env", "--default-signal=INT,QUIT", "--")
-# $1 is SETUP: `-`, or `stdin` for a script there that enters the working directory and sets the environment.
-SETUP = 'exec 3>&1 1>&2; [ "$1" = - ] || . /dev/stdin; exec </dev/null; shift; '
-FOREGROUND = SETUP + 'trap : TERM INT HUP; "$@" 3>&-; echo "$?" >&3'
-BACKGROUND = SETUP + (
-    f'{" ".join(ENV_COMMAND)} "$@" 3>&- & nanum_job=$!; '
-    'trap : TERM INT HUP; wait "$nanum_job"; nanum_rc=$?; '
-    # A trapped signal interrupts `wait` (status > 128): wait again while the command lives. Once it is gone,
-    # `wait` once more: the interrupted wait may already have reaped it, and the shell keeps its real status.
-    'while [ "$nanum_rc" -gt 128 ]; do kill -0 "$nanum_job" 2>/dev/null || { wait "$nanum_job"; nanum_rc=$?; break; }; '
-    'wait "$nanum_job"; nanum_rc=$?; done; '
-    'echo "$nanum_rc" >&3'
-)
-ENTER = 'while [ "$1" != -- ]; do echo 0 > "$1" || exit 125; shift; done; shift; exec "$@"'
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 SECRET_VARS = ("NANUM_TOKEN", "NANUM_NODE_TOKEN")
 PASSED_VARS = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
-SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def check_fields(launch: JobLaunch) -> None:
@@ -147,8 +109,8 @@ def _nanum_vars(launch: JobLaunch, record: JobRecord) -> dict[str, str]:
 def prepare(record: JobRecord, account: Account, *, node: str, switch_user: bool) -> None:
     """Resolve the working directory and create the job's files and checkpoint directory, or raise `Refused`.
 
-    The working directory of a job run as another account is not looked at here, as root: the wrapper enters
-    it as the job's user (see the module docstring).
+    The working directory of a job run as another account is not looked at here, as root: the job's waiter
+    enters it as the job's user (see the module docstring).
     """
     launch = record.launch
     if not launch.command:
@@ -232,41 +194,8 @@ def _own_checkpoint_dir(fd: int, path: Path, account: Account, *, switch_user: b
 
 
 def find_setpriv() -> str | None:
-    """util-linux's `setpriv`, with which a job switches to its user after a cheap vfork-style spawn."""
+    """util-linux's `setpriv`, with which a container's working directory is resolved as its user."""
     return shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
-
-
-@functools.cache
-def wrapper() -> str:
-    """The job wrapper this machine supports (see the module docstring)."""
-    try:
-        probe = subprocess.run([*ENV_COMMAND, "true"], capture_output=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return FOREGROUND
-    return BACKGROUND if probe.returncode == 0 else FOREGROUND
-
-
-def setup_script(workdir: str, env: Mapping[str, str]) -> str:
-    """The script the wrapper sources as the job's user: enter `workdir`, then export `env`.
-
-    When the directory cannot be entered, `env -C` (run as the user, in the C locale) says why in the kernel's
-    words, and the script writes `workdir: ` and that message to the exit file in place of a status
-    (`nanum.agent.jobrecord.read_workdir_failure` reads it).
-    """
-    where = _quote(workdir)
-    lines = [
-        f"cd -P -- {where} 2>/dev/null || {{ nanum_why=$(LC_ALL=C /usr/bin/env -C {where} true 2>&1); "
-        'echo "workdir: $nanum_why" >&3; exit 126; }',
-        "unset OLDPWD",
-    ]
-    if env:
-        # `command` keeps a variable the shell will not set (bash's read-only UID) from ending the wrapper.
-        lines += ["{", *(f"command export {name}={_quote(value)}" for name, value in env.items()), "} 2>/dev/null"]
-    return "\n".join(lines) + "\n"
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def spawn(
@@ -275,91 +204,189 @@ def spawn(
     env: dict[str, str],
     *,
     switch_user: bool,
-    setpriv: str | None = None,
     cgroup_files: Sequence[str] = (),
     command: Sequence[str] | None = None,
     cwd: str | None = None,
-) -> subprocess.Popen[bytes]:
-    """Start the wrapper in a new session with output to the job's log; raise `Refused` if exec fails.
+) -> int:
+    """Start the job through the launcher, output to its log; the pid that leads its process group, or `Refused`.
     `cgroup_files`: the files of the job's cgroup its first process writes `0` into (`Cgroups.create`), to enter
-    it before anything else runs.
-    `command`: what the wrapper runs (default: the launch's command); `cwd`: where (default: as below).
-
-    To run as another account the wrapper is exec'd through `setpriv` when there is one: Python then spawns
-    with vfork, about 0.2 ms, where switching ids in the child needs a full fork of the agent (several ms).
-    """
+    it before anything else runs. `command`: what runs (default: the launch's command); `cwd`: where (default:
+    its working directory, entered as its user)."""
     launch = record.launch
-    via_setpriv = switch_user and setpriv is not None and all(SHELL_NAME.fullmatch(name) for name in env)
-    fork_switch = switch_user and not via_setpriv
-    script_fd = _setup_fd(record, account, launch.workdir, env if via_setpriv else {}) if switch_user else None
-    argv = ["/bin/sh", "-c", wrapper(), f"nanum-job-{launch.job_id}", "-" if script_fd is None else "stdin"]
-    argv += launch.command if command is None else command
-    if via_setpriv:
-        assert setpriv is not None
-        groups = ",".join(str(g) for g in account.groups)
-        drop = [f"--reuid={account.uid}", f"--regid={account.gid}"]
-        drop.append(f"--groups={groups}" if groups else "--clear-groups")
-        argv = [setpriv, *drop, "--", *argv]
-    if cgroup_files and not fork_switch:
-        argv = ["/bin/sh", "-c", ENTER, f"nanum-cgroup-{launch.job_id}", *cgroup_files, "--", *argv]
+    log_fd = os.open(record.log_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        log_fd = os.open(record.log_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
-        exit_fd = os.open(record.exit_path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
-    except BaseException:
-        if script_fd is not None:
-            os.close(script_fd)
-        raise
-    try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd or ("/" if switch_user else launch.workdir),  # a switched job enters its own directory as its user
-            env={"PATH": SAFE_PATH} if via_setpriv else env,
-            stdin=subprocess.DEVNULL if script_fd is None else script_fd,
-            stdout=exit_fd,
-            stderr=log_fd,
-            start_new_session=True,
-            close_fds=True,
-            user=account.uid if fork_switch else None,
-            group=account.gid if fork_switch else None,
-            extra_groups=list(account.groups) if fork_switch else None,
-        )
-    except OSError as exc:
-        where = f": {exc.filename}" if exc.filename else ""
-        raise Refused(f"could not start the job as {account.name!r}: {exc.strerror}{where}") from None
+        exit_fd = os.open(record.exit_path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            return launcher().spawn(
+                launch.command if command is None else command, env, cwd=cwd or launch.workdir,
+                log_fd=log_fd, exit_fd=exit_fd, cgroup_files=cgroup_files, title=f"nanum-job-{launch.job_id}",
+                user=(account.uid, account.gid, account.groups) if switch_user else None,
+            )
+        except LaunchFailed as exc:
+            raise Refused(f"could not start the job as {account.name!r}: {exc.strerror}") from None
+        finally:
+            os.close(exit_fd)
     finally:
-        for fd in (log_fd, exit_fd, script_fd):
-            if fd is not None:
-                os.close(fd)
-    if cgroup_files and fork_switch:  # ENTER would already run as the job's user: move it in from here
-        _enter_cgroup(proc, cgroup_files)
-    return proc
+        os.close(log_fd)
 
 
-def _enter_cgroup(proc: subprocess.Popen[bytes], cgroup_files: Sequence[str]) -> None:
-    try:
-        for path in cgroup_files:  # the whole process (a `tasks` file would move one thread)
-            Path(path).with_name("cgroup.procs").write_text(str(proc.pid))
-    except OSError as exc:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise Refused(f"could not put the job into its cgroup: {exc.strerror}: {exc.filename}") from None
+class LaunchFailed(OSError):
+    """The launcher could not start the waiter (the command itself failing to run is the job's own end)."""
 
 
-def _setup_fd(record: JobRecord, account: Account, workdir: str, env: Mapping[str, str]) -> int:
-    """A descriptor on the setup script, readable by the job's user alone: a memfd, or an unlinked file."""
-    try:
-        fd = os.memfd_create(f"nanum-job-{record.job_id}", os.MFD_CLOEXEC)
-    except (AttributeError, OSError):
-        fd, name = tempfile.mkstemp(dir=record.dir)
-        os.unlink(name)
-    try:
-        os.fchmod(fd, 0o600)
-        os.fchown(fd, account.uid, account.gid)
-        data = setup_script(workdir, env).encode("utf-8", "surrogateescape")
-        while data:
-            data = data[os.write(fd, data) :]
-    except BaseException:
-        os.close(fd)
-        raise
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
+class _Connection:
+    """One launcher process and the agent's end of its socket."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
+        self.proc, self.sock = proc, sock
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+
+
+class Launcher:
+    """The agent's handle on its launcher process, started on first use and again if it has died."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # one request at a time
+        self._cond = threading.Condition()
+        self._conn: _Connection | None = None
+        self._replies: list[dict[str, Any]] = []
+        self._ended: dict[int, int] = {}  # waiter pid -> its own wait status, as an exit code (-N: signal N)
+        self._alive: set[int] = set()  # waiters the running launcher started that have not ended
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        cwd: str,
+        log_fd: int,
+        exit_fd: int,
+        user: tuple[int, int, Sequence[int]] | None = None,
+        cgroup_files: Sequence[str] = (),
+        title: str = "",
+    ) -> int:
+        """Start `argv` as a job (`nanum.agent.launcher`) and return its waiter's pid, which leads its process group.
+        `user`: (uid, gid, groups) to switch to; None runs it as the agent's own account."""
+        request = {
+            "argv": list(argv), "env": dict(env), "cwd": cwd, "cgroup_files": list(cgroup_files), "title": title,
+            "user": None if user is None else [user[0], user[1], list(user[2])],
+        }
+        for text in (*argv, *env, *env.values(), cwd):
+            os.fsencode(text)  # a string no system call can take fails here, in the agent, not in the job
+        with self._lock:
+            conn = self._running()
+            try:
+                send(conn.sock, request, [log_fd, exit_fd])
+            except OSError as exc:
+                self._forget(conn)
+                raise LaunchFailed(errno.EPIPE, f"the job launcher stopped: {exc}") from None
+            reply = self._reply(conn)
+        if "error" in reply:
+            code, text = reply["error"]
+            raise LaunchFailed(code, text)
+        return int(reply["pid"])
+
+    @property
+    def pid(self) -> int | None:
+        """The launcher process's pid, while it runs."""
+        conn = self._conn
+        return conn.proc.pid if conn is not None and conn.proc.poll() is None else None
+
+    def start(self) -> None:
+        """Start the launcher now, so that the first job does not wait for it (about 50 ms)."""
+        with self._lock:
+            self._running()
+
+    def returncode(self, pid: int, timeout: float = 10.0) -> int | None:
+        """The exit code of waiter `pid` once the launcher has reaped it (negative: killed by that signal);
+        None at once for a process it did not start (a job adopted after a restart), or after `timeout`."""
+        with self._cond:
+            self._cond.wait_for(lambda: pid in self._ended or pid not in self._alive, timeout)
+            self._alive.discard(pid)
+            return self._ended.pop(pid, None)
+
+    def waiters(self) -> list[int]:
+        """The waiters started that have not ended."""
+        with self._cond:
+            return sorted(self._alive)
+
+    def close(self) -> None:
+        """Stop the launcher (jobs run on); the next spawn starts another."""
+        with self._lock:
+            if self._conn is not None:
+                self._forget(self._conn)
+
+    def _running(self) -> _Connection:
+        conn = self._conn
+        if conn is not None and conn.proc.poll() is None:
+            return conn
+        if conn is not None:
+            self._forget(conn)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NANUM_")}
+        try:  # -P: nothing from its working directory is imported
+            proc = subprocess.Popen(
+                [sys.executable, "-P", "-m", "nanum.agent.launcher", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL, cwd="/", close_fds=True,
+            )
+        except OSError as exc:
+            ours.close()
+            raise LaunchFailed(exc.errno or errno.EIO, f"cannot start the job launcher: {exc.strerror}") from None
+        finally:
+            theirs.close()
+        conn = _Connection(proc, ours)
+        with self._cond:
+            self._conn = conn
+        threading.Thread(target=self._read, args=(conn,), name="nanum-launcher", daemon=True).start()
+        return conn
+
+    def _reply(self, conn: _Connection) -> dict[str, Any]:
+        with self._cond:
+            self._cond.wait_for(lambda: self._replies or self._conn is not conn)
+            if not self._replies:
+                raise LaunchFailed(errno.EPIPE, "the job launcher stopped while starting the job")
+            return self._replies.pop(0)
+
+    def _read(self, conn: _Connection) -> None:
+        """The reader thread: replies to the waiting spawn, and waiters' ends into the table."""
+        with contextlib.suppress(OSError):
+            while (message := receive(conn.sock)) is not None:
+                with self._cond:
+                    if "ended" in message:
+                        self._ended[int(message["ended"])] = int(message["code"])
+                    else:
+                        if "pid" in message:
+                            self._alive.add(int(message["pid"]))
+                        self._replies.append(message)
+                    self._cond.notify_all()
+        self._forget(conn)
+
+    def _forget(self, conn: _Connection) -> None:
+        """Drop a launcher that stopped: the ends of the waiters it started can no longer be told."""
+        with self._cond:
+            if self._conn is conn:
+                self._conn = None
+                self._alive.clear()
+                self._replies.clear()
+            self._cond.notify_all()
+        conn.close()
+
+
+_LAUNCHER: Launcher | None = None
+_LAUNCHER_LOCK = threading.Lock()
+
+
+def launcher() -> Launcher:
+    """This process's launcher, shared by its executors (an agent restarted inside one process, as in tests, still
+    learns how the jobs it started ended)."""
+    global _LAUNCHER
+    with _LAUNCHER_LOCK:
+        if _LAUNCHER is None:
+            _LAUNCHER = Launcher()
+        return _LAUNCHER

@@ -37,8 +37,8 @@ def is_alive(pid: int, ticks: int | None) -> bool:
 
 def holding(path: Path, fds: tuple[int, ...] = (1, 3)) -> int | None:
     """The live process that leads its own session and has `path` open as one of `fds`; None when there is none.
-    A job's wrapper holds its exit file so (standard output, then descriptor 3): this finds a job whose pid was
-    never recorded."""
+    A job's waiter holds its exit file so (descriptor 3; standard output in earlier versions): this finds a job
+    whose pid was never recorded."""
     try:
         target = os.stat(path)
     except OSError:

@@ -1,6 +1,6 @@
 """A shell job's relay: the user's login shell on a pseudo-terminal, joined to the server over a websocket.
 
-Run by the job wrapper as the job's user (`python -m nanum.agent.relay`), or as the agent with a command after `--`
+Run as the job's user (`python -m nanum.agent.relay`), or as the agent with a command after `--`
 (`python -m nanum.agent.relay -- podman run ... IMAGE /bin/sh -l`: a shell in a container image, whose runtime the
 agent runs), with `NANUM_RELAY_URL` (the server's websocket for this job) and `NANUM_RELAY_SECRET` (the job's
 secret, shown to the server as a bearer token) in its environment; neither reaches the shell. It dials out to the

@@ -1,11 +1,11 @@
 """Notebooks and shells on a node: what the agent runs for a launch of kind `notebook` or `shell`.
 
-A notebook is JupyterLab, started by the job wrapper as the job's user in its working directory like any job:
+A notebook is JupyterLab, started as the job's user in its working directory like any job:
 `jupyter lab --no-browser --ServerApp.base_url=/notebooks/ID/ --ServerApp.ip=ADDRESS --ServerApp.port=PORT`,
 on a port the agent picked free on the node's address (the one it reaches the server from); in a job's
 environment (`-E`), the environment's own `jupyter lab`. Its token is the
-job's secret from the launch, passed in `JUPYTER_TOKEN` (the environment reaches the job through its setup
-script, never a command line, where any user could read it), so JupyterLab answers no request without it; the
+job's secret from the launch, passed in `JUPYTER_TOKEN` (the environment reaches the job through its exec,
+never a command line, where any user could read it), so JupyterLab answers no request without it; the
 server holds the same secret and adds it to every request it proxies for the notebook's owner. The address
 is reported in the job's status (`NOTEBOOK_ADDRESS`), and `NANUM_JUPYTER_URL` lets the monitor read the
 kernel's last activity for the idle rules.
