@@ -388,9 +388,13 @@ class Executor:
         if pid:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
-        returncode = launcher().returncode(pid) if pid else None
+        code, returncode = read_exit_file(record.exit_path), None
+        if pid and code is None:  # the waiter wrote no status: how it ended tells (a SIGKILL, the OOM killer)
+            returncode = launcher().returncode(pid)
+        elif pid:
+            launcher().discard(pid)
         record.fenced = (record.dir / fence.FENCED_MARK).exists()
-        set_result(record, read_exit_file(record.exit_path), returncode, lost)
+        set_result(record, code, returncode, lost)
         if in_container(record.launch):
             why = container_ended(record.launch, self._containers, self.node, record.exit_code)
             record.reason = why or record.reason

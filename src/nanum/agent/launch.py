@@ -256,8 +256,8 @@ class Launcher:
         self._cond = threading.Condition()
         self._conn: _Connection | None = None
         self._replies: list[dict[str, Any]] = []
-        self._ended: dict[int, int] = {}  # waiter pid -> its own wait status, as an exit code (-N: signal N)
-        self._alive: set[int] = set()  # waiters the running launcher started that have not ended
+        self._alive: set[int] = set()  # waiters the running launcher started whose end has not come
+        self._ended: dict[int, int] = {}  # waiter pid -> its own exit code (-N: signal N), until asked for
 
     def spawn(
         self,
@@ -311,6 +311,12 @@ class Launcher:
             self._alive.discard(pid)
             return self._ended.pop(pid, None)
 
+    def discard(self, pid: int) -> None:
+        """Waiter `pid`'s end is not wanted (its exit file told it): keep nothing of it."""
+        with self._cond:
+            self._alive.discard(pid)
+            self._ended.pop(pid, None)
+
     def waiters(self) -> list[int]:
         """The waiters started that have not ended."""
         with self._cond:
@@ -359,10 +365,14 @@ class Launcher:
             while (message := receive(conn.sock)) is not None:
                 with self._cond:
                     if "ended" in message:
-                        self._ended[int(message["ended"])] = int(message["code"])
+                        pid = int(message["ended"])
+                        if pid in self._alive:  # else discarded: nobody will ask
+                            self._alive.remove(pid)
+                            self._ended[pid] = int(message["code"])
                     else:
-                        if "pid" in message:
+                        if "pid" in message:  # a new process: whatever ended under that pid before is gone
                             self._alive.add(int(message["pid"]))
+                            self._ended.pop(int(message["pid"]), None)
                         self._replies.append(message)
                     self._cond.notify_all()
         self._forget(conn)
