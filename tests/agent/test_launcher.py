@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import threading
+import time
 from pathlib import Path
 
+from nanum.agent import procs
 from nanum.agent.executor import Executor
 from nanum.agent.launch import launcher
 from tests.agent.conftest import make_launch
@@ -80,3 +84,38 @@ def test_a_job_killed_with_its_waiter_is_reported_killed(executor: Executor, tmp
     ended = executor.wait(8, 5)
     assert ended is not None and ended.state == "exited" and (ended.exit_code, ended.signal) == (137, 9)
 
+
+
+def test_a_launcher_that_dies_before_reading_a_start_starts_it_on_a_new_launcher_once(
+        executor: Executor, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    stopped = launcher().pid
+    assert stopped is not None
+    os.kill(stopped, signal.SIGSTOP)  # it will never read the request
+    try:
+        starting = threading.Thread(target=executor.start, kwargs={
+            "allow_root": True, "launch": make_launch(9, "sh", "-c", f"echo run >> {runs}")})
+        starting.start()
+        time.sleep(0.3)  # the request is sent; the executor waits for the answer
+    finally:
+        os.kill(stopped, signal.SIGKILL)
+    starting.join(10)
+    status = executor.wait(9, 10)
+    assert status is not None and status.state == "exited" and status.exit_code == 0, status
+    assert runs.read_text() == "run\n"
+    assert launcher().pid not in (None, stopped)
+
+
+def test_the_process_holding_a_file_is_found_but_never_the_one_asking(tmp_path: Path) -> None:
+    # How a start is never made twice when the launcher died between forking the job's waiter and answering:
+    # the waiter holds the job's exit file from birth.
+    held = tmp_path / "exit"
+    with held.open("w") as mine:  # this process holds it too
+        assert procs.opened_by_other(held, os.getpid()) is None
+        other = subprocess.Popen(["sleep", "30"], stdout=mine)
+        try:
+            assert procs.opened_by_other(held, os.getpid()) == other.pid
+        finally:
+            other.kill()
+            other.wait()
+        assert procs.opened_by_other(held, os.getpid()) is None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import shutil
 import socket
@@ -27,12 +28,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from nanum.agent import procs
 from nanum.agent.accounts import Account, Refused
 from nanum.agent.jobrecord import JobRecord
 from nanum.agent.launcher import receive, send
 from nanum.protocol import JobLaunch
 
-__all__ = ["LaunchFailed", "Launcher", "check_fields", "find_setpriv", "job_env", "launcher", "prepare", "spawn"]
+__all__ = [
+    "LaunchFailed", "Launcher", "LauncherStopped", "check_fields", "find_setpriv", "job_env", "launcher", "prepare",
+    "spawn",
+]
+
+log = logging.getLogger("nanum.agent")
 
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 SECRET_VARS = ("NANUM_TOKEN", "NANUM_NODE_TOKEN")
@@ -217,11 +224,23 @@ def spawn(
     try:
         exit_fd = os.open(record.exit_path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            return launcher().spawn(
-                launch.command if command is None else command, env, cwd=cwd or launch.workdir,
-                log_fd=log_fd, exit_fd=exit_fd, cgroup_files=cgroup_files, title=f"nanum-job-{launch.job_id}",
-                user=(account.uid, account.gid, account.groups) if switch_user else None,
-            )
+            def start() -> int:
+                return launcher().spawn(
+                    launch.command if command is None else command, env, cwd=cwd or launch.workdir,
+                    log_fd=log_fd, exit_fd=exit_fd, cgroup_files=cgroup_files, title=f"nanum-job-{launch.job_id}",
+                    user=(account.uid, account.gid, account.groups) if switch_user else None,
+                )
+
+            try:
+                return start()
+            except LauncherStopped:
+                # It stopped before answering: maybe after forking the job's waiter, which holds the exit file from
+                # birth (nothing else but this process does: the directory is new). Started once, never twice.
+                waiter = procs.opened_by_other(record.exit_path, os.getpid())
+                if waiter is not None:
+                    return waiter
+                log.warning("job %d: the job launcher stopped before starting it; starting it again", launch.job_id)
+                return start()  # a new launcher
         except LaunchFailed as exc:
             raise Refused(f"could not start the job as {account.name!r}: {exc.strerror}") from None
         finally:
@@ -232,6 +251,10 @@ def spawn(
 
 class LaunchFailed(OSError):
     """The launcher could not start the waiter (the command itself failing to run is the job's own end)."""
+
+
+class LauncherStopped(LaunchFailed):
+    """The launcher stopped (died) before answering a request."""
 
 
 class _Connection:
@@ -285,7 +308,7 @@ class Launcher:
                 send(conn.sock, request, [log_fd, exit_fd])
             except OSError as exc:
                 self._forget(conn)
-                raise LaunchFailed(errno.EPIPE, f"the job launcher stopped: {exc}") from None
+                raise LauncherStopped(errno.EPIPE, f"the job launcher stopped: {exc}") from None
             reply = self._reply(conn)
         if "error" in reply:
             code, text = reply["error"]
@@ -356,7 +379,7 @@ class Launcher:
         with self._cond:
             self._cond.wait_for(lambda: self._replies or self._conn is not conn)
             if not self._replies:
-                raise LaunchFailed(errno.EPIPE, "the job launcher stopped while starting the job")
+                raise LauncherStopped(errno.EPIPE, "the job launcher stopped while starting the job")
             return self._replies.pop(0)
 
     def _read(self, conn: _Connection) -> None:

@@ -57,6 +57,26 @@ def holding(path: Path, fds: tuple[int, ...] = (1, 3)) -> int | None:
     return None
 
 
+def opened_by_other(path: Path, me: int) -> int | None:
+    """A live process other than `me` that has `path` open (at any descriptor); None when there is none."""
+    try:
+        target = os.stat(path)
+    except OSError:
+        return None
+    with os.scandir("/proc") as entries:
+        pids = [int(e.name) for e in entries if e.name.isdigit() and int(e.name) != me]
+    for pid in pids:
+        try:
+            with os.scandir(f"/proc/{pid}/fd") as fds:
+                for fd in fds:
+                    held = os.stat(fd.path)
+                    if (held.st_dev, held.st_ino) == (target.st_dev, target.st_ino) and is_alive(pid, None):
+                        return pid
+        except OSError:
+            continue
+    return None
+
+
 def open_pidfd(pid: int) -> int | None:
     """A pidfd that becomes readable when `pid` exits, or None where the kernel offers none."""
     try:
