@@ -378,9 +378,11 @@ class Launcher:
     def _reply(self, conn: _Connection) -> dict[str, Any]:
         with self._cond:
             self._cond.wait_for(lambda: self._replies or self._conn is not conn)
-            if not self._replies:
-                raise LauncherStopped(errno.EPIPE, "the job launcher stopped while starting the job")
-            return self._replies.pop(0)
+            if self._replies:
+                return self._replies.pop(0)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            conn.proc.wait(timeout=5)  # gone, and every descriptor it held closed (`spawn` looks for who holds one)
+        raise LauncherStopped(errno.EPIPE, "the job launcher stopped while starting the job")
 
     def _read(self, conn: _Connection) -> None:
         """The reader thread: replies to the waiting spawn, and waiters' ends into the table."""

@@ -185,13 +185,18 @@ def _serve(request: Mapping[str, Any], fds: list[int], own: tuple[int, ...]) -> 
 
 def _wait_for_job(request: Mapping[str, Any], log_fd: int, exit_fd: int, own: tuple[int, ...]) -> int:
     """The waiter (module docstring); returns its own exit status."""
+    # The launcher's dispositions (SIGTERM ignored, its SIGCHLD handler) are not the job's. They are reset before
+    # the job's group exists, with its stop signals blocked meanwhile: a SIGTERM sent to the group the moment the
+    # agent knows it must not meet an ignored disposition (lost) but wait, and end the waiter once unblocked.
+    signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+    signal.set_wakeup_fd(-1)
+    for sig in DEFAULTED:
+        signal.signal(sig, signal.SIG_DFL)
     os.setsid()
     os.write(own[-1], b"!")  # the launcher answers the agent from here on
     for fd in own:
         os.close(fd)
-    signal.set_wakeup_fd(-1)
-    for sig in DEFAULTED:  # the launcher's own (its SIGCHLD handler, SIGTERM ignored) are not the job's
-        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(log_fd, 1)
