@@ -4,7 +4,7 @@ the agent's side, `Launcher`).
 A job's start by a chain of programs (`setpriv` to switch to the job's user, a wrapper shell, `env` to undo the
 signals a shell ignores) costs about 3 ms of exec'ing before its first instruction, and forking the agent itself
 costs as much: it is a large, threaded process. The launcher is a second Python process, small and
-single-threaded, started once by the agent (`python -m nanum.agent.launcher FD`), that imports as little as it can
+single-threaded, started once by the agent (`python -P -m nanum.agent.launcher FD`), that imports as little as it can
 (every module it holds makes each fork dearer). For each job it forks a child, the job's *waiter*, which
 
 1. leads a session of its own (the job's process group: stopping a job signals it), with /dev/null as input,
