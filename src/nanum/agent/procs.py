@@ -7,6 +7,7 @@ pid together with its start time in clock ticks since boot (field 22 of /proc/PI
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = ["boot_id", "holding", "is_alive", "open_pidfd", "start_ticks"]
@@ -39,42 +40,46 @@ def holding(path: Path, fds: tuple[int, ...] = (1, 3)) -> int | None:
     """The live process that leads its own session and has `path` open as one of `fds`; None when there is none.
     A job's waiter holds its exit file so (descriptor 3; standard output in earlier versions): this finds a job
     whose pid was never recorded."""
-    try:
-        target = os.stat(path)
-    except OSError:
-        return None
-    with os.scandir("/proc") as entries:
-        pids = [int(e.name) for e in entries if e.name.isdigit()]
-    for pid in pids:
-        for fd in fds:
-            try:
-                held = os.stat(f"/proc/{pid}/fd/{fd}")
-                leads = os.getsid(pid) == pid
-            except OSError:
-                continue
-            if (held.st_dev, held.st_ino) == (target.st_dev, target.st_ino) and leads and is_alive(pid, None):
-                return pid
-    return None
+    return next((pid for pid in _holders(path, fds) if _leads(pid)), None)
 
 
 def opened_by_other(path: Path, me: int) -> int | None:
     """A live process other than `me` that has `path` open (at any descriptor); None when there is none."""
+    return next((pid for pid in _holders(path, None) if pid != me), None)
+
+
+def _holders(path: Path, fds: tuple[int, ...] | None) -> Iterator[int]:
+    """The live processes that have `path` open as one of `fds` (None: as any descriptor)."""
     try:
         target = os.stat(path)
     except OSError:
-        return None
+        return
     with os.scandir("/proc") as entries:
-        pids = [int(e.name) for e in entries if e.name.isdigit() and int(e.name) != me]
+        pids = [int(e.name) for e in entries if e.name.isdigit()]
     for pid in pids:
         try:
-            with os.scandir(f"/proc/{pid}/fd") as fds:
-                for fd in fds:
-                    held = os.stat(fd.path)
-                    if (held.st_dev, held.st_ino) == (target.st_dev, target.st_ino) and is_alive(pid, None):
-                        return pid
+            if fds is None:
+                with os.scandir(f"/proc/{pid}/fd") as entries:
+                    paths = [e.path for e in entries]
+            else:
+                paths = [f"/proc/{pid}/fd/{fd}" for fd in fds]
         except OSError:
             continue
-    return None
+        for fd_path in paths:
+            try:
+                held = os.stat(fd_path)
+            except OSError:
+                continue
+            if (held.st_dev, held.st_ino) == (target.st_dev, target.st_ino) and is_alive(pid, None):
+                yield pid
+                break
+
+
+def _leads(pid: int) -> bool:
+    try:
+        return os.getsid(pid) == pid
+    except OSError:
+        return False
 
 
 def open_pidfd(pid: int) -> int | None:
