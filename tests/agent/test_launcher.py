@@ -37,6 +37,13 @@ def test_a_command_that_cannot_be_run_ends_the_job_with_127_and_its_log_says_why
     assert log_text(executor, 2) == "nanum: cannot run 'no-such-program-here': No such file or directory\n"
 
 
+def test_an_empty_program_name_ends_the_job_with_127_and_its_log_says_why(executor: Executor) -> None:
+    executor.start(allow_root=True, launch=make_launch(12, "", "arg"))
+    status = executor.wait(12, 5)
+    assert status is not None and status.exit_code == 127
+    assert log_text(executor, 12) == "nanum: cannot run '': no program named\n"
+
+
 def test_a_script_without_an_interpreter_line_runs_with_sh(executor: Executor, tmp_path: Path) -> None:
     script = tmp_path / "plain"
     script.write_text('echo "plain script: $1"\n')

@@ -235,6 +235,10 @@ def _wait_for_job(request: Mapping[str, Any], log_fd: int, exit_fd: int, own: tu
         _say(f"nanum: cannot run {argv[0]!r}: {exc.strerror}")
         _status("127" if exc.errno == errno.ENOENT else "126")
         return 0
+    except ValueError:  # an empty program name
+        _say(f"nanum: cannot run {argv[0]!r}: no program named")
+        _status("127")
+        return 0
     signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
     _, status = os.waitpid(child, 0)
     code = os.waitstatus_to_exitcode(status)
