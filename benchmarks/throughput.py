@@ -15,7 +15,7 @@ Figures, each printed beside Slurm 22.05 (sbatch) and Debian's task-spooler (`ts
      array submitted in one request (`--cli-only` prints just these);
   5. draining `--jobs` trivial jobs (`true`, 1 GPU each) on 8 GPUs: from the first submission until the last
      job is recorded completed, all submitted at once; and a check that none was lost. Beside it, the CPU time
-     per job of the server, of its agent and of the jobs' own processes (reaped by the agent), and how busy
+     per job of the server, of its agent (with its job launcher) and of the jobs' own processes, and how busy
      the machine was: a drain that keeps every core busy is bound by CPU, not by waiting.
 Targets: >= 500 submissions/s via the API; median submit-to-start <= 10 ms; the drain at >= 250 jobs/s (1,000
 jobs in 4 s), every state change still durable.
