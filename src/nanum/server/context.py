@@ -104,6 +104,9 @@ class Caches:
     #: each node's last quiet heartbeat and its answer, by node id (`services.agent.QuietAnswer`), kept up to a
     #: lease: a lab change on another server reaches a node answered from it within that lease
     quiet: dict[int, Any] = field(default_factory=dict)
+    #: the paths every agent is asked to look for (`services.environments.check_paths`): every heartbeat sends
+    #: them. Forgotten at once when this server adds an environment or dataset.
+    paths: TtlCache[str, list[str]] = field(default_factory=lambda: TtlCache(5.0))
 
     def forget_labs(self) -> None:
         """A lab was created or changed: forget what was read of labs, and the launches that carry their grace."""

@@ -10,8 +10,6 @@ and datasets it may use (everyone's, or its lab's); it stores them as they are a
 from __future__ import annotations
 
 import re
-import time
-import weakref
 from typing import Any
 
 from sqlalchemy import select, update
@@ -23,7 +21,7 @@ from nanum.server.context import ServerContext
 from nanum.server.environment_schemas import DatasetIn, DatasetOut, EnvironmentIn, EnvironmentOut
 from nanum.server.errors import BadRequest, Conflict, Forbidden, NotFound
 from nanum.server.schemas import iso
-from nanum.store import Database, DatasetRow, EnvironmentRow, JobRow, LabRow, NodeRow, UserRow
+from nanum.store import DatasetRow, EnvironmentRow, JobRow, LabRow, NodeRow, UserRow
 
 __all__ = [
     "add_dataset", "add_environment", "check_paths", "count_uses", "dataset_variable", "for_job", "get_environment",
@@ -171,25 +169,23 @@ def count_uses(s: Session, values: dict[str, Any], jobs: int = 1) -> None:
 
 def check_paths(ctx: ServerContext, s: Session) -> list[str]:
     """Every path the agents should look for: Python environments and datasets of pending or running jobs, and of
-    every registered environment and dataset. Every heartbeat asks, so the answer is kept `PATHS_TTL_S` (and
-    dropped at once when this server adds an environment or dataset)."""
+    every registered environment and dataset. Every heartbeat asks, so the answer is kept a few seconds
+    (`Caches.paths`)."""
     known = known_paths(ctx)
     if known is not None:
         return known
     paths = _check_paths(s)
-    _paths_cache[ctx.db] = (time.monotonic(), paths)
+    ctx.caches.paths.put(PATHS, paths)
     return paths
 
 
 def known_paths(ctx: ServerContext) -> list[str] | None:
     """`check_paths`'s answer while it is kept in memory, else None."""
-    hit = _paths_cache.get(ctx.db)
-    return hit[1] if hit is not None and time.monotonic() - hit[0] < PATHS_TTL_S else None
+    return ctx.caches.paths.get(PATHS)
 
 
-#: How long `check_paths` answers from memory; the last answer per database.
-PATHS_TTL_S = 5.0
-_paths_cache: weakref.WeakKeyDictionary[Database, tuple[float, list[str]]] = weakref.WeakKeyDictionary()
+#: The key of `check_paths`'s answer in `Caches.paths`.
+PATHS = "paths"
 
 
 def _check_paths(s: Session) -> list[str]:
@@ -241,7 +237,7 @@ def _insert(s: Session, row: Any, taken: str) -> None:
 
 def _ask_nodes(ctx: ServerContext) -> None:
     """Answer every node's held heartbeat now, so its agent looks for a new path at once."""
-    _paths_cache.pop(ctx.db, None)
+    ctx.caches.paths.clear()
     with ctx.db.read() as s:
         names = list(s.scalars(select(NodeRow.name)))
     ctx.signals.wake(names)
