@@ -89,6 +89,28 @@ def test_estimates_of_later_jobs_leave_the_decisions_alone(seed: int) -> None:
     assert sum(p.estimated_start is not None for d in decisions for p in d.pending) > 100
 
 
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("lend", [True, False], ids=["pooled", "no-owners"])
+def test_a_cycle_that_explains_nothing_over_one_partition_reserves_only_its_first_blocked_job(
+        seed: int, lend: bool) -> None:
+    """Over one partition the later reservations are only estimates: without them (`explain=False`, as the server's
+    quiet ticks and the simulator cycle) the same jobs start, on the same GPUs."""
+    policy = Policy.parse("gittins+binpack+backfill+preempt", lend=lend, estimate_depth=50)
+    rng = random.Random(seed)
+    nodes = tuple(node(f"n{i}", 4, owner="a" if lend and i < 3 else None) for i in range(6))
+    labs = {"a": Lab(name="a", guaranteed_gpus=12), "b": Lab(name="b", guaranteed_gpus=12)}
+    pending = tuple(Job(id=JobId(i), user=f"u{i % 3}", lab=rng.choice("ab"), gpus=rng.choice([1, 2, 4, 8]),
+                        nodes=rng.choice([1, 1, 2]), submit_time=float(i), time_limit=rng.choice([None, 600.0]))
+                    for i in range(1, 80))
+    live = tuple(running(Job(id=JobId(100 + i), user="u9", lab="b", gpus=2, time_limit=900.0 * (i + 1)),
+                         {f"n{i}": (0, 1)}, end=900.0 * (i + 1)) for i in range(6))
+    snap = Snapshot(now=10.0, nodes=nodes, pending=pending, running=live, labs=labs)
+    told = schedule(snap, policy)
+    quiet = schedule(snap, policy, explain=False)
+    assert quiet == Decisions(told.starts, told.preemptions, ())
+    assert told.starts and sum(p.estimated_start is not None for p in told.pending) > 1  # later jobs were estimated
+
+
 @pytest.mark.parametrize("text, lend", [("las+binpack+backfill+preempt", False), ("fifo+backfill", True)])
 def test_a_driver_that_tells_what_came_and_went_gets_the_same_decisions(text: str, lend: bool) -> None:
     decisions = _drive(Policy.parse(text, lend=lend), seed=3, steps=200, tell=True)

@@ -241,21 +241,27 @@ class CycleState:
 
         Backfill plans with the GPUs of a run past its expected end as free now: they may be freed any moment.
         The estimate shown (with `explain`) instead expects such a run to end at its `overdue_end`, so it moves on
-        while the run does; otherwise it is the reservation itself."""
+        while the run does; otherwise it is the reservation itself.
+
+        A cycle that explains nothing, over one partition, reserves only the first blocked job's start: backfill
+        plans around that one alone (`nanum.core.backfill_rules`), and the later ones would only be estimates
+        nobody reads. (Partitions that meet on shared nodes share the timeline: one's later reservations are future
+        usage for another's first.) On a long queue of one shape they were a seventh of a live tick."""
         if part.settled:
             return False, None, None
         first = part.head is None
         if first:
             part.head = job
         res: Reservation | None = None
-        if len(part.reservations) < self.policy.estimate_depth and (first or part.reservations):
+        depth = self.policy.estimate_depth if self.explain or (self.owners and not self.policy.lend) else 1
+        if len(part.reservations) < depth and (first or part.reservations):
             res = reserve(job, self.state, self.timeline(), shape.keys, self.snap.now)
             if res is not None:
                 res.end = planned_end(res.start, expected_runtime(job, self.predictor))
                 events = [(res.start, i, -g, f"job {job.id} starts") for i, g in res.nodes.items()]
                 if res.end is not None:
                     events += [(res.end, i, g, f"job {job.id} ends") for i, g in res.nodes.items()]
-                if self.policy.estimate_depth > 1:
+                if depth > 1:
                     self.timeline().extend(events)
                 part.reservations.append(res)
         shown = res
@@ -263,7 +269,7 @@ class CycleState:
             shown = reserve(job, self.state, self._overdue_timeline(), shape.keys, self.snap.now) or res
         if first:
             part.shown = shown
-        part.settled = not part.reservations or len(part.reservations) >= self.policy.estimate_depth
+        part.settled = not part.reservations or len(part.reservations) >= depth
         return first, res, shown
 
     def _overdue_timeline(self) -> Timeline:
