@@ -73,3 +73,18 @@ def test_a_malformed_request_id_is_422(client: AsgiClient) -> None:
     for bad in ("", "x" * 65, "has space"):
         r = send(client, bad)
         assert r.status_code == 422 and r.json()["detail"].startswith("invalid client_request_id: "), r.text
+
+
+def test_a_retry_that_a_check_would_now_refuse_still_returns_the_first_job(
+        client: AsgiClient, ctx: ServerContext) -> None:
+    """The first submission waited for a job that has failed since: sent anew it would be refused (the dependency
+    can never be met), but as a retry of the first it returns the job that submission made."""
+    before = send(client, None).json()
+    first = send(client, "dep-1", after_ok=[str(before["id"])])
+    assert first.status_code == 201, first.text
+    client.post(f"/api/v1/jobs/{before['id']}/cancel", headers=auth(ALICE))
+    fresh = send(client, "dep-2", after_ok=[str(before["id"])])
+    assert fresh.status_code == 400 and "--keep-if-unmet" in fresh.text, fresh.text
+    again = send(client, "dep-1", after_ok=[str(before["id"])])
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"], again.text
+    assert count(ctx) == 2

@@ -18,7 +18,7 @@ from nanum.jobfields import JobRequest
 from nanum.server.arrays import parse_array
 from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
-from nanum.server.errors import BadRequest, Conflict, Forbidden, NotFound
+from nanum.server.errors import ApiError, BadRequest, Conflict, Forbidden, NotFound
 from nanum.server.job_schemas import ACTIVE_STATES, JOB_STATES, JobSubmit
 from nanum.server.schemas import iso
 from nanum.server.services import budgets, catalog, eligibility, environments, joblogs, jobusage, lifecycle, nodelogs
@@ -52,11 +52,21 @@ _AS_SENT = frozenset(k for k in JobRequest.__annotations__ if k in table(JobRow)
 def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> tuple[dict[str, Any], bool]:
     """Queue a job for `caller`; returns it and whether it is new. Raises BadRequest when no node or limit could
     ever satisfy it. A `client_request_id` the caller already used returns that job, not new: the UNIQUE
-    (user_id, client_request_id) decides between two such requests at once, and the loser returns the winner's."""
-    request = spec.request
-    request_id = request["client_request_id"]
-    if request_id is not None and (first := _requested(ctx, caller, request_id)):
+    (user_id, client_request_id) refuses the second insert (also of two such requests at once), and the loser
+    returns the winner's. A retry is looked up only once refused, so a first submission reads nothing more; a
+    retry refused by a check the first one passed (its dependency has failed since, say) returns the job too."""
+    request_id = spec.request["client_request_id"]
+    try:
+        return _submit(ctx, caller, spec), True
+    except (IntegrityError, ApiError):
+        first = _requested(ctx, caller, request_id) if request_id is not None else None
+        if first is None:
+            raise
         return first, False
+
+
+def _submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> dict[str, Any]:
+    request = spec.request
     refuse_tier(caller, request["tier"], 0)
     lab = lab_for(ctx, caller, request["lab"])
     now = ctx.clock()
@@ -67,25 +77,19 @@ def submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> tuple[dict[st
     values.update(environments.for_job(ctx, caller, lab.id, request["environment"], request["datasets"]))
     row.environment, row.environment_spec, row.datasets = (
         values["environment"], values["environment_spec"], values["datasets"])
-    try:
-        with ctx.db.write() as s:
-            if row.after:
-                _wait_reason(s, values, row.after)
-            values["burst"] = row.burst = _burst(s, row)
-            environments.count_uses(s, values, max(len(tasks), 1))
-            if tasks:
-                _insert_array(s, row, values, tasks, limit)
-            else:
-                row.id = s.connection().execute(INSERT_JOB, values).scalar_one()
-            lifecycle.event(s, row.id, now, "submitted", f"by {caller.name}" + (
-                f" as array {row.id} of {len(tasks)} tasks ({request['array']})" if tasks else ""))
-    except IntegrityError:
-        first = _requested(ctx, caller, request_id) if request_id is not None else None
-        if first is None:
-            raise
-        return first, False
+    with ctx.db.write() as s:
+        if row.after:
+            _wait_reason(s, values, row.after)
+        values["burst"] = row.burst = _burst(s, row)
+        environments.count_uses(s, values, max(len(tasks), 1))
+        if tasks:
+            _insert_array(s, row, values, tasks, limit)
+        else:
+            row.id = s.connection().execute(INSERT_JOB, values).scalar_one()
+        lifecycle.event(s, row.id, now, "submitted", f"by {caller.name}" + (
+            f" as array {row.id} of {len(tasks)} tasks ({request['array']})" if tasks else ""))
     ctx.signals.poke(new_gpu_job=request["gpus"] > 0)
-    return job_out(row, caller.name, lab.lab.name), True
+    return job_out(row, caller.name, lab.lab.name)
 
 
 def _row_values(request: JobRequest, caller: Caller, lab_id: int, now: float) -> dict[str, Any]:
