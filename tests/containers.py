@@ -35,7 +35,11 @@ def _static(path: str) -> bool:
 
 
 def podman_env(root: Path) -> dict[str, str]:
-    """CONTAINERS_CONF and CONTAINERS_STORAGE_CONF for a store under `root`, with the image imported."""
+    """CONTAINERS_CONF and CONTAINERS_STORAGE_CONF for a store under `root`, with the image imported.
+
+    `root` must be a short path (a directory right under /tmp): Podman keeps Unix sockets under the store's run
+    directory, and with a root as long as pytest's per-worker temporary directories a container's end was never
+    noticed (`podman run` hung until its job was killed)."""
     root.mkdir(parents=True, exist_ok=True)
     conf, storage = root / "containers.conf", root / "storage.conf"
     conf.write_text('[containers]\ndefault_ulimits = []\n[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n'

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from nanum.agent.accounts import Account, Refused, job_account
 from nanum.agent.executor import Executor
+from tests.accounts import unix_account
 from tests.agent.conftest import NODE, make_launch
 
 USER = "nanumtest"
@@ -24,13 +24,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd")
 
 @pytest.fixture(scope="module")
 def test_user() -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(USER)
-    except KeyError:
-        pass
-    subprocess.run(["groupadd", "-f", GROUP], check=True)
-    subprocess.run(["useradd", "-M", "-s", "/bin/sh", "-G", GROUP, USER], check=True)
-    return pwd.getpwnam(USER)
+    return unix_account(USER, groups=(GROUP,))
 
 
 def log_text(ex: Executor, job_id: int) -> str:

@@ -60,10 +60,10 @@ def test_datasets_are_named_in_variables_and_a_missing_one_fails_the_job_saying_
 
 
 @pytest.fixture(scope="module")
-def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def podman() -> Iterator[dict[str, str]]:
     if (why := podman_missing()) is not None:
         pytest.skip(why)
-    root = tmp_path_factory.mktemp("envs-podman")
+    root = Path(tempfile.mkdtemp(prefix="envs-podman-", dir="/tmp"))  # short: see `podman_env`
     env = podman_env(root)
     yield env
     remove_store(root, env)
@@ -137,10 +137,10 @@ def test_a_stopped_container_job_ends_within_its_grace_and_leaves_no_container(
     script = 'trap "echo stopping; exit 3" TERM; echo ready > ready; while :; do sleep 0.1; done'
     boxed.start(launch=make_launch(12, "sh", "-c", script, workdir=str(work), unix_user=job_account(),
                                    environment="box", environment_spec=spec, grace_s=10))
-    for _ in range(200):
-        if (work / "ready").exists():
-            break
-        subprocess.run(["sleep", "0.05"])
+    deadline = time.monotonic() + 60  # a container's start takes seconds on a busy machine
+    while not (work / "ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (work / "ready").exists(), boxed.read_log(12, 0, 1 << 20)[0]  # its trap is set: a stop now is seen
     boxed.stop(12)
     status = boxed.wait(12, 20)
     assert status is not None and status.exit_code == 3 and not status.signal, status

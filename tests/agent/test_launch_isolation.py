@@ -22,6 +22,7 @@ import pytest
 from nanum.agent import procs
 from nanum.agent.executor import Executor
 from nanum.agent.monitor import JobView, last_activity
+from tests.accounts import unix_account
 from tests.agent.conftest import NODE, make_launch
 from tests.agent.fakeserver import FakeServer
 from tests.agent.test_agent_loop import make_agent, running
@@ -44,22 +45,14 @@ __attribute__((constructor)) static void note_uid(void) {
 """
 
 
-def account(name: str) -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "-M", "-s", "/bin/sh", name], check=True)
-        return pwd.getpwnam(name)
-
-
 @pytest.fixture(scope="module")
 def alice() -> pwd.struct_passwd:
-    return account(ALICE)
+    return unix_account(ALICE)
 
 
 @pytest.fixture(scope="module")
 def bob() -> pwd.struct_passwd:
-    return account(BOB)
+    return unix_account(BOB)
 
 
 @pytest.fixture

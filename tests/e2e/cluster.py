@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.accounts import unix_account
+
 JOB_ACCOUNT = "nanum-e2e"
 
 
@@ -37,11 +39,7 @@ def job_account() -> str:
     """The Unix account test jobs run as: never root. As root, a dedicated account is created once."""
     if os.geteuid() != 0:
         return pwd.getpwuid(os.geteuid()).pw_name
-    try:
-        pwd.getpwnam(JOB_ACCOUNT)
-    except KeyError:
-        subprocess.run(["useradd", "-m", "-s", "/bin/sh", JOB_ACCOUNT], check=True, capture_output=True)
-    return JOB_ACCOUNT
+    return unix_account(JOB_ACCOUNT, home=True).pw_name
 
 
 def shared_dir(prefix: str) -> Path:

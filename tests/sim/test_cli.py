@@ -19,7 +19,7 @@ def nanum(*args: str) -> Result:
 
     for name in COMMAND_MODULES:
         importlib.import_module(f"nanum.cli.{name}")
-    return CliRunner().invoke(app, list(args))
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": None})  # tables as piped: never cut to fit
 
 
 def test_import_then_simulate_then_check(tmp_path: Path) -> None:
