@@ -246,7 +246,10 @@ class Agent:
             len(reply.desired),
             len(reply.ack),
         )
-        self._apply(reply, chunks)
+        try:
+            self._apply(reply, chunks)
+        finally:
+            self._lease.flush()
         if wait_s > 0:
             await self._pause(started, wait_s)
         return True

@@ -23,6 +23,9 @@ log = logging.getLogger("nanum.agent")
 #: How often the agent looks at its lease, and whether its guard process runs.
 LEASE_CHECK_S = 0.2
 GUARD_CHECK_S = 2.0
+#: A renewed lease is written at once where the one on file runs out sooner than this (seconds); otherwise once
+#: the reply's jobs have started (`flush`).
+WRITE_AHEAD_S = 2 * GUARD_CHECK_S
 
 
 class LeaseKeeper:
@@ -32,6 +35,7 @@ class LeaseKeeper:
         self.state_dir = state_dir
         self.lease = fence.Lease(expires=0.0)
         self._fenced_until = -1.0  # the lease expiry the running jobs were last fenced for
+        self._unwritten = False  # renewed since STATE/lease was last written
         #: Jobs stopped because the lease ran out (for tests and logs).
         self.fenced: list[int] = []
 
@@ -45,13 +49,29 @@ class LeaseKeeper:
         fence.ensure_guard(self.state_dir)
 
     def renew(self, sent: float, lease_s: float) -> None:
+        """A reply came to the heartbeat sent at `sent` (boottime): the lease now runs until `lease_s` after it.
+
+        The guard reads the lease from STATE/lease, so that file is written at once only where the lease on it
+        runs out soon; otherwise `flush` writes it once the reply's jobs have started, and a job's start waits for
+        no file. Until then the guard sees the lease before this one, which can only run out sooner: its jobs are
+        never let run longer than the lease the agent holds."""
+        soon = self.lease.expires - fence.boottime() < WRITE_AHEAD_S
         self.lease.expires = sent + lease_s
-        self.lease.save(self.state_dir)
+        self._unwritten = True
+        if soon:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write a renewed lease still unwritten (`renew`)."""
+        if self._unwritten:
+            self.lease.save(self.state_dir)
+            self._unwritten = False
 
     def release(self) -> None:
         """The agent stops: the guard may leave once no job runs."""
         self.lease.stopped = True
         self.lease.save(self.state_dir)
+        self._unwritten = False
 
     def check(self, stop_jobs: Callable[[float], list[int]], lease_s: float) -> None:
         """Once the lease has run out, stop every running job (once per lapse): `stop_jobs(expires)` stops them
