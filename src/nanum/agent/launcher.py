@@ -207,8 +207,7 @@ def _wait_for_job(request: Mapping[str, Any], log_fd: int, exit_fd: int, own: tu
     _name_self(str(request["title"]))
     try:
         for path in request["cgroup_files"]:
-            with open(path, "w") as f:
-                f.write("0")
+            _write(path, b"0")
         if request["user"] is not None:
             uid, gid, groups = request["user"]
             os.setgroups(groups)
@@ -289,8 +288,18 @@ def _status(text: str) -> None:
 
 def _name_self(name: str) -> None:
     """What `ps -e` and `top` show for this process (its command line stays the launcher's)."""
-    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as f:
-        f.write(name[:15])
+    with contextlib.suppress(OSError):
+        _write("/proc/self/comm", name.encode("utf-8", "surrogateescape")[:15])
+
+
+def _write(path: str, data: bytes) -> None:
+    """Write `data` to an existing file: system calls alone, no Python file object (the waiter's start is every
+    job's start)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 if __name__ == "__main__":
