@@ -14,6 +14,7 @@ from nanum.agent.executor import Executor
 from nanum.agent.launch import launcher
 from tests.agent.conftest import make_launch
 from tests.agent.test_executor import log_text, wait_for_file
+from tests.processes import live_children
 
 #: Signals 32 and 33, which glibc keeps for itself below SIGRTMIN (its `posix_spawn` leaves them ignored).
 GLIBC_INTERNAL = (1 << 31) | (1 << 32)
@@ -111,6 +112,84 @@ def test_a_launcher_that_dies_before_reading_a_start_starts_it_on_a_new_launcher
     assert status is not None and status.state == "exited" and status.exit_code == 0, status
     assert runs.read_text() == "run\n"
     assert launcher().pid not in (None, stopped)
+
+
+def spare_of(launcher_pid: int, timeout: float = 5.0) -> int:
+    """The launcher's spare waiter (forked a few ms after its last start)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        spares = [pid for pid, name in live_children(launcher_pid).items() if name == "nanum-spare"]
+        if spares:
+            return spares[0]
+        time.sleep(0.01)
+    raise AssertionError(f"launcher {launcher_pid} has no spare waiter")
+
+
+def gone(pid: int, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_a_job_starts_in_the_spare_waiter_forked_ahead(executor: Executor) -> None:
+    spare = spare_of(launcher().pid or 0)
+    status = executor.start(allow_root=True, launch=make_launch(13, "sh", "-c", "echo $$ $PPID"))
+    assert status.pid == spare  # the spare became the job's waiter: it leads the job's session
+    ended = executor.wait(13, 5)
+    assert ended is not None and ended.exit_code == 0
+    assert log_text(executor, 13).split()[1] == str(spare)
+
+
+def test_a_spare_waiter_killed_before_its_job_leaves_the_job_to_a_new_one(
+        executor: Executor, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    spare = spare_of(launcher().pid or 0)
+    os.kill(spare, signal.SIGKILL)
+    assert gone(spare)
+    executor.start(allow_root=True, launch=make_launch(14, "sh", "-c", f"echo run >> {runs}"))
+    status = executor.wait(14, 10)
+    assert status is not None and status.state == "exited" and status.exit_code == 0, status
+    assert runs.read_text() == "run\n"
+
+
+def test_a_launcher_that_dies_after_passing_a_start_to_its_spare_starts_it_once(
+        executor: Executor, tmp_path: Path) -> None:
+    # The start is queued to the spare, which has not read it when its launcher dies: the agent finds nobody
+    # holding the job's exit file and starts it on a new launcher, so the spare, once it reads it, must not.
+    runs = tmp_path / "runs"
+    stopped = launcher().pid
+    assert stopped is not None
+    spare = spare_of(stopped)
+    os.kill(spare, signal.SIGSTOP)
+    try:
+        starting = threading.Thread(target=executor.start, kwargs={
+            "allow_root": True, "launch": make_launch(15, "sh", "-c", f"echo run >> {runs}; sleep 0.5")})
+        starting.start()
+        time.sleep(0.3)  # the request is passed to the spare; the launcher waits for it to take it
+        os.kill(stopped, signal.SIGKILL)
+        starting.join(10)
+        status = executor.wait(15, 10)
+        assert status is not None and status.state == "exited" and status.exit_code == 0, status
+    finally:
+        os.kill(spare, signal.SIGCONT)
+    assert gone(spare)  # it read the start, saw its launcher gone, and ended without running it
+    time.sleep(0.2)
+    assert runs.read_text() == "run\n"
+
+
+def test_the_spare_waiter_ends_with_its_launcher() -> None:
+    running = launcher()
+    running.start()
+    spare = spare_of(running.pid or 0)
+    running.close()
+    assert gone(spare)
 
 
 def test_the_process_holding_a_file_is_found_but_never_the_one_asking(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from tests.e2e.cluster import (
     submit_many,
     wait_until,
 )
+from tests.processes import live_children
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -33,17 +34,7 @@ JOB = ["sh", "-c", 'echo "$NANUM_JOB_ID" >> runs.log']
 
 def workers_of(pid: int) -> list[int]:
     """The live child processes of `pid`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[1]) == pid and fields[0] not in "ZXx":
-                found.append(int(entry.name))
-    return sorted(found)
+    return sorted(live_children(pid))
 
 
 def listening(pids: list[int], port: int) -> list[int]:

@@ -5,7 +5,8 @@ A job's start by a chain of programs (`setpriv` to switch to the job's user, a w
 signals a shell ignores) costs about 3 ms of exec'ing before its first instruction, and forking the agent itself
 costs as much: it is a large, threaded process. The launcher is a second Python process, small and
 single-threaded, started once by the agent (`python -P -m nanum.agent.launcher FD`), that imports as little as it can
-(every module it holds makes each fork dearer). For each job it forks a child, the job's *waiter*, which
+(every module it holds makes each fork dearer). Each job gets a child of it, the job's *waiter*, forked ahead
+where it can be (`_Spare`: the start then costs a message, not a fork), which
 
 1. leads a session of its own (the job's process group: stopping a job signals it), with /dev/null as input,
    the job's log as output, and the job's exit file on descriptor 3 (`nanum.agent.procs.holding` finds it there);
@@ -50,6 +51,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 
 TYPE_CHECKING = False  # `typing` is not loaded: its modules would be copied into every fork
 if TYPE_CHECKING:
@@ -123,26 +125,30 @@ def main(fd: int) -> None:
     import ctypes  # noqa: F401  (for the waiters: `_undumpable`)
 
     gc.freeze()  # the waiters it forks then copy fewer pages
+    own = (sock.fileno(), wake_r, wake_w)
+    spare = _Spare(own)
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     poller.register(wake_r, select.POLLIN)
     while True:
-        ready = {fd for fd, _ in poller.poll()}
+        ready = {fd for fd, _ in poller.poll(spare.refill_ms())}
+        if spare.refill_ms() == 0:
+            spare.refill()
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 while os.read(wake_r, 512):
                     pass
-            _reap(sock)
+            _reap(sock, spare)
         if sock.fileno() in ready:
             fds: list[int] = []
             request = receive(sock, fds)
             if request is None:
                 return
-            send(sock, _serve(request, fds, (sock.fileno(), wake_r, wake_w)))
-            _reap(sock)
+            send(sock, _serve(request, fds, own, spare))
+            _reap(sock, spare)
 
 
-def _reap(sock: socket.socket) -> None:
+def _reap(sock: socket.socket, spare: _Spare) -> None:
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -150,14 +156,114 @@ def _reap(sock: socket.socket) -> None:
             return
         if pid == 0:
             return
+        if spare.ended(pid):  # never a job's
+            continue
         send(sock, {"ended": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
-def _serve(request: Mapping[str, Any], fds: list[int], own: tuple[int, ...]) -> dict[str, Any]:
-    """Fork the job's waiter; answer once it leads its own session, so that signalling its group reaches it."""
+class _Spare:
+    """The next job's waiter, forked ahead (`_spare`): a start then costs a message to it, not a fork and a new
+    session (about 1.5 ms). A new one is forked once no request has come for `REFILL_MS`, so that the fork does
+    not compete with the start it follows. While there is none (a burst of starts), each start forks its waiter."""
+
+    REFILL_MS = 5
+
+    def __init__(self, own: tuple[int, ...]) -> None:
+        self.own = own
+        self.pid = 0
+        self.sock: socket.socket | None = None
+        self.unreported: set[int] = set()  # spares that never became a job's waiter: their end is not told
+        self.failed = False  # the last fork failed: wait for a request before trying again
+        self.due = 0.0  # monotonic(): when the next spare is forked
+
+    def refill_ms(self) -> int:
+        """How long until the next spare is due (-1: none is)."""
+        if self.sock is not None or self.failed:
+            return -1
+        return max(0, int((self.due - time.monotonic()) * 1000) + 1)
+
+    def refill(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        launcher = os.getpid()
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            self.failed = True
+            return
+        if pid == 0:
+            code = SETUP_FAILED
+            try:
+                ours.close()
+                code = _spare(theirs, launcher, self.own)
+            except BaseException as exc:
+                _say(f"nanum: the job's process failed: {exc!r}")
+            finally:
+                os._exit(code)
+        theirs.close()
+        self.pid, self.sock = pid, ours
+
+    def take(self, request: Mapping[str, Any], fds: list[int]) -> int | None:
+        """Hand the request to the spare; its pid once it holds the job's descriptors, or None if it is gone (it
+        never held them: the job is started otherwise)."""
+        self.failed = False
+        self.due = time.monotonic() + self.REFILL_MS / 1000
+        sock, pid = self.sock, self.pid
+        if sock is None:
+            return None
+        self.sock = None
+        try:
+            send(sock, request, fds)
+            taken = sock.recv(1) == b"!"
+        except OSError:
+            taken = False
+        finally:
+            sock.close()
+        if not taken:
+            self.unreported.add(pid)
+            return None
+        return pid
+
+    def ended(self, pid: int) -> bool:
+        """Whether `pid` was a spare that never took a job (its end is nobody's business); forgets it."""
+        if pid == self.pid and self.sock is not None:
+            self.sock.close()
+            self.sock = None
+            self.failed = True  # not again before the next request, however it ended
+            return True
+        if pid in self.unreported:
+            self.unreported.discard(pid)
+            return True
+        return False
+
+
+def _spare(sock: socket.socket, launcher: int, own: tuple[int, ...]) -> int:
+    """A waiter forked ahead: it leads its session, then waits for a request. It takes one only while the
+    launcher that sent it still runs: once the launcher has died, the agent may already have looked for who holds
+    the job's exit file, found nobody and started the job anew (`nanum.agent.launch.spawn`). It says it took the
+    request once it holds the job's descriptors, before anything else."""
+    _lead_session(own)
+    _name_self("nanum-spare")
+    fds: list[int] = []
+    request = receive(sock, fds)
+    if request is None or len(fds) != 2 or os.getppid() != launcher:
+        return 0  # the launcher is gone; its descriptors close with this process
+    with contextlib.suppress(OSError):  # the launcher answers the agent from here on, if it still runs; if it died
+        sock.send(b"!", socket.MSG_NOSIGNAL)  # just now, the agent finds this process holding the job's exit file
+    sock.close()
+    return _run_job(request, fds[0], fds[1])
+
+
+def _serve(request: Mapping[str, Any], fds: list[int], own: tuple[int, ...], spare: _Spare) -> dict[str, Any]:
+    """Start the job's waiter, a spare or a fork; answer once it leads its own session, so that signalling its
+    group reaches it."""
     try:
         if len(fds) != 2:
             return {"error": [errno.EINVAL, f"a spawn request needs 2 descriptors, got {len(fds)}"]}
+        taken = spare.take(request, fds)
+        if taken is not None:
+            return {"pid": taken}
         led_r, led_w = os.pipe2(os.O_CLOEXEC)
         try:
             pid = os.fork()
@@ -169,7 +275,8 @@ def _serve(request: Mapping[str, Any], fds: list[int], own: tuple[int, ...]) -> 
             code = SETUP_FAILED
             try:
                 os.close(led_r)
-                code = _wait_for_job(request, fds[0], fds[1], (*own, led_w))
+                _lead_session(own, led_w)
+                code = _run_job(request, fds[0], fds[1])
             except BaseException as exc:
                 _say(f"nanum: the job's process failed: {exc!r}")
             finally:
@@ -183,8 +290,9 @@ def _serve(request: Mapping[str, Any], fds: list[int], own: tuple[int, ...]) -> 
             os.close(fd)
 
 
-def _wait_for_job(request: Mapping[str, Any], log_fd: int, exit_fd: int, own: tuple[int, ...]) -> int:
-    """The waiter (module docstring); returns its own exit status."""
+def _lead_session(own: tuple[int, ...], led: int | None = None) -> None:
+    """A waiter's first steps: its own session, the launcher's descriptors `own` closed, the job's stop signals
+    left blocked (`_run_job` unblocks them). Written to, `led` tells the launcher that it leads its session."""
     # The launcher's dispositions (SIGTERM ignored, its SIGCHLD handler) are not the job's. They are reset before
     # the job's group exists, with its stop signals blocked meanwhile: a SIGTERM sent to the group the moment the
     # agent knows it must not meet an ignored disposition (lost) but wait, and end the waiter once unblocked.
@@ -193,15 +301,24 @@ def _wait_for_job(request: Mapping[str, Any], log_fd: int, exit_fd: int, own: tu
     for sig in DEFAULTED:
         signal.signal(sig, signal.SIG_DFL)
     os.setsid()
-    os.write(own[-1], b"!")  # the launcher answers the agent from here on
+    if led is not None:
+        os.write(led, b"!")
+        os.close(led)
     for fd in own:
         os.close(fd)
+
+
+def _run_job(request: Mapping[str, Any], log_fd: int, exit_fd: int) -> int:
+    """The rest of the waiter (module docstring), once it leads its session; returns its own exit status."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
-    os.dup2(exit_fd, EXIT_FD, inheritable=False)
+    if exit_fd == EXIT_FD:  # where a spare received it
+        os.set_inheritable(EXIT_FD, False)
+    else:
+        os.dup2(exit_fd, EXIT_FD, inheritable=False)
     for fd in {null, log_fd, exit_fd} - {0, 1, 2, EXIT_FD}:
         os.close(fd)
     _name_self(str(request["title"]))
