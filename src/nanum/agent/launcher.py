@@ -122,7 +122,7 @@ def main(fd: int) -> None:
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    import ctypes  # noqa: F401  (for the waiters: `_undumpable`)
+    _load_prctl()
 
     gc.freeze()  # the waiters it forks then copy fewer pages
     own = (sock.fileno(), wake_r, wake_w)
@@ -381,15 +381,25 @@ def _spawn(argv: list[str], env: dict[str, str]) -> int:
 
 
 _PR_SET_DUMPABLE = 4
+_prctl: Any = None  # libc's prctl, found once by the launcher (`_load_prctl`): looking it up took 0.4 ms per job
+
+
+def _load_prctl() -> None:
+    global _prctl
+    import ctypes
+
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
 def _undumpable() -> None:
     """Keep the job's user from reading the waiter's memory (ptrace, /proc/PID/mem): forked from the launcher, it
     may still hold what other jobs' requests carried. Switching users already does this where the kernel's
     fs.suid_dumpable is 0, its default; this holds whatever that is set to. The command it execs is not affected."""
-    import ctypes  # loaded once, by the launcher, before it forks (main)
+    import ctypes  # loaded by the launcher before it forks (`_load_prctl`)
 
-    if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+    if _prctl is None:
+        _load_prctl()
+    if _prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "cannot make the job's waiter undumpable")
 
 
