@@ -73,17 +73,53 @@ def test_a_newer_heartbeat_releases_an_older_held_one_without_reading_its_answer
 ) -> None:
     """The agent gave the older one up to send the newer one: nothing reads its reply, so none is worked out."""
     built: list[str] = []
-    reply_of = agent_service.desired_reply
-    monkeypatch.setattr(agent_service, "desired_reply", lambda ctx, who: built.append(who.name) or reply_of(ctx, who))
+    reply_of = agent_service.woken_reply
+    monkeypatch.setattr(agent_service, "woken_reply",
+                        lambda ctx, s, who: built.append(who.name) or reply_of(ctx, s, who))
     thread, replies = held(node, wait_s=10)
     node.beat()
     thread.join(timeout=5)
     assert not thread.is_alive() and len(replies) == 1
     assert built == []
     thread, replies = held(node, wait_s=10)
-    j = submit(live, gpus=1)  # a change, not a newer heartbeat: the held one's answer is worked out
+    j = submit(live, gpus=1)  # a change, not a newer heartbeat: the held one's answer is worked out, once
     thread.join(timeout=5)
     assert [d.job_id for d in replies[0].desired] == [j["id"]] and built == ["gpu-01"]
+
+
+def test_the_tick_that_starts_a_job_answers_the_held_heartbeat_without_a_read_of_its_own(
+    live: AsgiClient, node: FakeAgent, ctx: ServerContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read = []
+    reply_of = agent_service.desired_reply
+    monkeypatch.setattr(agent_service, "desired_reply", lambda ctx, who: read.append(who.name) or reply_of(ctx, who))
+    thread, replies = held(node, wait_s=10)
+    j = submit(live, gpus=1)
+    thread.join(timeout=5)
+    assert [d.job_id for d in replies[0].desired] == [j["id"]] and replies[0].desired[0].run == 1
+    assert read == []  # read by the tick, in the transaction that started the job
+
+
+def test_a_wake_between_the_ticks_read_and_its_own_wake_sends_the_heartbeat_to_read_the_store(
+    live: AsgiClient, node: FakeAgent, ctx: ServerContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Something else changed the node's jobs after the tick read its reply: that reply may miss the change.
+    read = []
+    reply_of = agent_service.desired_reply
+    monkeypatch.setattr(agent_service, "desired_reply", lambda ctx, who: read.append(who.name) or reply_of(ctx, who))
+    woken_reply = agent_service.woken_reply
+
+    def then_woken(ctx: ServerContext, s: object, who: object) -> object:
+        reply = woken_reply(ctx, s, who)  # type: ignore[arg-type]
+        ctx.signals.wake_local(["gpu-01"])  # as a cancel committed meanwhile would
+        return reply
+
+    monkeypatch.setattr(agent_service, "woken_reply", then_woken)
+    thread, replies = held(node, wait_s=10)
+    j = submit(live, gpus=1)
+    thread.join(timeout=5)
+    assert replies and read == ["gpu-01"]  # the tick's reply was dropped: the heartbeat read the store
+    assert j["id"] in [d.job_id for d in node.beat().desired]  # (woken before the tick committed, it missed the job)
 
 
 def test_a_heartbeat_is_held_at_most_a_third_of_the_lease(live: AsgiClient, node: FakeAgent, ctx: ServerContext

@@ -67,6 +67,12 @@ def test_a_leader_whose_database_connection_was_cut_gives_up_without_an_error(
         with pair[1].db.engine.connect() as conn:
             assert conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": leader}).scalar_one()
             conn.commit()
+            # It only asks the backend to end: its lock goes when it has (a moment later on a busy machine).
+            deadline = time.monotonic() + 10
+            while conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"),
+                               {"pid": leader}).scalar_one() and time.monotonic() < deadline:
+                conn.commit()
+                time.sleep(0.01)
         assert b.tick() is not None  # the lock went with the connection
         assert a.tick() is None  # a finds its connection gone, gives up, and is not the leader
     finally:

@@ -8,6 +8,11 @@ published to the others (`bus`, a `nanum.server.bus.Bus`), which act on them as 
 
 Each wake also gives the node a new `generation` at once, in the thread that woke it: what was worked out for a node
 (a quiet heartbeat's answer, `nanum.server.services.agent`) holds only while its generation is the same.
+
+A wake may bring the woken heartbeat its reply (`wake(nodes, replies)`: the scheduler's tick, which has just
+written the node's jobs, reads them in the same transaction). The reply is kept for the generation that wake
+gives, and only if no other wake came between the reply's read and that wake (`ready`): otherwise the heartbeat
+reads the node's jobs itself.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nanum.server.bus import Bus
@@ -30,6 +36,8 @@ class Signals:
         self._generations: dict[str, int] = {}
         self._epoch = 0  # moved by `wake_all`: every node's generation changes
         self._latest: dict[str, object] = {}  # each node's newest heartbeat (`arrive`)
+        self._stamping = threading.Lock()  # a generation and the reply kept for it, given together
+        self._ready: dict[str, tuple[tuple[int, int], Any]] = {}  # node -> (its generation, the reply for it)
         self.closing = False
         self.on_poke: Callable[[bool], None] | None = None
         #: the other servers sharing the database, where there may be some
@@ -66,22 +74,42 @@ class Signals:
         (`nanum.server.bus.Bus.listening`; once it listens again, `wake_all` moves every generation)."""
         return self.bus is None or self.bus.listening.is_set()
 
-    def wake(self, nodes: Iterable[str]) -> None:
-        """Release held heartbeats of `nodes`, here and on the other servers. Safe from any thread."""
+    def holding(self) -> set[str]:
+        """The nodes with a heartbeat held on this server. Safe from any thread."""
+        return set(self._nodes)
+
+    def wake(self, nodes: Iterable[str], replies: dict[str, tuple[tuple[int, int], Any]] | None = None) -> None:
+        """Release held heartbeats of `nodes`, here and on the other servers. Safe from any thread. `replies`: by
+        node, the generation before its reply was read and the reply, for the heartbeat woken here (`ready`)."""
         names = tuple(nodes)
         if names and self.bus is not None:
             self.bus.wake(names)
-        self.wake_local(names)
+        self.wake_local(names, replies)
 
-    def wake_local(self, nodes: Iterable[str]) -> None:
-        """Release held heartbeats of `nodes` on this server. Safe from any thread; a no-op before the loop is
-        bound."""
+    def wake_local(self, nodes: Iterable[str],
+                   replies: dict[str, tuple[tuple[int, int], Any]] | None = None) -> None:
+        """Release held heartbeats of `nodes` on this server (`wake`). Safe from any thread; a no-op before the
+        loop is bound."""
         names = tuple(nodes)
-        for name in names:
-            self._generations[name] = next(self._count)
+        with self._stamping:
+            for name in names:
+                offered = replies.get(name) if replies else None
+                # kept only if no wake came since its read
+                reply = offered[1] if offered is not None and offered[0] == self.generation(name) else None
+                self._generations[name] = next(self._count)
+                if reply is not None:
+                    self._ready[name] = (self.generation(name), reply)
+                else:
+                    self._ready.pop(name, None)
         if names and self._loop is not None and not self._loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop is shutting down
                 self._loop.call_soon_threadsafe(self.wake_now, names)
+
+    def ready(self, node: str) -> Any | None:
+        """The reply the last wake of `node` brought, if nothing woke it since (once). Call on the event loop."""
+        with self._stamping:
+            kept = self._ready.pop(node, None)
+            return kept[1] if kept is not None and kept[0] == self.generation(node) else None
 
     def wake_now(self, nodes: Iterable[str]) -> None:
         """`wake`, on the event loop itself."""

@@ -67,6 +67,9 @@ async def heartbeat(ctx: Context, node: NodeDep, request: Request,
         if signals.superseded(node.name, ticket):
             # Its agent dropped it to send a newer one, which is answered from the store: nothing reads this reply.
             return outcome.reply
+        ready = signals.ready(node.name)  # read by the tick that woke it
+        if isinstance(ready, HeartbeatReply):
+            return ready
         return await run_in_threadpool(agent.desired_reply, ctx, node)
     return outcome.reply
 

@@ -259,9 +259,15 @@ def _report_unchanged(st: JobStatus, held: dict[int, list[int]], jobs: dict[int,
 def desired_reply(ctx: ServerContext, who: NodeCaller) -> HeartbeatReply:
     """The reply to a held heartbeat once something changed (or the wait ended)."""
     with ctx.db.read() as s:
-        reply = _reply(ctx, desired_jobs(ctx, s, who), [], {})
-        reply.check_paths = environments.check_paths(ctx, s)
-        return reply
+        return woken_reply(ctx, s, who)
+
+
+def woken_reply(ctx: ServerContext, s: Session, who: NodeCaller) -> HeartbeatReply:
+    """`desired_reply`, read in `s`: also inside the transaction that changed the node's jobs (the scheduler's,
+    whose statements bypass the session's objects: they are read anew)."""
+    reply = _reply(ctx, desired_jobs(ctx, s, who, fresh=True), [], {})
+    reply.check_paths = environments.check_paths(ctx, s)
+    return reply
 
 
 def _reply(ctx: ServerContext, desired: list[JobLaunch], acks: list[int], offsets: dict[int, int]) -> HeartbeatReply:
@@ -380,16 +386,18 @@ _DESIRED = (
     .where(JobRow.id.in_(bindparam("ids", expanding=True)), JobRow.state == "running", JobRow.stop.is_(None))
     .order_by(JobRow.id)
 )
+_DESIRED_FRESH = _DESIRED.execution_options(populate_existing=True)
 
 
 def desired_jobs(ctx: ServerContext, s: Session, node: NodeRow | NodeCaller,
-                 held: dict[int, list[int]] | None = None) -> list[JobLaunch]:
+                 held: dict[int, list[int]] | None = None, *, fresh: bool = False) -> list[JobLaunch]:
     """Every job that should be running on `node` now, with what its agent needs to launch it. `held`: the GPUs
-    held there by job, when the caller has just read them."""
+    held there by job, when the caller has just read them. `fresh`: the jobs' objects the session holds are
+    loaded again (statements, not the session, changed their rows)."""
     held = _held(s, node.id) if held is None else held
     if not held:
         return []
-    rows = s.execute(_DESIRED, {"ids": list(held)}).all()
+    rows = s.execute(_DESIRED_FRESH if fresh else _DESIRED, {"ids": list(held)}).all()
     hosts = _hosts(s, rows)
     default = ctx.settings.grace_s
     return [

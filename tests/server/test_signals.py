@@ -1,0 +1,33 @@
+"""A reply the scheduler's tick read for a woken node is given to that node's held heartbeat only while nothing else
+woke the node: a change made after the tick's read (a cancel, another server's start) would be missing from it."""
+
+from __future__ import annotations
+
+from nanum.server.signals import Signals
+
+
+def test_a_reply_is_given_once_to_the_heartbeat_its_wake_released() -> None:
+    signals = Signals()
+    read_at = signals.generation("gpu-01")
+    signals.wake(["gpu-01"], {"gpu-01": (read_at, "reply")})
+    assert signals.ready("gpu-01") == "reply"
+    assert signals.ready("gpu-01") is None
+    assert signals.ready("gpu-02") is None
+
+
+def test_a_wake_between_the_read_and_the_wake_that_brings_it_drops_the_reply() -> None:
+    signals = Signals()
+    read_at = signals.generation("gpu-01")
+    signals.wake(["gpu-01"])  # another change, woken after the tick's read
+    signals.wake(["gpu-01"], {"gpu-01": (read_at, "reply")})
+    assert signals.ready("gpu-01") is None
+
+
+def test_a_wake_after_the_one_that_brings_it_drops_the_reply() -> None:
+    signals = Signals()
+    signals.wake(["gpu-01", "gpu-02"], {"gpu-01": (signals.generation("gpu-01"), "one"),
+                                        "gpu-02": (signals.generation("gpu-02"), "two")})
+    signals.wake(["gpu-01"])
+    signals.wake_all()
+    assert signals.ready("gpu-01") is None
+    assert signals.ready("gpu-02") is None  # every node is woken again: every reply is read anew
