@@ -87,12 +87,18 @@ def test_a_newer_heartbeat_releases_an_older_held_one_without_reading_its_answer
     assert [d.job_id for d in replies[0].desired] == [j["id"]] and built == ["gpu-01"]
 
 
-def test_the_tick_that_starts_a_job_answers_the_held_heartbeat_without_a_read_of_its_own(
-    live: AsgiClient, node: FakeAgent, ctx: ServerContext, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    read = []
+def store_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The nodes whose held heartbeat read its reply from the store meanwhile."""
+    read: list[str] = []
     reply_of = agent_service.desired_reply
     monkeypatch.setattr(agent_service, "desired_reply", lambda ctx, who: read.append(who.name) or reply_of(ctx, who))
+    return read
+
+
+def test_the_tick_that_starts_a_job_answers_the_held_heartbeat_without_a_read_of_its_own(
+    live: AsgiClient, node: FakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read = store_reads(monkeypatch)
     thread, replies = held(node, wait_s=10)
     j = submit(live, gpus=1)
     thread.join(timeout=5)
@@ -101,12 +107,10 @@ def test_the_tick_that_starts_a_job_answers_the_held_heartbeat_without_a_read_of
 
 
 def test_a_wake_between_the_ticks_read_and_its_own_wake_sends_the_heartbeat_to_read_the_store(
-    live: AsgiClient, node: FakeAgent, ctx: ServerContext, monkeypatch: pytest.MonkeyPatch
+    live: AsgiClient, node: FakeAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Something else changed the node's jobs after the tick read its reply: that reply may miss the change.
-    read = []
-    reply_of = agent_service.desired_reply
-    monkeypatch.setattr(agent_service, "desired_reply", lambda ctx, who: read.append(who.name) or reply_of(ctx, who))
+    read = store_reads(monkeypatch)
     woken_reply = agent_service.woken_reply
 
     def then_woken(ctx: ServerContext, s: object, who: object) -> object:
