@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 import shutil
+import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,6 +79,7 @@ def test_root_jobs_are_refused_unless_allowed(executor: Executor) -> None:
 
 
 ALICE = Account("alice", 1000, 1000, (1000,), "/home/alice", "/bin/sh")
+ROOT = Account("root", 0, 0, (0,), "/root", "/bin/sh")
 
 
 def test_normal_agent_runs_only_its_own_users_jobs() -> None:
@@ -83,3 +87,35 @@ def test_normal_agent_runs_only_its_own_users_jobs() -> None:
     assert job_account("", node=NODE, allow_root=False, agent=ALICE) is ALICE
     with pytest.raises(Refused, match=r"^the job runs as Unix user 'bob' but the agent on this node runs as 'alice' "):
         job_account("bob", node=NODE, allow_root=False, agent=ALICE)
+
+
+@needs_root
+def test_a_group_given_to_a_user_reaches_their_jobs_once_the_account_kept_is_old(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    user, group = "nanumregroup", f"nanumgrp{os.getpid()}"
+    account = unix_account(user)
+    monkeypatch.setattr("nanum.agent.accounts.KEEP_S", 0.5)
+    kept = job_account(user, node=NODE, allow_root=False, agent=ROOT)
+    subprocess.run(["groupadd", "-f", group], check=True)
+    try:
+        subprocess.run(["usermod", "-aG", group, user], check=True)
+        gid = grp.getgrnam(group).gr_gid
+        assert job_account(user, node=NODE, allow_root=False, agent=ROOT) == kept  # kept: not looked up again
+        time.sleep(0.6)
+        assert gid in job_account(user, node=NODE, allow_root=False, agent=ROOT).groups
+        assert account.pw_gid in kept.groups
+    finally:
+        subprocess.run(["gpasswd", "-d", user, group], capture_output=True)
+        subprocess.run(["groupdel", group], capture_output=True)
+
+
+@needs_root
+def test_an_account_created_after_a_refusal_is_found_at_once() -> None:
+    user = f"nanumlate{os.getpid() % 100000}"
+    with pytest.raises(Refused, match="has no Unix account on node"):
+        job_account(user, node=NODE, allow_root=False, agent=ROOT)
+    try:
+        created = unix_account(user)
+        assert job_account(user, node=NODE, allow_root=False, agent=ROOT).uid == created.pw_uid
+    finally:
+        subprocess.run(["userdel", user], capture_output=True)
