@@ -276,11 +276,13 @@ class CgroupV2(_Hierarchy):
         return cls(levels[-1:])
 
     def _limit(self, dirs: list[Path], cpus: int, memory_mb: int | None) -> None:
-        (d,) = dirs
-        (d / "cpu.max").write_text(f"{cpus * PERIOD_US} {PERIOD_US}" if cpus else f"max {PERIOD_US}")
-        (d / "memory.max").write_text(str(memory_mb * MIB) if memory_mb else "max")
-        if memory_mb and (d / "memory.swap.max").exists():
-            (d / "memory.swap.max").write_text("0")
+        (d,) = dirs  # a new cgroup: no limit until one is written
+        if cpus:
+            (d / "cpu.max").write_text(f"{cpus * PERIOD_US} {PERIOD_US}")
+        if memory_mb:
+            (d / "memory.max").write_text(str(memory_mb * MIB))
+            if (d / "memory.swap.max").exists():
+                (d / "memory.swap.max").write_text("0")
 
     def oom_kills(self, job_id: int) -> int | None:
         return _keyed(self.dirs(job_id)[0] / "memory.events").get("oom_kill")
@@ -332,9 +334,10 @@ class CgroupV1(_Hierarchy):
         return self.parents[-1]
 
     def _limit(self, dirs: list[Path], cpus: int, memory_mb: int | None) -> None:
-        memory, cpu = dirs[0], dirs[-1]
-        (cpu / "cpu.cfs_period_us").write_text(str(PERIOD_US))
-        (cpu / "cpu.cfs_quota_us").write_text(str(cpus * PERIOD_US) if cpus else "-1")
+        memory, cpu = dirs[0], dirs[-1]  # new cgroups: no limit until one is written
+        if cpus:
+            (cpu / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+            (cpu / "cpu.cfs_quota_us").write_text(str(cpus * PERIOD_US))
         if memory_mb:
             (memory / "memory.limit_in_bytes").write_text(str(memory_mb * MIB))
             if (memory / "memory.memsw.limit_in_bytes").exists():  # swap accounting on: no swapping past it
