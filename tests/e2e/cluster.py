@@ -355,12 +355,19 @@ def process_alive(pid: int) -> bool:
 
 
 def kill_job_processes(state_dir: Path) -> None:
-    """SIGKILL the process group of every job an agent's state directory records (cleanup after a test)."""
+    """SIGKILL the processes of every job an agent's state directory records, as the machine's end would: each
+    job's process group, and what its processes started outside it (torchrun's workers lead sessions of their own),
+    found by the variable every job process inherits that names a file in that directory."""
     for record in state_dir.glob("jobs/*/job.json"):
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             pid = int(json.loads(record.read_text())["pid"])
             if process_alive(pid):
                 os.killpg(pid, signal.SIGKILL)
+    marker = f"NANUM_PREEMPT_FILE={state_dir / 'jobs'}/".encode()
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            if entry.name.isdigit() and marker in (entry / "environ").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 def wait_until(what: str, check: object, timeout: float, *why: object) -> None:
