@@ -163,8 +163,8 @@ def _reap(sock: socket.socket, spare: _Spare) -> None:
 
 class _Spare:
     """The next job's waiter, forked ahead (`_spare`): a start then costs a message to it, not a fork and a new
-    session (about 1.5 ms). A new one is forked once no request has come for `REFILL_MS`, so that the fork does
-    not compete with the start it follows. While there is none (a burst of starts), each start forks its waiter."""
+    session (about 1.5 ms). The next one is forked `REFILL_MS` after the start that took the last, so that the
+    fork does not compete with that start. While there is none (a burst of starts), each start forks its waiter."""
 
     REFILL_MS = 5
 
