@@ -68,14 +68,20 @@ def test_with_nothing_to_say_the_reply_comes_when_the_wait_ends(live: AsgiClient
     assert 0.4 <= time.monotonic() - began < 3 and reply.desired == []
 
 
-def test_a_newer_heartbeat_releases_an_older_held_one_without_reading_its_answer(
-    live: AsgiClient, node: FakeAgent, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The agent gave the older one up to send the newer one: nothing reads its reply, so none is worked out."""
+def replies_worked_out(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The nodes whose held heartbeat's reply was worked out meanwhile (by the tick or by the heartbeat itself)."""
     built: list[str] = []
     reply_of = agent_service.woken_reply
     monkeypatch.setattr(agent_service, "woken_reply",
                         lambda ctx, s, who: built.append(who.name) or reply_of(ctx, s, who))
+    return built
+
+
+def test_a_newer_heartbeat_releases_an_older_held_one_without_reading_its_answer(
+    live: AsgiClient, node: FakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent gave the older one up to send the newer one: nothing reads its reply, so none is worked out."""
+    built = replies_worked_out(monkeypatch)
     thread, replies = held(node, wait_s=10)
     node.beat()
     thread.join(timeout=5)
@@ -134,3 +140,16 @@ def test_a_heartbeat_is_held_at_most_a_third_of_the_lease(live: AsgiClient, node
     began = time.monotonic()
     node.beat(wait_s=10)
     assert time.monotonic() - began < 1.5
+
+
+def test_a_tick_reads_no_reply_for_a_node_whose_heartbeat_is_not_held(
+    live: AsgiClient, node: FakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A busy node's heartbeats come back at once: a reply read for it would never be used.
+    built = replies_worked_out(monkeypatch)
+    node.beat()
+    j = submit(live, gpus=1)
+    deadline = time.monotonic() + 5
+    while j["id"] not in node.running and time.monotonic() < deadline:
+        node.beat()
+    assert j["id"] in node.running and built == []

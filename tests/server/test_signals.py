@@ -31,3 +31,14 @@ def test_a_wake_after_the_one_that_brings_it_drops_the_reply() -> None:
     signals.wake_all()
     assert signals.ready("gpu-01") is None
     assert signals.ready("gpu-02") is None  # every node is woken again: every reply is read anew
+
+
+def test_a_node_is_holding_only_while_one_of_its_heartbeats_is_held() -> None:
+    signals = Signals()
+    signals.event("gpu-01")  # a heartbeat that arrived and was answered at once: nothing held
+    assert signals.holding() == set()
+    with signals.held("gpu-01"):
+        with signals.held("gpu-01"):  # a newer one, while the older is being released
+            assert signals.holding() == {"gpu-01"}
+        assert signals.holding() == {"gpu-01"}
+    assert signals.holding() == set()

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import itertools
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ class Signals:
         self._latest: dict[str, object] = {}  # each node's newest heartbeat (`arrive`)
         self._stamping = threading.Lock()  # a generation and the reply kept for it, given together
         self._ready: dict[str, tuple[tuple[int, int], Any]] = {}  # node -> (its generation, the reply for it)
+        self._held: dict[str, int] = {}  # node -> its heartbeats held now (`held`)
         self.closing = False
         self.on_poke: Callable[[bool], None] | None = None
         #: the other servers sharing the database, where there may be some
@@ -74,9 +75,21 @@ class Signals:
         (`nanum.server.bus.Bus.listening`; once it listens again, `wake_all` moves every generation)."""
         return self.bus is None or self.bus.listening.is_set()
 
+    @contextlib.contextmanager
+    def held(self, node: str) -> Iterator[None]:
+        """While the block runs, a heartbeat of `node` is held here (`holding`). Call on the event loop."""
+        self._held[node] = self._held.get(node, 0) + 1
+        try:
+            yield
+        finally:
+            if self._held[node] > 1:
+                self._held[node] -= 1
+            else:
+                del self._held[node]
+
     def holding(self) -> set[str]:
-        """The nodes with a heartbeat held on this server. Safe from any thread."""
-        return set(self._nodes)
+        """The nodes with a heartbeat held on this server now. Safe from any thread."""
+        return set(self._held)  # copied in one step: the event loop may change it meanwhile
 
     def wake(self, nodes: Iterable[str], replies: dict[str, tuple[tuple[int, int], Any]] | None = None) -> None:
         """Release held heartbeats of `nodes`, here and on the other servers. Safe from any thread. `replies`: by

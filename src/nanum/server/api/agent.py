@@ -63,7 +63,9 @@ async def heartbeat(ctx: Context, node: NodeDep, request: Request,
     wait_s = min(body.wait_s, ctx.settings.lease_s / 3)
     if wait_s <= 0 or not outcome.idle or node.name in outcome.woken or signals.closing:
         return outcome.reply
-    if await _hold(ctx, changed, wait_s):
+    with signals.held(node.name):
+        woken = await _hold(ctx, changed, wait_s)
+    if woken:
         if signals.superseded(node.name, ticket):
             # Its agent dropped it to send a newer one, which is answered from the store: nothing reads this reply.
             return outcome.reply
