@@ -6,6 +6,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -68,20 +69,25 @@ def test_with_nothing_to_say_the_reply_comes_when_the_wait_ends(live: AsgiClient
     assert 0.4 <= time.monotonic() - began < 3 and reply.desired == []
 
 
-def replies_worked_out(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The nodes whose held heartbeat's reply was worked out meanwhile (by the tick or by the heartbeat itself)."""
-    built: list[str] = []
-    reply_of = agent_service.woken_reply
-    monkeypatch.setattr(agent_service, "woken_reply",
-                        lambda ctx, s, who: built.append(who.name) or reply_of(ctx, s, who))
-    return built
+def nodes_served_by(monkeypatch: pytest.MonkeyPatch, function: str) -> list[str]:
+    """The nodes for which the agent service's `function` ran meanwhile: `woken_reply`, a held heartbeat's reply
+    worked out (by the tick or by the heartbeat); `desired_reply`, one the heartbeat read from the store itself."""
+    served: list[str] = []
+    original = getattr(agent_service, function)
+
+    def recording(*args: Any) -> Any:
+        served.append(args[-1].name)  # the node: every such function's last argument
+        return original(*args)
+
+    monkeypatch.setattr(agent_service, function, recording)
+    return served
 
 
 def test_a_newer_heartbeat_releases_an_older_held_one_without_reading_its_answer(
     live: AsgiClient, node: FakeAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The agent gave the older one up to send the newer one: nothing reads its reply, so none is worked out."""
-    built = replies_worked_out(monkeypatch)
+    built = nodes_served_by(monkeypatch, "woken_reply")
     thread, replies = held(node, wait_s=10)
     node.beat()
     thread.join(timeout=5)
@@ -93,18 +99,10 @@ def test_a_newer_heartbeat_releases_an_older_held_one_without_reading_its_answer
     assert [d.job_id for d in replies[0].desired] == [j["id"]] and built == ["gpu-01"]
 
 
-def store_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The nodes whose held heartbeat read its reply from the store meanwhile."""
-    read: list[str] = []
-    reply_of = agent_service.desired_reply
-    monkeypatch.setattr(agent_service, "desired_reply", lambda ctx, who: read.append(who.name) or reply_of(ctx, who))
-    return read
-
-
 def test_the_tick_that_starts_a_job_answers_the_held_heartbeat_without_a_read_of_its_own(
     live: AsgiClient, node: FakeAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    read = store_reads(monkeypatch)
+    read = nodes_served_by(monkeypatch, "desired_reply")
     thread, replies = held(node, wait_s=10)
     j = submit(live, gpus=1)
     thread.join(timeout=5)
@@ -116,7 +114,7 @@ def test_a_wake_between_the_ticks_read_and_its_own_wake_sends_the_heartbeat_to_r
     live: AsgiClient, node: FakeAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Something else changed the node's jobs after the tick read its reply: that reply may miss the change.
-    read = store_reads(monkeypatch)
+    read = nodes_served_by(monkeypatch, "desired_reply")
     woken_reply = agent_service.woken_reply
 
     def then_woken(ctx: ServerContext, s: object, who: object) -> object:
@@ -146,7 +144,7 @@ def test_a_tick_reads_no_reply_for_a_node_whose_heartbeat_is_not_held(
     live: AsgiClient, node: FakeAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A busy node's heartbeats come back at once: a reply read for it would never be used.
-    built = replies_worked_out(monkeypatch)
+    built = nodes_served_by(monkeypatch, "woken_reply")
     node.beat()
     j = submit(live, gpus=1)
     deadline = time.monotonic() + 5
