@@ -40,12 +40,12 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from nanum.core import Decisions, HistoryPredictor, Incremental, Job, Pending, Prediction, Preempt
-from nanum.protocol import HeartbeatReply
 from nanum.server import snapshot
 from nanum.server.callers import NodeCaller
 from nanum.server.context import ServerContext
 from nanum.server.lastseen import PEER_SLACK_S
 from nanum.server.services import agent, budgets, charging, lifecycle
+from nanum.server.signals import Replies
 from nanum.server.starts import start_all
 from nanum.store import AllocationRow, JobRow, LabRow, NodeRow, table
 from nanum.store.db import Database
@@ -73,8 +73,6 @@ EXPLAIN_EVERY_S = 1.0
 IDLE = Decisions(starts=(), preemptions=(), pending=())
 #: A tick reads the replies of at most this many woken nodes with a heartbeat held here (`Scheduler._replies`).
 REPLIES_READ = 4
-#: By node: its generation before its reply was read, and the reply (`Signals.wake`).
-Replies = dict[str, tuple[tuple[int, int], HeartbeatReply]]
 
 
 @dataclass(slots=True)

@@ -27,6 +27,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from nanum.server.bus import Bus
 
+#: Replies a wake brings (`Signals.wake`): by node, its generation before the reply was read, and the reply.
+Replies = dict[str, tuple[tuple[int, int], Any]]
+
 
 class Signals:
     def __init__(self) -> None:
@@ -91,16 +94,15 @@ class Signals:
         """The nodes with a heartbeat held on this server now. Safe from any thread."""
         return set(self._held)  # copied in one step: the event loop may change it meanwhile
 
-    def wake(self, nodes: Iterable[str], replies: dict[str, tuple[tuple[int, int], Any]] | None = None) -> None:
-        """Release held heartbeats of `nodes`, here and on the other servers. Safe from any thread. `replies`: by
-        node, the generation before its reply was read and the reply, for the heartbeat woken here (`ready`)."""
+    def wake(self, nodes: Iterable[str], replies: Replies | None = None) -> None:
+        """Release held heartbeats of `nodes`, here and on the other servers. Safe from any thread. `replies`: for
+        the heartbeats woken here (`ready`)."""
         names = tuple(nodes)
         if names and self.bus is not None:
             self.bus.wake(names)
         self.wake_local(names, replies)
 
-    def wake_local(self, nodes: Iterable[str],
-                   replies: dict[str, tuple[tuple[int, int], Any]] | None = None) -> None:
+    def wake_local(self, nodes: Iterable[str], replies: Replies | None = None) -> None:
         """Release held heartbeats of `nodes` on this server (`wake`). Safe from any thread; a no-op before the
         loop is bound."""
         names = tuple(nodes)
