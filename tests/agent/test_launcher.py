@@ -12,6 +12,7 @@ from pathlib import Path
 from nanum.agent import procs
 from nanum.agent.executor import Executor
 from nanum.agent.launch import launcher
+from nanum.agent.launcher import _Spares
 from tests.agent.conftest import make_launch
 from tests.agent.test_executor import log_text, wait_for_file
 from tests.processes import live_children
@@ -114,15 +115,15 @@ def test_a_launcher_that_dies_before_reading_a_start_starts_it_on_a_new_launcher
     assert launcher().pid not in (None, stopped)
 
 
-def spare_of(launcher_pid: int, timeout: float = 5.0) -> int:
-    """The launcher's spare waiter (forked a few ms after its last start)."""
+def spares_of(launcher_pid: int, timeout: float = 5.0) -> set[int]:
+    """The launcher's spare waiters, once all of them are forked (a few ms after its last start)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        spares = [pid for pid, name in live_children(launcher_pid).items() if name == "nanum-spare"]
-        if spares:
-            return spares[0]
+        spares = {pid for pid, name in live_children(launcher_pid).items() if name == "nanum-spare"}
+        if len(spares) == _Spares.COUNT:
+            return spares
         time.sleep(0.01)
-    raise AssertionError(f"launcher {launcher_pid} has no spare waiter")
+    raise AssertionError(f"launcher {launcher_pid} has not {_Spares.COUNT} spare waiters")
 
 
 def gone(pid: int, timeout: float = 5.0) -> bool:
@@ -138,22 +139,75 @@ def gone(pid: int, timeout: float = 5.0) -> bool:
     return False
 
 
-def test_a_job_starts_in_the_spare_waiter_forked_ahead(executor: Executor) -> None:
-    spare = spare_of(launcher().pid or 0)
+def test_a_job_starts_in_a_spare_waiter_forked_ahead(executor: Executor) -> None:
+    spares = spares_of(launcher().pid or 0)
     status = executor.start(allow_root=True, launch=make_launch(13, "sh", "-c", "echo $$ $PPID"))
-    assert status.pid == spare  # the spare became the job's waiter: it leads the job's session
+    assert status.pid in spares  # a spare became the job's waiter: it leads the job's session
     ended = executor.wait(13, 5)
     assert ended is not None and ended.exit_code == 0
-    assert log_text(executor, 13).split()[1] == str(spare)
+    assert log_text(executor, 13).split()[1] == str(status.pid)
 
 
-def test_a_spare_waiter_killed_before_its_job_leaves_the_job_to_a_new_one(
+def test_the_jobs_of_one_round_start_each_once_in_spare_waiters(executor: Executor, tmp_path: Path) -> None:
+    # A node's GPUs freed at once start as many jobs in one round: each is asked of the launcher before the
+    # answer for the one before is read, and each finds a spare.
+    spares = spares_of(launcher().pid or 0)
+    ids = range(30, 30 + _Spares.COUNT)
+    statuses = executor.start_all([make_launch(i, "sh", "-c", "echo $PPID") for i in ids], allow_root=True)
+    assert [s.job_id for s in statuses] == list(ids)
+    assert {s.pid for s in statuses} == spares
+    for status in statuses:
+        ended = executor.wait(status.job_id, 5)
+        assert ended is not None and ended.exit_code == 0
+        assert log_text(executor, status.job_id) == f"{status.pid}\n"  # each job's own waiter, told to its job
+
+
+def test_a_job_of_a_round_that_cannot_start_fails_alone(executor: Executor, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    good = [make_launch(i, "sh", "-c", f"echo {i} >> {runs}") for i in (40, 42)]
+    bad = make_launch(41, "true", workdir=str(tmp_path / "missing"))
+    statuses = executor.start_all([good[0], bad, good[1]], allow_root=True)
+    assert [s.state for s in statuses] == ["running", "failed_to_start", "running"]
+    assert "working directory" in (statuses[1].reason or "")
+    for i in (40, 42):
+        ended = executor.wait(i, 5)
+        assert ended is not None and ended.exit_code == 0
+    assert sorted(runs.read_text().split()) == ["40", "42"]
+
+
+def test_a_launcher_that_dies_with_a_round_of_starts_unanswered_starts_each_once(
+        executor: Executor, tmp_path: Path) -> None:
+    # Every start of the round is sent before the launcher reads any: it dies with them all unanswered. Each is
+    # made again on a new launcher, once.
+    runs = tmp_path / "runs"
+    stopped = launcher().pid
+    assert stopped is not None
+    os.kill(stopped, signal.SIGSTOP)
+    ids = range(50, 53)
+    try:
+        starting = threading.Thread(target=executor.start_all, kwargs={"allow_root": True, "launches": [
+            make_launch(i, "sh", "-c", f"echo {i} >> {runs}") for i in ids]})
+        starting.start()
+        time.sleep(0.3)  # the requests are sent; the executor waits for the first answer
+    finally:
+        os.kill(stopped, signal.SIGKILL)
+    starting.join(10)
+    for i in ids:
+        status = executor.wait(i, 10)
+        assert status is not None and status.state == "exited" and status.exit_code == 0, status
+    assert sorted(runs.read_text().split()) == [str(i) for i in ids]
+    assert launcher().pid not in (None, stopped)
+
+
+def test_spare_waiters_killed_before_their_job_leave_the_job_to_a_new_one(
         executor: Executor, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    spare = spare_of(launcher().pid or 0)
-    os.kill(spare, signal.SIGKILL)
-    assert gone(spare)
-    executor.start(allow_root=True, launch=make_launch(14, "sh", "-c", f"echo run >> {runs}"))
+    spares = spares_of(launcher().pid or 0)
+    for spare in spares:
+        os.kill(spare, signal.SIGKILL)
+    assert all(gone(spare) for spare in spares)
+    status = executor.start(allow_root=True, launch=make_launch(14, "sh", "-c", f"echo run >> {runs}"))
+    assert status.pid not in spares
     status = executor.wait(14, 10)
     assert status is not None and status.state == "exited" and status.exit_code == 0, status
     assert runs.read_text() == "run\n"
@@ -161,35 +215,37 @@ def test_a_spare_waiter_killed_before_its_job_leaves_the_job_to_a_new_one(
 
 def test_a_launcher_that_dies_after_passing_a_start_to_its_spare_starts_it_once(
         executor: Executor, tmp_path: Path) -> None:
-    # The start is queued to the spare, which has not read it when its launcher dies: the agent finds nobody
+    # The start is queued to a spare, which has not read it when its launcher dies: the agent finds nobody
     # holding the job's exit file and starts it on a new launcher, so the spare, once it reads it, must not.
     runs = tmp_path / "runs"
     stopped = launcher().pid
     assert stopped is not None
-    spare = spare_of(stopped)
-    os.kill(spare, signal.SIGSTOP)
+    spares = spares_of(stopped)
+    for spare in spares:
+        os.kill(spare, signal.SIGSTOP)
     try:
         starting = threading.Thread(target=executor.start, kwargs={
             "allow_root": True, "launch": make_launch(15, "sh", "-c", f"echo run >> {runs}; sleep 0.5")})
         starting.start()
-        time.sleep(0.3)  # the request is passed to the spare; the launcher waits for it to take it
+        time.sleep(0.3)  # the request is passed to a spare; the launcher waits for it to take it
         os.kill(stopped, signal.SIGKILL)
         starting.join(10)
         status = executor.wait(15, 10)
         assert status is not None and status.state == "exited" and status.exit_code == 0, status
     finally:
-        os.kill(spare, signal.SIGCONT)
-    assert gone(spare)  # it read the start, saw its launcher gone, and ended without running it
+        for spare in spares:
+            os.kill(spare, signal.SIGCONT)
+    assert all(gone(spare) for spare in spares)  # the one that read the start saw its launcher gone, and ended
     time.sleep(0.2)
     assert runs.read_text() == "run\n"
 
 
-def test_the_spare_waiter_ends_with_its_launcher() -> None:
+def test_the_spare_waiters_end_with_their_launcher() -> None:
     running = launcher()
     running.start()
-    spare = spare_of(running.pid or 0)
+    spares = spares_of(running.pid or 0)
     running.close()
-    assert gone(spare)
+    assert all(gone(spare) for spare in spares)
 
 
 def test_the_process_holding_a_file_is_found_but_never_the_one_asking(tmp_path: Path) -> None:

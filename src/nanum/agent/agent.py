@@ -337,12 +337,12 @@ class Agent:
             if state == "running" and job_id not in desired:
                 log.info("stopping job %d (no longer on the server's list)", job_id)
                 self.executor.stop(job_id)  # with the grace its launch carries (its lab's)
-        for job_id, launch in desired.items():
-            if job_id not in held:
-                self._logs.offsets[job_id] = 0
-                launch = sessions.prepared(launch, address=self._address(), server=self.server)
-                status = self.executor.start(launch, allow_root=reply.allow_root)
-                log.info("job %d: %s", job_id, _describe_start(status, launch.gpus))
+        new = [sessions.prepared(launch, address=self._address(), server=self.server)
+               for job_id, launch in desired.items() if job_id not in held]
+        for launch in new:
+            self._logs.offsets[launch.job_id] = 0
+        for launch, status in zip(new, self.executor.start_all(new, allow_root=reply.allow_root), strict=True):
+            log.info("job %d: %s", launch.job_id, _describe_start(status, launch.gpus))
 
     def _check_paths(self, asked: list[str] | None) -> None:
         """Look for the paths the server asks about (when they change, and every PATHS_CHECK_S); the next

@@ -21,7 +21,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from nanum.agent import fence, procs
@@ -40,7 +40,7 @@ from nanum.agent.environments import (
 from nanum.agent.exitwatch import POLL_S, ExitWatch
 from nanum.agent.jobrecord import JobRecord, read_exit_file, read_log, read_workdir_failure
 from nanum.agent.jobsdir import discard, empty_trash, make_jobs_dir, new_job_dir
-from nanum.agent.launch import check_fields, find_setpriv, job_env, launcher, prepare, spawn
+from nanum.agent.launch import Spawning, check_fields, find_setpriv, job_env, launcher, prepare, spawn
 from nanum.agent.sessions import relayed
 from nanum.protocol import JobLaunch, JobStatus
 
@@ -96,25 +96,48 @@ class Executor:
     # --- what the agent calls -------------------------------------------------------------------------------
 
     def start(self, launch: JobLaunch, *, allow_root: bool = False) -> JobStatus:
-        """Start `launch` unless this executor already holds that job. A job that cannot start, whatever the
-        reason (a refusal, a field no system call takes, an error of the system), becomes `failed_to_start` with
-        that reason, alone: the executor goes on serving the other jobs."""
+        """Start `launch` unless this executor already holds that job (`start_all` of one)."""
+        return self.start_all([launch], allow_root=allow_root)[0]
+
+    def start_all(self, launches: list[JobLaunch], *, allow_root: bool = False) -> list[JobStatus]:
+        """Start each of `launches` that this executor does not hold yet; their statuses, in order. A job that
+        cannot start, whatever the reason (a refusal, a field no system call takes, an error of the system),
+        becomes `failed_to_start` with that reason, alone: the executor goes on serving the other jobs.
+
+        Each job is asked of the launcher as soon as it is prepared, and its pid read only once the next is
+        prepared: the launcher starts one job while the agent prepares the next."""
         with self._cond:
-            held = self._jobs.get(launch.job_id)
-            if held is not None:
-                return held.status()
-            record = JobRecord(launch=launch, dir=self.jobs_dir / str(launch.job_id), boot_id=self._boot)
+            records: list[JobRecord] = []
+            asked: list[tuple[JobRecord, Spawning]] = []
             try:
-                new_job_dir(record.dir)
-                self._launch(record, allow_root)
-            except Refused as exc:
-                failed_to_start(record, str(exc))
-            except Exception as exc:  # one job's bad launch must not stop the agent
-                log.exception("job %d could not be started", launch.job_id)
-                failed_to_start(record, f"the agent could not start the job: {exc}")
-            self._jobs[launch.job_id] = record
-            self._changed()
-            return record.status()
+                for launch in launches:
+                    record = self._jobs.get(launch.job_id)
+                    if record is None:
+                        record = JobRecord(launch=launch, dir=self.jobs_dir / str(launch.job_id), boot_id=self._boot)
+                        self._jobs[launch.job_id] = record
+                        with self._failing(record):
+                            new_job_dir(record.dir)
+                            asked.append((record, self._launch(record, allow_root)))
+                        if record.state == "failed_to_start":
+                            self._changed()
+                    records.append(record)
+            finally:  # every job asked of the launcher is held, whatever stopped the others
+                for record, spawning in asked:
+                    with self._failing(record):
+                        self._launched(record, spawning)
+                    self._changed()
+            return [record.status() for record in records]
+
+    @contextlib.contextmanager
+    def _failing(self, record: JobRecord) -> Iterator[None]:
+        """Whatever stops the job from starting makes it `failed_to_start`, saying why."""
+        try:
+            yield
+        except Refused as exc:
+            failed_to_start(record, str(exc))
+        except Exception as exc:  # one job's bad launch must not stop the agent
+            log.exception("job %d could not be started", record.job_id)
+            failed_to_start(record, f"the agent could not start the job: {exc}")
 
     def stop(self, job_id: int, grace_s: float | None = None, reason: str = "stopped") -> None:
         """SIGTERM the job's process group now and SIGKILL it `grace_s` later (default: the grace its launch
@@ -212,7 +235,9 @@ class Executor:
 
     # --- starting -------------------------------------------------------------------------------------------
 
-    def _launch(self, record: JobRecord, allow_root: bool) -> None:
+    def _launch(self, record: JobRecord, allow_root: bool) -> Spawning:
+        """Prepare the job's files, account and cgroup, and ask the launcher to start it (`_launched` reads the
+        answer)."""
         launch = record.launch
         check_fields(launch)
         if self._checkpoint_root is not None and launch.checkpoint_dir:
@@ -235,8 +260,17 @@ class Executor:
         record.started_at = time.time()
         try:
             record.save()
-            pid = spawn(record, account, env, switch_user=switch, cgroup_files=enter, command=command,
-                        cwd="/" if in_container(launch) else None)
+            return spawn(record, account, env, switch_user=switch, cgroup_files=enter, command=command,
+                         cwd="/" if in_container(launch) else None)
+        except BaseException:
+            record.started_at = None
+            self._end_cgroup(record)
+            raise
+
+    def _launched(self, record: JobRecord, spawning: Spawning) -> None:
+        """Read the launcher's answer for the job asked by `_launch`, and hold the process it started."""
+        try:
+            pid = spawning.pid()
         except BaseException:
             record.started_at = None
             self._end_cgroup(record)

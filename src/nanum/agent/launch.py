@@ -24,7 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +35,8 @@ from nanum.agent.launcher import receive, send
 from nanum.protocol import JobLaunch
 
 __all__ = [
-    "LaunchFailed", "Launcher", "LauncherStopped", "check_fields", "find_setpriv", "job_env", "launcher", "prepare",
-    "spawn",
+    "Answer", "LaunchFailed", "Launcher", "LauncherStopped", "Spawning", "check_fields", "find_setpriv", "job_env",
+    "launcher", "prepare", "spawn",
 ]
 
 log = logging.getLogger("nanum.agent")
@@ -214,39 +214,75 @@ def spawn(
     cgroup_files: Sequence[str] = (),
     command: Sequence[str] | None = None,
     cwd: str | None = None,
-) -> int:
-    """Start the job through the launcher, output to its log; the pid that leads its process group, or `Refused`.
+) -> Spawning:
+    """Ask the launcher to start the job, output to its log; `Spawning.pid()` waits for its answer. Several starts
+    may be asked for before the first answer is read: the launcher starts one while the agent prepares the next.
     `cgroup_files`: the files of the job's cgroup its first process writes `0` into (`Cgroups.create`), to enter
     it before anything else runs. `command`: what runs (default: the launch's command); `cwd`: where (default:
     its working directory, entered as its user)."""
     launch = record.launch
+    argv = launch.command if command is None else command
+    user = (account.uid, account.gid, account.groups) if switch_user else None
     log_fd = os.open(record.log_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         exit_fd = os.open(record.exit_path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            def start() -> int:
-                return launcher().spawn(
-                    launch.command if command is None else command, env, cwd=cwd or launch.workdir,
-                    log_fd=log_fd, exit_fd=exit_fd, cgroup_files=cgroup_files, title=f"nanum-job-{launch.job_id}",
-                    user=(account.uid, account.gid, account.groups) if switch_user else None,
-                )
+    except BaseException:
+        os.close(log_fd)
+        raise
 
+    def start() -> Answer:
+        return launcher().request(argv, env, cwd=cwd or launch.workdir, log_fd=log_fd, exit_fd=exit_fd,
+                                  cgroup_files=cgroup_files, title=f"nanum-job-{launch.job_id}", user=user)
+
+    return Spawning(record, account.name, start, (log_fd, exit_fd))
+
+
+class Spawning:
+    """A start asked of the launcher whose answer, the pid that leads the job's process group, is not read yet."""
+
+    def __init__(self, record: JobRecord, user: str, start: Callable[[], Answer], fds: tuple[int, int]) -> None:
+        self._record, self._user, self._start = record, user, start
+        self._fds: tuple[int, ...] = fds
+        try:
+            self._answer: Answer | None = start()
+        except LauncherStopped:  # found out, and the start made again, in `pid()`
+            self._answer = None
+        except LaunchFailed as exc:
+            self._close()
+            raise self._refused(exc) from None
+        except BaseException:
+            self._close()
+            raise
+
+    def pid(self) -> int:
+        """The waiter's pid, or `Refused`. Call it once."""
+        try:
             try:
-                return start()
+                if self._answer is None:
+                    raise LauncherStopped(errno.EPIPE, "the job launcher stopped")
+                return self._answer.pid()
             except LauncherStopped:
                 # It stopped before answering: maybe after forking the job's waiter, which holds the exit file from
                 # birth (nothing else but this process does: the directory is new). Started once, never twice.
-                waiter = procs.opened_by_other(record.exit_path, os.getpid())
+                waiter = procs.opened_by_other(self._record.exit_path, os.getpid())
                 if waiter is not None:
                     return waiter
-                log.warning("job %d: the job launcher stopped before starting it; starting it again", launch.job_id)
-                return start()  # a new launcher
+                log.warning("job %d: the job launcher stopped before starting it; starting it again",
+                            self._record.job_id)
+                return self._start().pid()  # a new launcher
         except LaunchFailed as exc:
-            raise Refused(f"could not start the job as {account.name!r}: {exc.strerror}") from None
+            raise self._refused(exc) from None
         finally:
-            os.close(exit_fd)
-    finally:
-        os.close(log_fd)
+            self._close()
+
+    def _refused(self, exc: LaunchFailed) -> Refused:
+        return Refused(f"could not start the job as {self._user!r}: {exc.strerror}")
+
+    def _close(self) -> None:
+        for fd in self._fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds = ()
 
 
 class LaunchFailed(OSError):
@@ -262,6 +298,8 @@ class _Connection:
 
     def __init__(self, proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
         self.proc, self.sock = proc, sock
+        self.sent = self.answered = 0  # requests sent, and answered: the launcher answers them in order
+        self.answers: dict[int, dict[str, Any]] = {}  # answers not read yet, by request
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -275,14 +313,13 @@ class Launcher:
     """The agent's handle on its launcher process, started on first use and again if it has died."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # one request at a time
+        self._lock = threading.Lock()  # one request sent at a time
         self._cond = threading.Condition()
         self._conn: _Connection | None = None
-        self._replies: list[dict[str, Any]] = []
         self._alive: set[int] = set()  # waiters the running launcher started whose end has not come
         self._ended: dict[int, int] = {}  # waiter pid -> its own exit code (-N: signal N), until asked for
 
-    def spawn(
+    def request(
         self,
         argv: Sequence[str],
         env: Mapping[str, str],
@@ -293,9 +330,10 @@ class Launcher:
         user: tuple[int, int, Sequence[int]] | None = None,
         cgroup_files: Sequence[str] = (),
         title: str = "",
-    ) -> int:
-        """Start `argv` as a job (`nanum.agent.launcher`) and return its waiter's pid, which leads its process group.
-        `user`: (uid, gid, groups) to switch to; None runs it as the agent's own account."""
+    ) -> Answer:
+        """Ask the launcher to start `argv` as a job (`nanum.agent.launcher`); `Answer.pid()` reads its waiter's pid,
+        which leads the job's process group. `user`: (uid, gid, groups) to switch to; None runs it as the agent's
+        own account. Requests may follow each other before their answers are read."""
         request = {
             "argv": list(argv), "env": dict(env), "cwd": cwd, "cgroup_files": list(cgroup_files), "title": title,
             "user": None if user is None else [user[0], user[1], list(user[2])],
@@ -309,11 +347,8 @@ class Launcher:
             except OSError as exc:
                 self._forget(conn)
                 raise LauncherStopped(errno.EPIPE, f"the job launcher stopped: {exc}") from None
-            reply = self._reply(conn)
-        if "error" in reply:
-            code, text = reply["error"]
-            raise LaunchFailed(code, text)
-        return int(reply["pid"])
+            conn.sent += 1
+            return Answer(self, conn, conn.sent - 1)
 
     @property
     def pid(self) -> int | None:
@@ -375,11 +410,12 @@ class Launcher:
         threading.Thread(target=self._read, args=(conn,), name="nanum-launcher", daemon=True).start()
         return conn
 
-    def _reply(self, conn: _Connection) -> dict[str, Any]:
+    def _answer(self, conn: _Connection, number: int) -> dict[str, Any]:
+        """The launcher's answer to request `number` sent on `conn`."""
         with self._cond:
-            self._cond.wait_for(lambda: self._replies or self._conn is not conn)
-            if self._replies:
-                return self._replies.pop(0)
+            self._cond.wait_for(lambda: number in conn.answers or self._conn is not conn)
+            if number in conn.answers:
+                return conn.answers.pop(number)
         with contextlib.suppress(subprocess.TimeoutExpired):
             conn.proc.wait(timeout=5)  # gone, and every descriptor it held closed (`spawn` looks for who holds one)
         raise LauncherStopped(errno.EPIPE, "the job launcher stopped while starting the job")
@@ -398,7 +434,8 @@ class Launcher:
                         if "pid" in message:  # a new process: whatever ended under that pid before is gone
                             self._alive.add(int(message["pid"]))
                             self._ended.pop(int(message["pid"]), None)
-                        self._replies.append(message)
+                        conn.answers[conn.answered] = message
+                        conn.answered += 1
                     self._cond.notify_all()
         self._forget(conn)
 
@@ -408,9 +445,24 @@ class Launcher:
             if self._conn is conn:
                 self._conn = None
                 self._alive.clear()
-                self._replies.clear()
             self._cond.notify_all()
         conn.close()
+
+
+class Answer:
+    """The launcher's answer to one spawn request, read when it is wanted (`Launcher.request`)."""
+
+    def __init__(self, launcher: Launcher, conn: _Connection, number: int) -> None:
+        self._launcher, self._conn, self._number = launcher, conn, number
+
+    def pid(self) -> int:
+        """The waiter's pid (read once); `LaunchFailed` if the launcher could not start it, `LauncherStopped` if it
+        stopped before answering."""
+        reply = self._launcher._answer(self._conn, self._number)
+        if "error" in reply:
+            code, text = reply["error"]
+            raise LaunchFailed(code, text)
+        return int(reply["pid"])
 
 
 _LAUNCHER: Launcher | None = None

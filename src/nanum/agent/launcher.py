@@ -6,7 +6,7 @@ signals a shell ignores) costs about 3 ms of exec'ing before its first instructi
 costs as much: it is a large, threaded process. The launcher is a second Python process, small and
 single-threaded, started once by the agent (`python -P -m nanum.agent.launcher FD`), that imports as little as it can
 (every module it holds makes each fork dearer). Each job gets a child of it, the job's *waiter*, forked ahead
-where it can be (`_Spare`: the start then costs a message, not a fork), which
+where it can be (`_Spares`: the start then costs a message, not a fork), which
 
 1. leads a session of its own (the job's process group: stopping a job signals it), with /dev/null as input,
    the job's log as output, and the job's exit file on descriptor 3 (`nanum.agent.procs.holding` finds it there);
@@ -126,7 +126,7 @@ def main(fd: int) -> None:
 
     gc.freeze()  # the waiters it forks then copy fewer pages
     own = (sock.fileno(), wake_r, wake_w)
-    spare = _Spare(own)
+    spare = _Spares(own)
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     poller.register(wake_r, select.POLLIN)
@@ -148,7 +148,7 @@ def main(fd: int) -> None:
             _reap(sock, spare)
 
 
-def _reap(sock: socket.socket, spare: _Spare) -> None:
+def _reap(sock: socket.socket, spare: _Spares) -> None:
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -161,77 +161,81 @@ def _reap(sock: socket.socket, spare: _Spare) -> None:
         send(sock, {"ended": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
-class _Spare:
-    """The next job's waiter, forked ahead (`_spare`): a start then costs a message to it, not a fork and a new
-    session (about 1.5 ms). The next one is forked `REFILL_MS` after the start that took the last, so that the
-    fork does not compete with that start. While there is none (a burst of starts), each start forks its waiter."""
+class _Spares:
+    """The next jobs' waiters, forked ahead (`_spare`): a start then costs a message to one, not a fork and a new
+    session (about 1.5 ms, and more while the machine is busy). `COUNT` wait at a time, so that the starts of one
+    scheduling round (a node's GPUs freed at once) all find one. The missing ones are forked `REFILL_MS` after
+    the last start, so that the forks do not compete with the starts they follow. A start that finds none left
+    forks its waiter."""
 
+    COUNT = 4
     REFILL_MS = 5
 
     def __init__(self, own: tuple[int, ...]) -> None:
         self.own = own
-        self.pid = 0
-        self.sock: socket.socket | None = None
+        self.ready: list[tuple[int, socket.socket]] = []  # (pid, socket) of each spare waiting, oldest first
         self.unreported: set[int] = set()  # spares that never became a job's waiter: their end is not told
-        self.failed = False  # the last fork failed: wait for a request before trying again
-        self.due = 0.0  # monotonic(): when the next spare is forked
+        self.failed = False  # a fork failed, or a spare ended unused: wait for a request before forking again
+        self.due = 0.0  # monotonic(): when the missing spares are forked
 
     def refill_ms(self) -> int:
-        """How long until the next spare is due (-1: none is)."""
-        if self.sock is not None or self.failed:
+        """How long until the missing spares are due (-1: none is missing, or none is to be forked)."""
+        if len(self.ready) >= self.COUNT or self.failed:
             return -1
         return max(0, int((self.due - time.monotonic()) * 1000) + 1)
 
     def refill(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        launcher = os.getpid()
-        try:
-            pid = os.fork()
-        except OSError:
-            ours.close()
-            theirs.close()
-            self.failed = True
-            return
-        if pid == 0:
-            code = SETUP_FAILED
+        while len(self.ready) < self.COUNT:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            launcher = os.getpid()
             try:
+                pid = os.fork()
+            except OSError:
                 ours.close()
-                code = _spare(theirs, launcher, self.own)
-            except BaseException as exc:
-                _say(f"nanum: the job's process failed: {exc!r}")
-            finally:
-                os._exit(code)
-        theirs.close()
-        self.pid, self.sock = pid, ours
+                theirs.close()
+                self.failed = True
+                return
+            if pid == 0:
+                code = SETUP_FAILED
+                try:
+                    ours.close()
+                    for _, sock in self.ready:  # the other spares' sockets are not this one's
+                        sock.close()
+                    code = _spare(theirs, launcher, self.own)
+                except BaseException as exc:
+                    _say(f"nanum: the job's process failed: {exc!r}")
+                finally:
+                    os._exit(code)
+            theirs.close()
+            self.ready.append((pid, ours))
 
     def take(self, request: Mapping[str, Any], fds: list[int]) -> int | None:
-        """Hand the request to the spare; its pid once it holds the job's descriptors, or None if it is gone (it
-        never held them: the job is started otherwise)."""
+        """Hand the request to a spare; its pid once it holds the job's descriptors, or None if none is left (a
+        spare that is gone never held them: the job is started otherwise)."""
         self.failed = False
         self.due = time.monotonic() + self.REFILL_MS / 1000
-        sock, pid = self.sock, self.pid
-        if sock is None:
-            return None
-        self.sock = None
-        try:
-            send(sock, request, fds)
-            taken = sock.recv(1) == b"!"
-        except OSError:
-            taken = False
-        finally:
-            sock.close()
-        if not taken:
+        while self.ready:
+            pid, sock = self.ready.pop(0)
+            try:
+                send(sock, request, fds)
+                taken = sock.recv(1) == b"!"
+            except OSError:
+                taken = False
+            finally:
+                sock.close()
+            if taken:
+                return pid
             self.unreported.add(pid)
-            return None
-        return pid
+        return None
 
     def ended(self, pid: int) -> bool:
         """Whether `pid` was a spare that never took a job (its end is nobody's business); forgets it."""
-        if pid == self.pid and self.sock is not None:
-            self.sock.close()
-            self.sock = None
-            self.failed = True  # not again before the next request, however it ended
-            return True
+        for i, (spare, sock) in enumerate(self.ready):
+            if spare == pid:
+                sock.close()
+                del self.ready[i]
+                self.failed = True  # not again before the next request, however it ended
+                return True
         if pid in self.unreported:
             self.unreported.discard(pid)
             return True
@@ -255,7 +259,7 @@ def _spare(sock: socket.socket, launcher: int, own: tuple[int, ...]) -> int:
     return _run_job(request, fds[0], fds[1])
 
 
-def _serve(request: Mapping[str, Any], fds: list[int], own: tuple[int, ...], spare: _Spare) -> dict[str, Any]:
+def _serve(request: Mapping[str, Any], fds: list[int], own: tuple[int, ...], spare: _Spares) -> dict[str, Any]:
     """Start the job's waiter, a spare or a fork; answer once it leads its own session, so that signalling its
     group reaches it."""
     try:
