@@ -245,6 +245,26 @@ def test_forget_removes_an_ended_job(executor: Executor) -> None:
     assert not (executor.jobs_dir / "15").exists()
 
 
+def test_forgotten_jobs_files_are_deleted_but_never_what_a_link_among_them_points_to(
+        executor: Executor, tmp_path: Path) -> None:
+    target = tmp_path / "theirs"
+    target.write_text("keep")
+    for job_id, extra in ((17, None), (18, "directory")):
+        executor.start(allow_root=True, launch=make_launch(job_id, "true"))
+        executor.wait(job_id, 5)
+        job_dir = executor.jobs_dir / str(job_id)
+        (job_dir / "link").symlink_to(target)
+        if extra:  # not what the agent leaves there: deleted all the same
+            (job_dir / extra).mkdir()
+            (job_dir / extra / "file").write_text("x")
+        assert executor.forget(job_id)
+    deadline = time.monotonic() + 5
+    while list(executor.jobs_dir.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert list(executor.jobs_dir.iterdir()) == []
+    assert target.read_text() == "keep"
+
+
 def test_starting_a_held_job_again_does_nothing(executor: Executor) -> None:
     first = executor.start(allow_root=True, launch=make_launch(16, "sleep", "60"))
     again = executor.start(allow_root=True, launch=make_launch(16, "sleep", "60"))

@@ -46,5 +46,23 @@ def discard(jobs_dir: Path, job_dir: Path, job_id: int) -> None:
 
 
 def empty_trash(jobs_dir: Path) -> None:
-    for trash in jobs_dir.glob(".trash-*"):
-        shutil.rmtree(trash, ignore_errors=True)
+    with os.scandir(jobs_dir) as entries:
+        trash = [entry.path for entry in entries if entry.name.startswith(".trash-")]
+    for path in trash:
+        _remove(path)
+
+
+def _remove(path: str) -> None:
+    """Delete a job's directory. It holds files only (the agent's, and the job's log and activity file, which its
+    user owns but cannot add to: the directory is the agent's), unlinked through the directory's descriptor at a
+    third of `shutil.rmtree`'s cost; anything else (a directory, say) goes through `rmtree`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            for name in os.listdir(fd):
+                os.unlink(name, dir_fd=fd)
+        finally:
+            os.close(fd)
+        os.rmdir(path)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
