@@ -24,6 +24,14 @@ def _read(db: Database, rows: JobRows) -> dict[int, tuple[str, str, int]]:
     return {r.id: (r.state, r.name, r.priority) for r in [*running, *pending]}
 
 
+def _kept(db: Database, now: object, before: object) -> bool:
+    """Whether a row not written since was kept, not read again. On PostgreSQL it may be read again whenever any
+    other session of the database server (another test's, here) has a transaction open: the mark is the oldest
+    transaction still running there (`nanum.store.revs`), and reading a row again is harmless; so there it must
+    only be equal."""
+    return now is before or (db.is_postgres and now == before)
+
+
 def test_each_way_of_writing_a_job_reaches_the_next_read(database: Database) -> None:
     _, first, second, _ = _seed(database)
     rows = JobRows(COLUMNS)
@@ -40,7 +48,7 @@ def test_each_way_of_writing_a_job_reaches_the_next_read(database: Database) -> 
     with database.write() as s, s.begin_nested():
         s.connection().execute(table(JobRow).update().where(JobRow.id == second).values(state="completed"))
     assert _read(database, rows) == {first: ("pending", "requeued", 0)}
-    assert rows.pending[first] is kept  # not written since: the very same row
+    assert _kept(database, rows.pending[first], kept)  # not written since: the very same row
 
 
 def test_a_write_still_in_flight_during_a_read_is_in_the_next_one(database: Database) -> None:
@@ -61,7 +69,7 @@ def test_a_new_job_and_a_read_with_nothing_written(database: Database) -> None:
     before = {**rows.running, **rows.pending}
     _read(database, rows)
     after = {**rows.running, **rows.pending}
-    assert after == before and all(after[k] is before[k] for k in before)
+    assert after == before and all(_kept(database, after[k], before[k]) for k in before)
     with database.write() as s:
         row = s.get(JobRow, first)
         assert row is not None
