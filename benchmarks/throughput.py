@@ -14,9 +14,11 @@ Figures, each printed beside Slurm 22.05 (sbatch) and Debian's task-spooler (`ts
      `nanum submit` (beside `sbatch --wrap true` in the same loop where sbatch is installed), and a 1,000-task
      array submitted in one request (`--cli-only` prints just these);
   5. draining `--jobs` trivial jobs (`true`, 1 GPU each) on 8 GPUs: from the first submission until the last
-     job is recorded completed, all submitted at once; and a check that none was lost. Beside it, the CPU time
-     per job of the server, of its agent (with its job launcher) and of the jobs' own processes, and how busy
-     the machine was: a drain that keeps every core busy is bound by CPU, not by waiting.
+     job is recorded completed, all submitted at once; and a check that none was lost. Beside it, a job's run
+     and a GPU's idle time between two jobs as the server recorded them (medians: what is not `true`'s own few
+     milliseconds is the pipeline's), the CPU time per job of the server, of its agent (with its job launcher)
+     and of the jobs' own processes, and how busy the machine was: a drain that keeps every core busy is bound
+     by CPU, not by waiting.
 Targets: >= 500 submissions/s via the API; median submit-to-start <= 10 ms; the drain at >= 250 jobs/s (1,000
 jobs in 4 s), every state change still durable.
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import pwd
@@ -45,6 +48,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from load import cpu_seconds, free_port, nanum_exe  # the benchmarks' shared helpers
 
@@ -297,8 +301,7 @@ def agent_of(server_pid: int) -> int | None:
     return child_of(server_pid, lambda proc: "agent" in (proc / "cmdline").read_text())
 
 
-def drain_cpu(server_pid: int, run: Callable[[], tuple[float, float, int]], n: int) -> tuple[
-        tuple[float, float, int], dict[str, float]]:
+def drain_cpu(server_pid: int, run: Callable[[], Drained], n: int) -> tuple[Drained, dict[str, float]]:
     """`run()`'s result, and the CPU milliseconds per job of the server, its agent (with its job launcher) and the
     jobs' processes, and the shares of the machine's CPU time that were busy and waiting for I/O meanwhile."""
     agent = agent_of(server_pid)
@@ -326,11 +329,21 @@ def drain_cpu(server_pid: int, run: Callable[[], tuple[float, float, int]], n: i
     }
 
 
-def drain(url: str, token: str, client: Client, n: int, clients: int, workdir: Path) -> tuple[float, float, int]:
-    """(seconds from the first submission to the last completion, seconds spent submitting, jobs lost).
+class Drained(NamedTuple):
+    seconds: float  # from the first submission to the last completion
+    submitting: float  # seconds spent submitting
+    lost: int  # jobs that did not complete
+    run_ms: float  # median of a job's run as the server recorded it, from its start to its end
+    idle_ms: float  # median of a GPU's wait between one job's end and the next one's start, as recorded
+
+
+def drain(url: str, token: str, client: Client, n: int, clients: int, workdir: Path) -> Drained:
+    """Submit `n` trivial jobs at once and wait until every one has ended.
 
     The last completion is the time the server recorded (`end_time`), not when this client noticed: the client
-    looks only every 0.1 s, so that its looking costs the server little while it drains."""
+    looks only every 0.1 s, so that its looking costs the server little while it drains. The recorded runs also
+    tell where a drain's time goes: a `true` takes a few milliseconds, and the rest of its recorded run and a
+    GPU's idle time between jobs are the pipeline's (the tick, the agent's start, the end's report)."""
     before = client.jobs(all=True)
     base = before[-1]["id"] if before else 0
     started, started_at = time.perf_counter(), time.time()
@@ -345,8 +358,21 @@ def drain(url: str, token: str, client: Client, n: int, clients: int, workdir: P
         time.sleep(0.1)
     ours = [j for j in client.jobs(all=True) if j["id"] > base]
     done = [j for j in ours if j["state"] == "completed" and j["exit_code"] == 0]
-    ended = max(datetime.fromisoformat(j["end_time"]).timestamp() for j in ours if j["end_time"])
-    return ended - started_at, submitted, n - len(done)
+    runs = [(_at(j["start_time"]), _at(j["end_time"]), j["allocation"]) for j in done]
+    by_gpu: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for start, end, allocation in runs:
+        for part in allocation:
+            for gpu in part["gpus"]:
+                by_gpu.setdefault((part["node"], gpu), []).append((start, end))
+    idle = [b[0] - a[1] for spans in by_gpu.values() for a, b in itertools.pairwise(sorted(spans))]
+    ended = max(_at(j["end_time"]) for j in ours if j["end_time"])
+    return Drained(ended - started_at, submitted, n - len(done),
+                   statistics.median(end - start for start, end, _ in runs) * 1000 if runs else 0.0,
+                   statistics.median(idle) * 1000 if idle else 0.0)
+
+
+def _at(moment: str | None) -> float:
+    return datetime.fromisoformat(moment).timestamp() if moment else 0.0
 
 
 # -- report --------------------------------------------------------------------------------------------------
@@ -409,15 +435,17 @@ def main() -> None:
             cli = with_gpus_busy(client, workdir, args.gpus, lambda: cli_rate(env, args.cli_jobs, workdir))
             help_s = best_of(10, [*nanum_exe(), "--help"], env)
             ps_s = best_of(10, [*nanum_exe(), "ps"], env)
-            (drain_s, submit_s, lost), drain_cpus = drain_cpu(
+            drained, drain_cpus = drain_cpu(
                 server_pid, lambda: drain(url, token, client, args.jobs, args.clients, workdir), args.jobs)
+            drain_s, submit_s, lost = drained.seconds, drained.submitting, drained.lost
     shutil.rmtree(workdir, ignore_errors=True)
 
     figures = {
         "api_submissions_per_s": api, "cli_submissions_per_s": cli,
         "latency_median_s": statistics.median(latency), "latency_p99_s": percentile(latency, 0.99),
         "cli_help_s": help_s, "cli_ps_s": ps_s, "drain_s": drain_s, "drain_submit_s": submit_s,
-        "drain_jobs": args.jobs, "lost": lost, **drain_cpus, **cli_figs,
+        "drain_jobs": args.jobs, "lost": lost, "drain_run_ms": drained.run_ms, "drain_gpu_idle_ms": drained.idle_ms,
+        **drain_cpus, **cli_figs,
     }
     print()
     print(f"{'':<34} {'nanum':>11}   {'Slurm':>9} {'':>10}   {'ts':>9} {'':>9}")
@@ -428,6 +456,8 @@ def main() -> None:
     print(row(f"drain {args.jobs} x `true` on {args.gpus} GPUs", drain_s, "s", "drain", False))
     print(f"{'  of which submitting':<34} {submit_s:>9.2f} s")
     print(f"{'  jobs lost':<34} {lost:>11}")
+    print(f"{'  a run, start to end recorded':<34} {drained.run_ms:>8.1f} ms median (`true` itself: a few ms)")
+    print(f"{'  a GPU idle between two jobs':<34} {drained.idle_ms:>8.1f} ms median")
     cpus = {k.removeprefix("drain_"): v for k, v in drain_cpus.items()}
     print(f"{'  CPU per job':<34} server {cpus['server_cpu_ms']:.1f} ms, agent {cpus['agent_cpu_ms']:.1f} ms, "
           f"the job's processes {cpus['job_processes_cpu_ms']:.1f} ms")
