@@ -126,29 +126,29 @@ def main(fd: int) -> None:
 
     gc.freeze()  # the waiters it forks then copy fewer pages
     own = (sock.fileno(), wake_r, wake_w)
-    spare = _Spares(own)
+    spares = _Spares(own)
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     poller.register(wake_r, select.POLLIN)
     while True:
-        ready = {fd for fd, _ in poller.poll(spare.refill_ms())}
-        if spare.refill_ms() == 0:
-            spare.refill()
+        ready = {fd for fd, _ in poller.poll(spares.refill_ms())}
+        if spares.refill_ms() == 0:
+            spares.refill()
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 while os.read(wake_r, 512):
                     pass
-            _reap(sock, spare)
+            _reap(sock, spares)
         if sock.fileno() in ready:
             fds: list[int] = []
             request = receive(sock, fds)
             if request is None:
                 return
-            send(sock, _serve(request, fds, own, spare))
-            _reap(sock, spare)
+            send(sock, _serve(request, fds, own, spares))
+            _reap(sock, spares)
 
 
-def _reap(sock: socket.socket, spare: _Spares) -> None:
+def _reap(sock: socket.socket, spares: _Spares) -> None:
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -156,7 +156,7 @@ def _reap(sock: socket.socket, spare: _Spares) -> None:
             return
         if pid == 0:
             return
-        if spare.ended(pid):  # never a job's
+        if spares.ended(pid):  # never a job's
             continue
         send(sock, {"ended": pid, "code": os.waitstatus_to_exitcode(status)})
 
@@ -185,9 +185,9 @@ class _Spares:
         return max(0, int((self.due - time.monotonic()) * 1000) + 1)
 
     def refill(self) -> None:
+        launcher = os.getpid()
         while len(self.ready) < self.COUNT:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            launcher = os.getpid()
             try:
                 pid = os.fork()
             except OSError:
@@ -259,13 +259,13 @@ def _spare(sock: socket.socket, launcher: int, own: tuple[int, ...]) -> int:
     return _run_job(request, fds[0], fds[1])
 
 
-def _serve(request: Mapping[str, Any], fds: list[int], own: tuple[int, ...], spare: _Spares) -> dict[str, Any]:
+def _serve(request: Mapping[str, Any], fds: list[int], own: tuple[int, ...], spares: _Spares) -> dict[str, Any]:
     """Start the job's waiter, a spare or a fork; answer once it leads its own session, so that signalling its
     group reaches it."""
     try:
         if len(fds) != 2:
             return {"error": [errno.EINVAL, f"a spawn request needs 2 descriptors, got {len(fds)}"]}
-        taken = spare.take(request, fds)
+        taken = spares.take(request, fds)
         if taken is not None:
             return {"pid": taken}
         led_r, led_w = os.pipe2(os.O_CLOEXEC)
