@@ -345,7 +345,7 @@ def _record_jobs(
         if job is not None and job.id in held:
             woken |= lifecycle.part_exited(s, job, node, st, now)
         acks.append(st.job_id)
-    freed = _release_unheld(s, node, held, {st.job_id for st in hb.jobs}, now)
+    freed = _release_unheld(s, node, held, stored, {st.job_id for st in hb.jobs}, now)
     return acks, woken, freed
 
 
@@ -356,11 +356,16 @@ def _note_checkpoint(job: JobRow, st: JobStatus) -> None:
 
 
 def _release_unheld(
-    s: Session, node: NodeRow, held: dict[int, list[int]], reported: set[int], now: float
+    s: Session, node: NodeRow, held: dict[int, list[int]], stored: dict[int, Any], reported: set[int], now: float
 ) -> bool:
     """GPUs of jobs being stopped that this node's agent does not hold (it never started them: they were stopped
-    before it heard of them) are free now. A heartbeat lists every job the agent holds, so these have no process."""
-    unheld = [job_id for job_id in held if job_id not in reported]
+    before it heard of them) are free now. A heartbeat lists every job the agent holds, so these have no process.
+
+    Only the jobs that `stored` (`_held_jobs`' read) shows stopped or told to stop are loaded and locked: a job the
+    scheduler has just started here is also unheld until its agent hears of it, which in a busy node is most
+    heartbeats. A stop committed since that read is seen by the next heartbeat, which the stop wakes."""
+    unheld = [job_id for job_id in held
+              if job_id not in reported and (stored[job_id].state != "running" or stored[job_id].stop is not None)]
     if not unheld:
         return False
     jobs = s.scalars(_STOPPED_UNHELD, {"ids": unheld}).all()

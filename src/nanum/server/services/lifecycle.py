@@ -103,7 +103,7 @@ def part_exited(
     why, message, code = _part_outcome(status)
     if why == "lost" and not job.requeue:
         why, message = "fail", f"{message} (submitted with --no-requeue: not run again)"
-    rest = _holds_any(s, job.id)
+    rest = _holds_elsewhere(s, job)
     if job.stop in REQUEUED and why is None and status.stopped is False and not rest:
         job.stop = None  # it ran to a successful end before its agent could stop it: it completed, not requeued
     if job.stop is None:
@@ -121,12 +121,14 @@ def part_exited(
 def part_gone(s: Session, job: JobRow, node: NodeRow, now: float) -> None:
     """`node` holds no process of `job` (it never started one): free the GPUs there; finalize if none are left."""
     s.connection().execute(_FREE_ON_NODE, {"job_id": job.id, "node_id": node.id})
-    if job.state == "running" and not _holds_any(s, job.id):
+    if job.state == "running" and not _holds_elsewhere(s, job):
         finalize(s, job, now)
 
 
-def _holds_any(s: Session, job_id: int) -> bool:
-    return s.connection().execute(_HOLDS_ANY, {"job_id": job_id}).first() is not None
+def _holds_elsewhere(s: Session, job: JobRow) -> bool:
+    """Whether `job` still holds GPUs (or, needing none, runs) on another node, once one node's part is freed. A
+    single-node job's run holds only the one node, so that needs no read."""
+    return job.nodes > 1 and s.connection().execute(_HOLDS_ANY, {"job_id": job.id}).first() is not None
 
 
 def _part_outcome(st: JobStatus) -> tuple[str | None, str | None, int | None]:
@@ -252,7 +254,7 @@ def node_lost(s: Session, node: NodeRow, now: float) -> set[str]:
             # It was already being stopped (preempted, cancelled, requeued): that reason decides its outcome, but
             # its history still says that its node went silent, so whatever it did after is not known.
             event(s, job.id, now, "lost", why)
-        if not _holds_any(s, job.id):
+        if not _holds_elsewhere(s, job):
             finalize(s, job, now)
     return woken
 
