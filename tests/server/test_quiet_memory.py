@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import pytest
 
@@ -25,18 +25,28 @@ from tests.server.test_two_servers import pair  # noqa: F401  (a fixture)
 
 
 @contextmanager
-def counting_reads(ctx: ServerContext, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """How many read transactions the server opens meanwhile."""
+def _counting(monkeypatch: pytest.MonkeyPatch, kind: str) -> Iterator[list[int]]:
+    """How many transactions of `kind` (`read` or `write`) the server opens meanwhile."""
     opened = [0]
-    read = Database.read
+    open_one = getattr(Database, kind)
 
     def counted(db: Database) -> object:
         opened[0] += 1
-        return read(db)
+        return open_one(db)
 
     with monkeypatch.context() as m:
-        m.setattr(Database, "read", counted)
+        m.setattr(Database, kind, counted)
         yield opened
+
+
+def counting_reads(ctx: ServerContext, monkeypatch: pytest.MonkeyPatch) -> AbstractContextManager[list[int]]:
+    """How many read transactions the server opens meanwhile."""
+    return _counting(monkeypatch, "read")
+
+
+def counting_writes(monkeypatch: pytest.MonkeyPatch) -> AbstractContextManager[list[int]]:
+    """How many write transactions the server opens meanwhile."""
+    return _counting(monkeypatch, "write")
 
 
 def _desired(agent: FakeAgent) -> list[int]:
@@ -49,13 +59,29 @@ def test_a_heartbeat_that_repeats_a_quiet_one_reads_nothing_and_gets_the_same_an
     j = submit(client, gpus=1)["id"]
     tick(client)
     agent.beat()  # starts it
-    agent.beat()  # reports it running, with its pid
-    assert _desired(agent) == [j]  # nothing new: quiet, answered from the store
+    agent.beat()  # reports it running, with its pid: quiet, answered from the store
+    assert _desired(agent) == [j]  # nothing new: answered from memory
     with counting_reads(ctx, monkeypatch) as reads:
         assert _desired(agent) == [j]
         assert _desired(agent) == [j]
     assert reads == [0]
     assert job(client, j)["state"] == "running"
+
+
+def test_the_heartbeat_that_first_reports_a_job_its_agent_started_writes_nothing(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    j = submit(client, gpus=1)["id"]
+    tick(client)
+    assert _desired(agent) == [j]  # the agent starts it
+    with counting_writes(monkeypatch) as writes:
+        assert _desired(agent) == [j]  # reports it running, with its pid: the job's row has nothing to change
+        assert writes == [0]
+    agent.exit(j)
+    with counting_writes(monkeypatch) as writes:
+        assert _desired(agent) == []  # its end is written
+        assert writes == [1]
+    assert job(client, j)["state"] == "completed"
 
 
 def test_the_heartbeat_after_one_that_wrote_reads_nothing_and_an_end_it_reports_is_written(
@@ -64,9 +90,9 @@ def test_the_heartbeat_after_one_that_wrote_reads_nothing_and_an_end_it_reports_
     j, k = submit(client, gpus=1)["id"], submit(client, gpus=1)["id"]
     tick(client)
     agent.beat()  # starts both
-    agent.beat()  # reports them running, with their pids: written
+    agent.beat()  # reports them running, with their pids: quiet, answered from the store
     with counting_reads(ctx, monkeypatch) as reads:
-        assert sorted(_desired(agent)) == [j, k]  # the same report: answered as the write left things
+        assert sorted(_desired(agent)) == [j, k]  # the same report: answered from memory
         assert reads == [0]
     agent.exit(j)
     agent.beat()  # its end: written and acknowledged
@@ -198,7 +224,7 @@ def test_a_job_that_ended_through_the_other_server_is_never_given_back_from_this
         agent.beat()
         j = _started_by_a(client_a, pair[1])
         assert _desired(agent) == [j]  # started through b
-        assert _desired(agent) == [j]  # its pid written by b, which remembers the answer
+        assert _desired(agent) == [j]  # reported running to b, which remembers the answer
         agent.exit(j)
         agent.client = client_a  # b stops answering for a moment: the agent reports the end to a
         assert _desired(agent) == []

@@ -36,7 +36,6 @@ _START = (
         stop=None,
         end_time=None,
         exit_code=None,
-        pid=None,
         lost_from=None,
     )
 )

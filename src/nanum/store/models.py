@@ -209,7 +209,6 @@ class JobRow(Base):
     start_time: Mapped[float | None] = mapped_column(Float)
     end_time: Mapped[float | None] = mapped_column(Float)
     exit_code: Mapped[int | None] = mapped_column(Integer)
-    pid: Mapped[int | None] = mapped_column(Integer)
     runs: Mapped[int] = mapped_column(Integer, default=0)
     attained_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     #: When the job last saved its state (its agent saw `$NANUM_CHECKPOINT_DIR/.checkpoint` change); None: never.

@@ -181,7 +181,7 @@ def _keep_quiet(ctx: ServerContext, who: NodeCaller, generation: tuple[int, int]
 def _reported(hb: Heartbeat, reports: list[JobStatus]) -> tuple[Any, ...]:
     """What of a heartbeat with these job reports decides whether it is quiet (`_settled` compares all of it with
     the store)."""
-    return (hb.node, tuple((j.job_id, j.state, j.pid, j.address, j.checkpoint_at) for j in reports),
+    return (hb.node, tuple((j.job_id, j.state, j.address, j.checkpoint_at) for j in reports),
             tuple((p.index, p.problem) for p in hb.gpu_problems))
 
 
@@ -212,7 +212,7 @@ def _held_key(held: dict[int, list[int]]) -> HeldGpus:
 
 
 _HELD_JOBS = (
-    select(AllocationRow.gpu_index, JobRow.id, JobRow.state, JobRow.stop, JobRow.pid, JobRow.session_address,
+    select(AllocationRow.gpu_index, JobRow.id, JobRow.state, JobRow.stop, JobRow.session_address,
            JobRow.last_checkpoint, JobRow.runs, JobRow.nodes)
     .join(JobRow, JobRow.id == AllocationRow.job_id)
     .where(AllocationRow.node_id == bindparam("node"))
@@ -233,8 +233,8 @@ def _held_jobs(s: Session, node_id: int) -> tuple[dict[int, list[int]], dict[int
 
 def _jobs_unchanged(reports: list[JobStatus], held: dict[int, list[int]], jobs: dict[int, Any]) -> bool:
     """Whether `_record_jobs` would change nothing for these reports of running jobs: each is a running job held
-    here, with the pid, address and checkpoint already stored, and no job held here that is not reported has
-    ended or been told to stop (its GPUs would be freed)."""
+    here, with the address and checkpoint already stored, and no job held here that is not reported has ended or
+    been told to stop (its GPUs would be freed)."""
     reported = {st.job_id for st in reports}
     if not reported <= held.keys():
         return False
@@ -246,12 +246,15 @@ def _jobs_unchanged(reports: list[JobStatus], held: dict[int, list[int]], jobs: 
 
 
 def _report_unchanged(st: JobStatus, held: dict[int, list[int]], jobs: dict[int, Any]) -> bool:
-    """Whether this report is of a running job held here, with the pid, address and checkpoint already stored:
-    `_record_jobs` would change nothing for it."""
+    """Whether this report is of a running job held here, with the address and checkpoint already stored:
+    `_record_jobs` would change nothing for it.
+
+    A job's pid is the agent's to know, not the store's: the heartbeat that first reports a job the agent has just
+    started is then as quiet as those after it (it was a write, a third of a fleet's heartbeats)."""
     row = jobs.get(st.job_id)
     if st.state != "running" or st.job_id not in held or row is None or row.state != "running":
         return False
-    if (st.pid is not None and st.pid != row.pid) or (st.address is not None and st.address != row.session_address):
+    if st.address is not None and st.address != row.session_address:
         return False
     return st.checkpoint_at is None or (row.last_checkpoint is not None and st.checkpoint_at <= row.last_checkpoint)
 
@@ -318,14 +321,13 @@ def _record_jobs(
 ) -> tuple[list[int], set[str], bool]:
     """Record the agent's reports. `stored`: what `_held_jobs` read of the jobs held here; only the jobs whose
     report may change them are loaded and locked (a node's other running jobs are most of its reports)."""
-    unchanged = {st.job_id for st in hb.jobs if _report_unchanged(st, held, stored)}
-    ids = [st.job_id for st in hb.jobs if st.job_id not in unchanged]
+    # Report by report: an agent reports an earlier run's end beside the job's next run, until its log is sent.
+    changing = [st for st in hb.jobs if not _report_unchanged(st, held, stored)]
+    ids = sorted({st.job_id for st in changing})
     rows = {j.id: j for j in s.scalars(_REPORTED, {"ids": ids})} if ids else {}
     acks: list[int] = []
     woken: set[str] = set()
-    for st in hb.jobs:
-        if st.job_id in unchanged:
-            continue
+    for st in changing:
         job = rows.get(st.job_id)
         if job is not None and st.state != "running" and st.run is not None and st.run != job.runs:
             # An earlier run's end, reported again while the agent uploads its log, after the job was requeued
@@ -336,7 +338,6 @@ def _record_jobs(
             _note_checkpoint(job, st)
         if st.state == "running":
             if job is not None and job.id in held and job.state == "running":
-                job.pid = st.pid if st.pid is not None else job.pid
                 if st.address is not None and job.session_address != st.address:
                     job.session_address = st.address
             elif job is not None and lifecycle.recover(s, job, node, now):

@@ -176,7 +176,6 @@ def finalize(s: Session, job: JobRow, now: float) -> None:
         event(s, job.id, now, outcome, job.reason or "")
         eligibility.settle(s, job, now, cancel_waiting)
     job.stop = None
-    job.pid = None
     job.session_address = None  # a notebook started again listens elsewhere
 
 
