@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from nanum.protocol import HeartbeatReply
+from nanum.server import scheduler as scheduler_module
 from nanum.server.app import create_app
+from nanum.server.callers import NodeCaller
 from nanum.server.context import ServerContext
 from nanum.server.services import accounts
 from nanum.server.services import agent as agent_service
@@ -76,7 +78,7 @@ def nodes_served_by(monkeypatch: pytest.MonkeyPatch, function: str) -> list[str]
     original = getattr(agent_service, function)
 
     def recording(*args: Any) -> Any:
-        served.append(args[-1].name)  # the node: every such function's last argument
+        served.extend(a.name for a in args if isinstance(a, NodeCaller))  # the node
         return original(*args)
 
     monkeypatch.setattr(agent_service, function, recording)
@@ -117,8 +119,8 @@ def test_a_wake_between_the_ticks_read_and_its_own_wake_sends_the_heartbeat_to_r
     read = nodes_served_by(monkeypatch, "desired_reply")
     woken_reply = agent_service.woken_reply
 
-    def then_woken(ctx: ServerContext, s: object, who: object) -> object:
-        reply = woken_reply(ctx, s, who)  # type: ignore[arg-type]
+    def then_woken(ctx: ServerContext, s: object, who: object, known: object = None) -> object:
+        reply = woken_reply(ctx, s, who, known)  # type: ignore[arg-type]
         ctx.signals.wake_local(["gpu-01"])  # as a cancel committed meanwhile would
         return reply
 
@@ -151,3 +153,23 @@ def test_a_tick_reads_no_reply_for_a_node_whose_heartbeat_is_not_held(
     while j["id"] not in node.running and time.monotonic() < deadline:
         node.beat()
     assert j["id"] in node.running and built == []
+
+
+@pytest.mark.parametrize("read_by", ["the tick", "the heartbeat"])
+def test_the_heartbeat_that_reports_a_job_its_held_reply_started_finds_its_desired_jobs_in_memory(
+    live: AsgiClient, node: FakeAgent, monkeypatch: pytest.MonkeyPatch, read_by: str
+) -> None:
+    """The held heartbeat's reply was read (by the tick that started the job, or by the heartbeat itself) and
+    committed: the next heartbeat, which reports the job running, answers from it without reading the jobs again."""
+    if read_by == "the heartbeat":
+        monkeypatch.setattr(scheduler_module, "REPLIES_READ", 0)
+    thread, replies = held(node, wait_s=10)
+    j = submit(live, gpus=1)["id"]
+    thread.join(timeout=5)
+    assert [d.job_id for d in replies[0].desired] == [j]
+    assert j in node.running
+    built = nodes_served_by(monkeypatch, "desired_jobs")
+    assert [d.job_id for d in node.beat().desired] == [j]  # reports it running
+    assert built == []
+    node.exit(j)
+    assert node.beat().desired == []  # its end changes the list

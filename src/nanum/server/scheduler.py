@@ -346,10 +346,12 @@ class Scheduler:
                 self._show_reasons(s, plan, decisions.pending, now)
             charging.settle(s, self.ctx.settings.half_life_s)  # late: labs' and users' rows stay locked briefly
             self.budgets.check(s, plan.snapshot, now)
-            replies = self._replies(s, plan, woken)
+            known: list[agent.Known] = []
+            replies = self._replies(s, plan, woken, known)
+        agent.remember(self.ctx, known)  # committed
         return result, woken, replies
 
-    def _replies(self, s: Session, plan: snapshot.Plan, woken: set[str]) -> Replies:
+    def _replies(self, s: Session, plan: snapshot.Plan, woken: set[str], known: list[agent.Known]) -> Replies:
         """The replies of the woken nodes whose heartbeat is held here, read in the tick's own transaction: the
         heartbeat then answers without a read of its own (`Signals.ready`), a millisecond sooner. Not for more
         than `REPLIES_READ` nodes, whose heartbeats read theirs side by side instead of lengthening the tick."""
@@ -358,7 +360,8 @@ class Scheduler:
         if not held or len(held) > REPLIES_READ:
             return {}
         # Each node's generation before its read: a wake between the two drops the reply (`Signals.wake_local`).
-        return {name: (signals.generation(name), agent.woken_reply(self.ctx, s, NodeCaller(plan.node_ids[name], name)))
+        return {name: (signals.generation(name),
+                       agent.woken_reply(self.ctx, s, NodeCaller(plan.node_ids[name], name), known))
                 for name in held}
 
     def _sweep(self, s: Session, now: float) -> tuple[set[str], int]:

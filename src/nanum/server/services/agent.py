@@ -261,16 +261,37 @@ def _report_unchanged(st: JobStatus, held: dict[int, list[int]], jobs: dict[int,
 
 def desired_reply(ctx: ServerContext, who: NodeCaller) -> HeartbeatReply:
     """The reply to a held heartbeat once something changed (or the wait ended)."""
+    known: list[Known] = []
     with ctx.db.read() as s:
-        return woken_reply(ctx, s, who)
+        reply = woken_reply(ctx, s, who, known)
+    remember(ctx, known)
+    return reply
 
 
-def woken_reply(ctx: ServerContext, s: Session, who: NodeCaller) -> HeartbeatReply:
+#: A node's desired jobs as read, with what they were read for: (node id, its desired version, its jobs' GPUs).
+Known = tuple[int, int, dict[int, list[int]], list[JobLaunch]]
+
+
+def woken_reply(ctx: ServerContext, s: Session, who: NodeCaller, known: list[Known] | None = None) -> HeartbeatReply:
     """`desired_reply`, read in `s`: also inside the transaction that changed the node's jobs (the scheduler's,
-    whose statements bypass the session's objects: they are read anew)."""
-    reply = _reply(ctx, desired_jobs(ctx, s, who, fresh=True), [], {})
+    whose statements bypass the session's objects: they are read anew). `known` is given what was read, for
+    `remember` once it is committed: the node's next heartbeat, which reports the jobs just started, then finds
+    its desired jobs in memory instead of reading them again (a third of that heartbeat's CPU)."""
+    version = s.connection().execute(_DESIRED_VERSION, {"node": who.id}).scalar() or 0  # read before the jobs
+    held = _held(s, who.id)
+    desired = desired_jobs(ctx, s, who, held, fresh=True)
+    if known is not None:
+        known.append((who.id, version, held, desired))
+    reply = _reply(ctx, desired, [], {})
     reply.check_paths = environments.check_paths(ctx, s)
     return reply
+
+
+def remember(ctx: ServerContext, known: list[Known]) -> None:
+    """Keep nodes' desired jobs as `woken_reply` read them, once the transaction that read them has ended: what a
+    rolled-back transaction wrote is never remembered (a node's desired version may be reached again)."""
+    for node_id, version, held, desired in known:
+        _remember(ctx, node_id, version, held, desired)
 
 
 def _reply(ctx: ServerContext, desired: list[JobLaunch], acks: list[int], offsets: dict[int, int]) -> HeartbeatReply:
