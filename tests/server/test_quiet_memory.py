@@ -10,12 +10,14 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 import pytest
+from sqlalchemy import select
 
 from nanum.protocol import GpuProblem
 from nanum.server.app import create_app
 from nanum.server.context import ServerContext
 from nanum.server.services import accounts
 from nanum.server.services import agent as agent_service
+from nanum.store import NodeRow
 from nanum.store.db import Database
 from tests.server.asgiclient import AsgiClient, serve
 from tests.server.conftest import ADMIN, ALICE, auth, job, submit, tick
@@ -82,6 +84,33 @@ def test_the_heartbeat_that_first_reports_a_job_its_agent_started_writes_nothing
         assert _desired(agent) == []  # its end is written
         assert writes == [1]
     assert job(client, j)["state"] == "completed"
+
+
+def test_a_written_heartbeat_that_rolled_back_leaves_no_list_in_memory(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its desired list was never committed: a node's desired version may be reached again by another change, and
+    a list remembered for it would then be answered from memory, out of date."""
+    j = submit(client, gpus=1)["id"]
+    tick(client)
+    agent.beat()  # starts it
+    agent.beat()  # reports it running
+    with ctx.db.read() as s:
+        node_id = s.scalar(select(NodeRow.id).where(NodeRow.name == agent.name))
+    remembered = ctx.caches.desired.get(node_id)
+    assert remembered is not None and [d.job_id for d in remembered[2]] == [j]
+    agent.exit(j)
+
+    def failing(*args: object, **kwargs: object) -> object:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m, pytest.raises(OSError):  # the server answers 500
+        m.setattr(agent_service.joblogs, "write_logs", failing)
+        client.post("/api/v1/agent/heartbeat", content=agent.heartbeat().model_dump_json(),
+                    headers={**auth(agent.token), "Content-Type": "application/json"})
+    assert job(client, j)["state"] == "running"  # its end was rolled back
+    assert ctx.caches.desired.get(node_id) == remembered
+    assert _desired(agent) == [] and job(client, j)["state"] == "completed"  # the agent's next heartbeat
 
 
 def test_the_heartbeat_after_one_that_wrote_reads_nothing_and_an_end_it_reports_is_written(

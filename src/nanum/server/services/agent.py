@@ -85,7 +85,6 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         s.flush()  # the reports' changes, for the read below
         held_now, jobs_now = _held_jobs(s, node.id)  # as the jobs' reports left them
         desired = desired_jobs(ctx, s, node, held_now)
-        _remember(ctx, node.id, version, held_now, desired)
         paths = environments.check_paths(ctx, s)
         runs = joblogs.runs_in(s, who.name, {c.job_id for c in hb.logs} | {j.job_id for j in hb.jobs})
         # Before the commit: once a job shows as ended, the output its last report carried is in its log.
@@ -93,6 +92,8 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         # What the agent reports next if nothing changes: the same, less the ends acknowledged now.
         following = [j for j in hb.jobs if j.job_id not in acks]
         settled = _settled(hb, following, node, held_now, jobs_now)
+    # Once committed: a rolled-back transaction's list is never remembered (`remember`).
+    _remember(ctx, who.id, version, held_now, desired)
     ctx.last_seen.heard(who.id, now, written=True)
     if settled:
         _keep_quiet(ctx, who, generation, _reported(hb, following), desired, version, jobs_now)
