@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DisconnectionError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 T = TypeVar("T")
@@ -163,8 +163,10 @@ def _make_engine(url: str, **engine_args: Any) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         engine_args.setdefault("pool_size", POOL_SIZE)
         engine_args.setdefault("max_overflow", POOL_MAX - POOL_SIZE)
-        engine_args.setdefault("pool_pre_ping", True)
-        return create_engine(url, **engine_args)
+        engine = create_engine(url, **engine_args)
+        if not engine_args.get("pool_pre_ping"):
+            _ping_when_idle(engine)
+        return engine
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     engine_args.setdefault("connect_args", {"timeout": 30, "check_same_thread": False})
@@ -172,6 +174,33 @@ def _make_engine(url: str, **engine_args: Any) -> Engine:
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", _sqlite_begin)
     return engine
+
+
+#: A pooled connection left unused for longer than this (seconds) is checked with a round trip before it is handed
+#: out, and replaced if the database dropped it (restarted, failed over, or ended the session).
+PING_IDLE_S = 1.0
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Check pooled connections before use, as `pool_pre_ping` does, but only those idle for `PING_IDLE_S`: a busy
+    server's connections go back and forth many times a second, and a round trip before each transaction was 6 %
+    of the server's CPU at 1,000 nodes. A database restart leaves every connection idle for longer than that before
+    it can be used again; one dropped sooner fails its transaction, and the pool is then renewed."""
+
+    def checked_in(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    def checked_out(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("idle_since")
+        if since is None or time.monotonic() - since < PING_IDLE_S:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as exc:
+            raise DisconnectionError(f"a pooled connection was dropped: {exc}") from exc  # the pool connects anew
+
+    event.listen(engine, "checkin", checked_in)
+    event.listen(engine, "checkout", checked_out)
 
 
 def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
