@@ -99,8 +99,9 @@ def test_a_busy_job_gets_no_more_cpu_than_its_cpus(limited: Executor, cgroups: C
     assert limited_stats is not None and limited_stats.periods > 0  # the quota is in force
     assert held < 1.5 * 1.3  # spinners for 1.5 s held to one core (unlimited: up to 1.5 s per core)
     # Throttling shows only where the spinners could get more than one core: on a machine busy with other work
-    # (unlimited, they got little more than one core's worth) it cannot, and the quota's periods are the evidence.
-    if free > 1.5 * 1.5:
+    # (unlimited, they got little more than one core's worth; limited, less than the one core allowed: the machine
+    # got busier between the two runs) it cannot, and the quota's periods are the evidence.
+    if free > 1.5 * 1.5 and held > 1.5 * 0.9:
         assert limited_stats.throttled > 0 and limited_stats.throttled_us > 0, (free, held, limited_stats)
 
 
