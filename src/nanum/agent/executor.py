@@ -39,7 +39,7 @@ from nanum.agent.environments import (
 )
 from nanum.agent.exitwatch import POLL_S, ExitWatch
 from nanum.agent.jobrecord import JobRecord, read_exit_file, read_log, read_workdir_failure
-from nanum.agent.jobsdir import discard, empty_trash, make_jobs_dir, new_job_dir
+from nanum.agent.jobsdir import Spares, discard, empty_trash, make_jobs_dir
 from nanum.agent.launch import Spawning, check_fields, find_setpriv, job_env, launcher, prepare, spawn
 from nanum.agent.sessions import relayed
 from nanum.protocol import JobLaunch, JobStatus
@@ -85,7 +85,8 @@ class Executor:
             self._adopt()
             if cgroups is not None:
                 cgroups.sweep(r.job_id for r in self._jobs.values() if r.state == "running")
-        self._empty_trash()
+        empty_trash(self.jobs_dir, left_behind=True)
+        self._spares = Spares(self.jobs_dir)
         try:
             launcher().start()
         except OSError as exc:  # the first job tries again, and fails to start saying why if it still cannot
@@ -116,7 +117,7 @@ class Executor:
                         record = JobRecord(launch=launch, dir=self.jobs_dir / str(launch.job_id), boot_id=self._boot)
                         self._jobs[launch.job_id] = record
                         with self._failing(record):
-                            new_job_dir(record.dir)
+                            record.blanks = self._spares.take(record.dir)
                             asked.append((record, self._launch(record, allow_root)))
                         if record.state == "failed_to_start":
                             self._changed()
@@ -229,6 +230,7 @@ class Executor:
             self._closed = True
         self._exits.wake()
         self._thread.join()
+        self._spares.close()
         self._exits.close()
         if self._cgroups is not None:
             self._cgroups.close()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal
 
+from nanum.agent.jobsdir import blank
 from nanum.protocol import JobLaunch, JobStatus
 
 __all__ = ["CHECKPOINT_MARK", "JobRecord", "read_exit_file", "read_log", "read_workdir_failure", "signal_of"]
@@ -58,6 +59,8 @@ class JobRecord:
     killed: bool = False
     #: Stopped because the agent's lease ran out (`nanum.agent.fence`): the server requeues rather than fails it.
     fenced: bool = False
+    #: Empty files left in `dir` for the next saves (`nanum.agent.jobsdir.Spares`); not saved.
+    blanks: int = 0
 
     @property
     def job_id(self) -> int:
@@ -124,11 +127,16 @@ class JobRecord:
             return 0
 
     def save(self) -> None:
-        """Write job.json atomically (a crash leaves the old or the new record, never half of one)."""
+        """Write job.json atomically (a crash leaves the old or the new record, never half of one): into a blank
+        the directory was made with where one is left, or a new file, renamed over it."""
         # field by field: `asdict` would deep-copy the launch only to leave it out
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("launch", "dir")}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("launch", "dir", "blanks")}
         data["launch"] = self.launch.model_dump(mode="json")
-        tmp = self.dir / "job.json.tmp"
+        if self.blanks:
+            self.blanks -= 1
+            tmp = blank(self.dir, self.blanks)
+        else:
+            tmp = self.dir / "job.json.tmp"
         content = json.dumps(data).encode()  # one write: `json.dump` to a file writes piece by piece
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:

@@ -1,0 +1,86 @@
+"""Job directories made ahead (`nanum.agent.jobsdir.Spares`): a start creates no file, a spare serves one job, and
+an earlier agent's spares are never used."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from nanum.agent.executor import Executor
+from nanum.agent.jobsdir import BLANKS, SPARES
+from tests.agent.conftest import NODE, make_launch
+
+OTHER_UID = 54321
+
+
+def spares(jobs_dir: Path) -> list[Path]:
+    return sorted(p for p in jobs_dir.iterdir() if p.name.startswith(".spare-"))
+
+
+def wait_for_spares(jobs_dir: Path, count: int = SPARES, timeout: float = 10.0) -> list[Path]:
+    deadline = time.monotonic() + timeout
+    while len(found := spares(jobs_dir)) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(found) == count, f"{len(found)} spare job directories, not {count}"
+    return found
+
+
+def inodes(directory: Path) -> set[int]:
+    return {entry.stat().st_ino for entry in directory.iterdir()}
+
+
+def test_a_job_starts_and_ends_in_a_directory_and_files_made_ahead(executor: Executor) -> None:
+    made = wait_for_spares(executor.jobs_dir)
+    ahead = {ino for spare in made for ino in inodes(spare)} | {spare.stat().st_ino for spare in made}
+    assert all(len(list(spare.iterdir())) == 3 + BLANKS for spare in made)
+
+    executor.start(allow_root=True, launch=make_launch(5, "sh", "-c", "echo hello"))
+    status = executor.wait(5, 5)
+
+    assert status is not None and status.exit_code == 0
+    assert executor.read_log(5, 0, 1 << 20)[0] == "hello\n"
+    job_dir = executor.jobs_dir / "5"
+    # the directory, its log, exit and activity files and the record (written three times) were all made ahead
+    assert job_dir.stat().st_ino in ahead
+    assert {(job_dir / name).stat().st_ino for name in ("output.log", "exit", "activity", "job.json")} <= ahead
+    assert not (job_dir / "job.json.tmp").exists()
+    # the one taken is replaced, by a new directory: none serves two jobs
+    again = wait_for_spares(executor.jobs_dir)
+    assert job_dir.stat().st_ino not in {spare.stat().st_ino for spare in again}
+
+
+def test_a_spare_holds_only_the_agents_own_empty_files(executor: Executor) -> None:
+    for spare in wait_for_spares(executor.jobs_dir):
+        for entry in spare.iterdir():
+            info = entry.stat()
+            assert (info.st_uid, info.st_size) == (os.geteuid(), 0)
+
+
+def test_an_earlier_agents_spares_are_deleted_not_used(state_dir: Path) -> None:
+    first = Executor(state_dir, NODE)
+    left = wait_for_spares(first.jobs_dir)
+    first.close()
+    for spare in left:  # as if the earlier agent had run as another account
+        for entry in spare.iterdir():
+            os.chown(entry, OTHER_UID, OTHER_UID)
+
+    second = Executor(state_dir, NODE)
+    try:
+        second.start(allow_root=True, launch=make_launch(6, "true"))
+        assert second.wait(6, 5) is not None
+        job_dir = second.jobs_dir / "6"
+        assert {(job_dir / name).stat().st_uid for name in ("output.log", "exit", "activity")} == {os.geteuid()}
+        assert not any(spare.exists() and OTHER_UID in {e.stat().st_uid for e in spare.iterdir()} for spare in left)
+    finally:
+        second.close()
+
+
+def test_jobs_start_when_no_spare_is_ready(executor: Executor) -> None:
+    wait_for_spares(executor.jobs_dir)
+    launches = [make_launch(job_id, "true") for job_id in range(10, 10 + SPARES + 3)]
+    statuses = executor.start_all(launches, allow_root=True)
+    assert [s.state for s in statuses] == ["running"] * len(launches)
+    for launch in launches:
+        status = executor.wait(launch.job_id, 5)
+        assert status is not None and status.exit_code == 0
