@@ -411,3 +411,41 @@ def test_runs_of_one_lab_ending_at_once_are_all_charged(ctx: ServerContext) -> N
         assert lab.decayed_usage == pytest.approx(4 * 10.0, rel=1e-6)
         used = s.scalars(select(UsageRow.gpu_seconds).where(UsageRow.kind == "lab", UsageRow.name == "vision")).all()
         assert sum(used) == pytest.approx(4 * 10.0)
+
+
+def unsettled_runs(ctx: ServerContext) -> int:
+    from sqlalchemy import func, select
+
+    from nanum.store import SegmentRow
+
+    with ctx.db.read() as s:
+        return int(s.scalar(select(func.count()).select_from(SegmentRow).where(SegmentRow.settled.is_(False))) or 0)
+
+
+def test_a_run_that_ended_is_charged_by_the_next_tick_that_starts_nothing_and_within_a_second_while_jobs_start(
+        client: AsgiClient, ctx: ServerContext, agent: FakeAgent) -> None:
+    scheduler = client.app.state.scheduler
+    first = submit(client, gpus=1)
+    scheduler.tick()
+    agent.beat()
+    agent.exit(int(first["id"]))
+    agent.beat()  # the run's end is stored; its lab and user are charged by a tick
+    assert unsettled_runs(ctx) == 1
+    scheduler.tick()  # starts nothing: settles at once
+    assert unsettled_runs(ctx) == 0
+
+    second = submit(client, gpus=1)
+    now = time.time()
+    scheduler.tick(now)
+    agent.beat()
+    agent.exit(int(second["id"]))
+    agent.beat()
+    submit(client, gpus=1)
+    scheduler.tick(now + 0.5)  # it starts a job, and settled half a second ago: the starts do not wait for it
+    assert unsettled_runs(ctx) == 1
+    with ctx.db.read() as s:  # while the run's lab is charged all the same in what a tick decides on
+        seen = snapshot.build(s, now + 0.5, 60.0, HistoryPredictor(), None, 1e9).snapshot
+    assert seen.users["alice"].decayed_usage > 0
+    submit(client, gpus=1)
+    scheduler.tick(now + 1.5)  # a second since: settled though it starts a job
+    assert unsettled_runs(ctx) == 0
