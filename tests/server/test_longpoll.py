@@ -13,12 +13,14 @@ import pytest
 from nanum.protocol import HeartbeatReply
 from nanum.server import scheduler as scheduler_module
 from nanum.server.app import create_app
-from nanum.server.callers import NodeCaller
+from nanum.server.callers import Caller, NodeCaller
 from nanum.server.context import ServerContext
 from nanum.server.services import accounts
 from nanum.server.services import agent as agent_service
+from nanum.server.services import jobs as jobs_service
+from nanum.store.db import Database
 from tests.server.asgiclient import AsgiClient, serve
-from tests.server.conftest import ALICE, auth, submit
+from tests.server.conftest import ALICE, auth, job, submit
 from tests.server.fakeagent import FakeAgent
 
 
@@ -173,3 +175,68 @@ def test_the_heartbeat_that_reports_a_job_its_held_reply_started_finds_its_desir
     assert built == []
     node.exit(j)
     assert node.beat().desired == []  # its end changes the list
+
+
+def reads_during(monkeypatch: pytest.MonkeyPatch, call: Any) -> tuple[Any, int]:
+    """`call()`'s result, and how many read transactions the server opened meanwhile."""
+    opened = [0]
+    read = Database.read
+
+    def counted(db: Database) -> Any:
+        opened[0] += 1
+        return read(db)
+
+    with monkeypatch.context() as m:
+        m.setattr(Database, "read", counted)
+        result = call()
+    return result, opened[0]
+
+
+@pytest.mark.parametrize("read_by", ["the tick", "the heartbeat"])
+def test_the_heartbeat_that_reports_the_jobs_its_held_reply_started_reads_nothing(
+    live: AsgiClient, node: FakeAgent, monkeypatch: pytest.MonkeyPatch, read_by: str
+) -> None:
+    """It reports what the reply handed the node, running, beside what it ran before: that changes nothing
+    stored, and the held heartbeat's answer already says so. A report that differs is read again."""
+    if read_by == "the heartbeat":
+        monkeypatch.setattr(scheduler_module, "REPLIES_READ", 0)
+    first = submit(live, gpus=1)["id"]
+    deadline = time.monotonic() + 5
+    while first not in node.running and time.monotonic() < deadline:
+        node.beat()
+    node.beat()
+    thread, replies = held(node, wait_s=10)
+    second = submit(live, gpus=1)["id"]
+    thread.join(timeout=5)
+    assert [d.job_id for d in replies[0].desired] == [first, second] and list(node.running) == [first, second]
+    reply, reads = reads_during(monkeypatch, node.beat)  # reports both running
+    assert [d.job_id for d in reply.desired] == [first, second] and reads == 0
+    node.checkpoints[first] = time.time()  # a report that differs: the store is asked
+    _, reads = reads_during(monkeypatch, node.beat)
+    assert reads >= 1
+
+
+def test_a_job_stopped_before_its_node_heard_of_it_is_freed_by_the_heartbeat_after_the_held_reply(
+    client: AsgiClient, agent: FakeAgent, ctx: ServerContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tick starts two jobs on the node; one is cancelled once the node's held heartbeat was woken, before that
+    heartbeat reads its reply. The node still holds that job's GPUs, so the heartbeat that reports the other job
+    started is not answered from memory: it frees them."""
+    monkeypatch.setattr(scheduler_module, "REPLIES_READ", 0)
+    superseded = ctx.signals.superseded
+    admin = Caller(id=1, name="admin", admin=True, unix_user=None, default_lab=None, labs=frozenset())
+
+    def cancel_once_woken(name: str, ticket: Any) -> bool:
+        jobs_service.cancel(ctx, admin, b)
+        return superseded(name, ticket)
+
+    monkeypatch.setattr(ctx.signals, "superseded", cancel_once_woken)
+    thread, replies = held(agent, wait_s=10)
+    a, b = submit(client, gpus=1)["id"], submit(client, gpus=1)["id"]
+    client.app.state.scheduler.tick()  # starts both
+    thread.join(timeout=5)
+    assert [d.job_id for d in replies[0].desired] == [a]  # b was cancelled before the reply was read
+    assert job(client, b)["state"] == "running"  # until its node says it does not hold it
+    monkeypatch.undo()
+    agent.beat()  # reports a running
+    assert job(client, b)["state"] == "cancelled"

@@ -69,10 +69,11 @@ async def heartbeat(ctx: Context, node: NodeDep, request: Request,
         if signals.superseded(node.name, ticket):
             # Its agent dropped it to send a newer one, which is answered from the store: nothing reads this reply.
             return outcome.reply
+        generation = signals.generation(node.name)  # before its reply is read: a wake since makes it old
         ready = signals.ready(node.name)  # read by the tick that woke it
-        if isinstance(ready, HeartbeatReply):
-            return ready
-        return await run_in_threadpool(agent.desired_reply, ctx, node)
+        reply = ready if isinstance(ready, HeartbeatReply) else await run_in_threadpool(agent.desired_reply, ctx, node)
+        agent.expect_started(ctx, node, body, generation, reply)
+        return reply
     return outcome.reply
 
 

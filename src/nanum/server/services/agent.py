@@ -16,6 +16,9 @@ server's wakes (`Signals.hears_all`), for at most a lease (`Settings.lease_s`). 
 started or ended, through this server or another) changes its report. A node that long-polls sends its next
 heartbeat when its held one ends, up to a third of a lease later (`nanum.server.api.agent`): a shorter memory
 would have each of a quiet fleet's heartbeats read the store.
+
+A held heartbeat answered with new jobs leaves the answer for the heartbeat that reports them started
+(`expect_started`): the same report with those jobs running, as they were just stored.
 """
 
 from __future__ import annotations
@@ -286,6 +289,34 @@ def woken_reply(ctx: ServerContext, s: Session, who: NodeCaller, known: list[Kno
     reply = _reply(ctx, desired, [], {})
     reply.check_paths = environments.check_paths(ctx, s)
     return reply
+
+
+def expect_started(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, generation: tuple[int, int],
+                   reply: HeartbeatReply) -> None:
+    """A held heartbeat `hb` was answered with `reply`, which hands the node new jobs, read once the node's
+    generation was `generation`: remember the quiet answer for the node's next heartbeat, which reports `hb`'s jobs
+    and the new ones running (as the agent lists them: those it held, then the new ones in the reply's order), so
+    that it is answered from memory instead of reading the store again (a third of a fleet's heartbeats are such).
+
+    Only where that report would change nothing stored, as `_quiet` would find: `hb` reported only running jobs,
+    all still desired; the node holds no GPUs for a job outside the reply (a job stopped before its agent heard
+    of it, whose GPUs the heartbeat would free); and the new jobs report no address (a notebook's is stored by
+    the heartbeat that first reports it). What the reply was read from is what `remember` kept: it is used only
+    when it is the reply's list."""
+    hit = ctx.caches.desired.get(who.id)
+    if hit is None or hit[2] != reply.desired or any(j.state != "running" for j in hb.jobs):
+        return
+    version, held, desired = hit
+    reported = {j.job_id for j in hb.jobs}
+    ids = {d.job_id for d in desired}
+    new = [d for d in desired if d.job_id not in reported]
+    if not new or not reported <= ids or {job_id for job_id, _ in held} != ids or any(d.kind != "batch" for d in new):
+        return
+    node, jobs, problems = _reported(hb, hb.jobs)
+    expected = (node, (*jobs, *((d.job_id, "running", None, None) for d in new)), problems)
+    runs = {d.job_id: (d.run, d.nnodes > 1) for d in desired}
+    ctx.caches.quiet[who.id] = QuietAnswer(generation, monotonic() + ctx.settings.lease_s, expected, desired, version,
+                                           runs)
 
 
 def remember(ctx: ServerContext, known: list[Known]) -> None:
