@@ -261,3 +261,52 @@ def test_a_job_that_ended_through_the_other_server_is_never_given_back_from_this
         agent.client = client_b
         assert _desired(agent) == []  # b's memory is of a report with the job running
         assert agent.running == {}  # never started again
+
+
+def test_the_heartbeat_that_reports_the_jobs_a_read_answer_handed_it_reads_nothing(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = submit(client, gpus=1)["id"]
+    tick(client)
+    agent.beat()  # starts it
+    agent.beat()  # reports it running
+    second = submit(client, gpus=1)["id"]
+    tick(client)  # no heartbeat of the node is held: none is woken
+    with counting_reads(ctx, monkeypatch) as reads, counting_writes(monkeypatch) as writes:
+        assert _desired(agent) == [first, second]  # a quiet report, read: it hands the node the second job
+        assert (reads, writes) == ([1], [0])
+        assert _desired(agent) == [first, second]  # reports both running: from memory
+        assert (reads, writes) == ([1], [0])
+    assert job(client, second)["state"] == "running"
+
+
+def test_the_heartbeat_that_reports_the_jobs_a_written_answer_handed_it_reads_nothing(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = submit(client, gpus=1)["id"]
+    tick(client)
+    agent.beat()
+    agent.beat()
+    second = submit(client, gpus=1)["id"]
+    tick(client)
+    agent.exit(first)
+    with counting_reads(ctx, monkeypatch) as reads:
+        assert _desired(agent) == [second]  # written: the first one's end, and the second job handed over
+        assert _desired(agent) == [second]  # reports it running: from memory
+    assert reads == [0]
+    assert job(client, first)["state"] == "completed" and job(client, second)["state"] == "running"
+
+
+def test_a_job_handed_over_that_its_agent_reports_otherwise_is_read_again(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The memory is for the report the answer leads to; an agent that reports anything else (here: a checkpoint
+    the new job found from an earlier run) is answered from the store, which records it."""
+    j = submit(client, gpus=1)["id"]
+    tick(client)
+    assert _desired(agent) == [j]  # a read: it hands the job over
+    agent.checkpoints[j] = 1234.5
+    with counting_writes(monkeypatch) as writes:
+        assert _desired(agent) == [j]
+    assert writes == [1]
+    assert job(client, j)["last_checkpoint"] is not None

@@ -8,7 +8,9 @@ would change nothing but the node's `last_seen` is answered from a read transact
 with others' a moment later (`nanum.server.lastseen`): most heartbeats of a quiet fleet are such.
 
 Either kind of heartbeat leaves its answer in memory for the node's next one, if that would be quiet: a quiet
-heartbeat's for the same report, a writing one's for the same report less the ends it acknowledged. That next
+heartbeat's for the same report, a writing one's for the same report less the ends it acknowledged; where the answer
+hands the node new jobs, for that report with those jobs running (`_next_report`), as a held heartbeat woken with
+new jobs leaves its own (`expect_started`), so that the heartbeat reporting a start reads nothing. That next
 heartbeat, reporting just that (its hardware, its jobs' pids, addresses and checkpoints, its GPU problems), is
 answered from memory, while nothing woke the node meanwhile (every change to a node's jobs, its GPUs' acceptance
 or health wakes it, on every server sharing the database: `Signals.generation`) and this server hears every other
@@ -16,14 +18,12 @@ server's wakes (`Signals.hears_all`), for at most a lease (`Settings.lease_s`). 
 started or ended, through this server or another) changes its report. A node that long-polls sends its next
 heartbeat when its held one ends, up to a third of a lease later (`nanum.server.api.agent`): a shorter memory
 would have each of a quiet fleet's heartbeats read the store.
-
-A held heartbeat answered with new jobs leaves the answer for the heartbeat that reports them started
-(`expect_started`): the same report with those jobs running, as they were just stored.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from time import monotonic
 from typing import Any
@@ -99,7 +99,8 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
     _remember(ctx, who.id, version, held_now, desired)
     ctx.last_seen.heard(who.id, now, written=True)
     if settled:
-        _keep_quiet(ctx, who, generation, _reported(hb, following), desired, version, jobs_now)
+        _keep_quiet(ctx, who, generation, _next_report(hb, following, desired, held_now.keys()), desired, version,
+                    jobs_now)
     return _outcome(ctx, hb, desired, acks, paths, woken, poke, version, offsets)
 
 
@@ -150,7 +151,7 @@ def _quiet(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, now: float) -> Ou
             _remember(ctx, node.id, version, held, desired)
         paths = environments.check_paths(ctx, s)
     ctx.last_seen.heard(who.id, now)
-    memo = _keep_quiet(ctx, who, generation, reported, desired, version, jobs)
+    memo = _keep_quiet(ctx, who, generation, _next_report(hb, hb.jobs, desired, held.keys()), desired, version, jobs)
     known = memo.runs if all(c.job_id in memo.runs for c in hb.logs) else None
     return _outcome(ctx, hb, desired, [], paths, set(), False, version, _write_logs(ctx, who, hb, known))
 
@@ -180,6 +181,23 @@ def _keep_quiet(ctx: ServerContext, who: NodeCaller, generation: tuple[int, int]
     memo = ctx.caches.quiet[who.id] = QuietAnswer(generation, monotonic() + ctx.settings.lease_s, reported, desired,
                                                   version, runs)
     return memo
+
+
+def _next_report(hb: Heartbeat, reports: list[JobStatus], desired: list[JobLaunch], held: Iterable[int]
+                 ) -> tuple[Any, ...]:
+    """What the node's next heartbeat reports if nothing changes meanwhile (as `_reported` puts it): `reports`,
+    and after them, running, the jobs of the answer `desired` that it does not run yet (an agent lists the jobs
+    it starts after those it holds, in the answer's order). Such a report changes nothing stored, as `_quiet`
+    would find, only where every job reported is still desired, the node holds GPUs for none but the desired jobs
+    (not for one stopped before its agent heard of it, whose GPUs that heartbeat frees) and the new jobs report no
+    address (a notebook's or shell's first report stores one): elsewhere it is `reports` alone."""
+    node, jobs, problems = _reported(hb, reports)
+    running = {st.job_id for st in reports}
+    ids = {d.job_id for d in desired}
+    new = [d for d in desired if d.job_id not in running]
+    if new and running <= ids and set(held) == ids and all(d.kind == "batch" for d in new):
+        jobs = (*jobs, *((d.job_id, "running", None, None) for d in new))
+    return node, jobs, problems
 
 
 def _reported(hb: Heartbeat, reports: list[JobStatus]) -> tuple[Any, ...]:
@@ -293,27 +311,17 @@ def woken_reply(ctx: ServerContext, s: Session, who: NodeCaller, known: list[Kno
 
 def expect_started(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, generation: tuple[int, int],
                    reply: HeartbeatReply) -> None:
-    """A held heartbeat `hb` was answered with `reply`, which hands the node new jobs, read once the node's
-    generation was `generation`: remember the quiet answer for the node's next heartbeat, which reports `hb`'s jobs
-    and the new ones running (as the agent lists them: those it held, then the new ones in the reply's order), so
-    that it is answered from memory instead of reading the store again (a third of a fleet's heartbeats are such).
-
-    Only where that report would change nothing stored, as `_quiet` would find: `hb` reported only running jobs,
-    all still desired; the node holds no GPUs for a job outside the reply (a job stopped before its agent heard
-    of it, whose GPUs the heartbeat would free); and the new jobs report no address (a notebook's is stored by
-    the heartbeat that first reports it). What the reply was read from is what `remember` kept: it is used only
-    when it is the reply's list."""
+    """A held heartbeat `hb` was answered with `reply`, read once the node's generation was `generation`: where
+    the reply hands the node new jobs, remember the quiet answer for its next heartbeat, which reports them
+    started (`_next_report`), so that it is answered from memory instead of reading the store again. What the
+    reply was read from is what `remember` kept; it is used only when it is the reply's list."""
     hit = ctx.caches.desired.get(who.id)
     if hit is None or hit[2] != reply.desired or any(j.state != "running" for j in hb.jobs):
         return
     version, held, desired = hit
-    reported = {j.job_id for j in hb.jobs}
-    ids = {d.job_id for d in desired}
-    new = [d for d in desired if d.job_id not in reported]
-    if not new or not reported <= ids or {job_id for job_id, _ in held} != ids or any(d.kind != "batch" for d in new):
-        return
-    node, jobs, problems = _reported(hb, hb.jobs)
-    expected = (node, (*jobs, *((d.job_id, "running", None, None) for d in new)), problems)
+    expected = _next_report(hb, hb.jobs, desired, (job_id for job_id, _ in held))
+    if expected[1] == _reported(hb, hb.jobs)[1]:
+        return  # nothing new, or a report that would change something
     runs = {d.job_id: (d.run, d.nnodes > 1) for d in desired}
     ctx.caches.quiet[who.id] = QuietAnswer(generation, monotonic() + ctx.settings.lease_s, expected, desired, version,
                                            runs)
