@@ -15,9 +15,8 @@ It runs on events (submit, cancel, an exit reported, a node change: `Signals.pok
 4. apply in one short write transaction: requeue the jobs of nodes silent for longer than their agents' lease
    and the jobs' grace (their agents have stopped them by then: `nanum.agent.fence`); start jobs (state, allocation
    rows, event: each start only if the job is still pending, and the UNIQUE allocation rows make a GPU handed
-   out twice impossible); mark preemption victims to stop; write the reasons and estimates that changed; charge
-   the runs that ended to their labs and users (`charging.settle`: in a tick that starts jobs, at most every
-   `SETTLE_EVERY_S`); note budgets that crossed 80 % or 100 % (`nanum.server.services.budgets`);
+   out twice impossible); mark preemption victims to stop; write the reasons and estimates that changed; note
+   budgets that crossed 80 % or 100 % (`nanum.server.services.budgets`);
 5. wake the held heartbeats of every node whose desired jobs changed; a few of them (`REPLIES_READ`) get their
    reply read in the write transaction of step 4, which spares each its own read (`Signals.ready`).
 
@@ -74,10 +73,6 @@ EXPLAIN_EVERY_S = 1.0
 IDLE = Decisions(starts=(), preemptions=(), pending=())
 #: A tick reads the replies of at most this many woken nodes with a heartbeat held here (`Scheduler._replies`).
 REPLIES_READ = 4
-#: A tick that starts jobs settles the runs that ended (`charging.settle`) only if the last settling is this old
-#: (seconds); a tick that starts none always does. Settling is eight statements (a millisecond, a quarter of a tick
-#: that starts one job) that the starts need not wait for: snapshots count unsettled runs anyway.
-SETTLE_EVERY_S = 1.0
 
 
 @dataclass(slots=True)
@@ -151,7 +146,6 @@ class Scheduler:
         self.leading = False
         self._explained_at = float("-inf")
         self._followed_at = float("-inf")
-        self._settled_at = float("-inf")
         self._shown_at: dict[int, float] = {}
         self._lock = threading.Lock()
         #: a new job asked for a tick while one ran (`poke`)
@@ -350,10 +344,7 @@ class Scheduler:
                 result.preempted += bool(stopped)
             if explained:  # else the reasons and estimates shown stay as the last tick that explained wrote them
                 self._show_reasons(s, plan, decisions.pending, now)
-            if not starts or not now - SETTLE_EVERY_S < self._settled_at <= now:
-                # late: labs' and users' rows stay locked briefly
-                charging.settle(s, self.ctx.settings.half_life_s)
-                self._settled_at = now
+            charging.settle(s, self.ctx.settings.half_life_s)  # late: labs' and users' rows stay locked briefly
             self.budgets.check(s, plan.snapshot, now)
             known: list[agent.Known] = []
             replies = self._replies(s, plan, woken, known)
