@@ -3,8 +3,8 @@ runs as root, a fresh directory for each new job, made ahead of it, and a forgot
 agent's path.
 
 A job's start needs its directory and new files: its log, exit file and activity file, and one for each save of its
-record (`JobRecord.save` replaces `job.json` by renaming a newly written file over it). Creating a file
-costs the kernel far more than writing one: 450-650 µs of system time each on the ext4 of the machines nanum is
+record (`JobRecord.save` replaces `job.json` by renaming a newly written file over it). Creating a file can cost the
+kernel far more than writing one: at times 450-650 µs of system time each on the ext4 of the machines nanum is
 measured on, against 15 µs to truncate and write an existing one. So `Spares` makes a few directories ahead, off the
 start's path, each with those files empty: a start renames one into place (`Spares.take`). A spare is made by the
 agent before any job is known, holds only the agent's own empty files, and serves one job only: a job never gets a
@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["BLANKS", "SPARES", "Spares", "blank", "discard", "empty_trash", "make_jobs_dir"]
+__all__ = ["BLANKS", "JOB_FILES", "SPARES", "Spares", "blank", "discard", "empty_trash", "make_jobs_dir"]
 
 log = logging.getLogger("nanum.agent")
 
@@ -34,8 +34,10 @@ SPARES = 8
 #: Empty files a spare holds for its job's record (`JobRecord.save` writes one and renames it over `job.json`): one
 #: per save of a job that runs and ends (starting, running, exited).
 BLANKS = 3
-#: A spare's files beside its blanks, empty, with the modes `nanum.agent.launch.prepare` gives them.
-SPARE_FILES = {"output.log": 0o600, "exit": 0o600, "activity": 0o644}
+#: The files of a job's directory that the agent makes for the job, with their modes: made ahead in a spare (beside
+#: its blanks), and by `nanum.agent.launch.prepare` where missing. One table for both: an existing file keeps the
+#: mode it was made with.
+JOB_FILES = {"output.log": 0o600, "exit": 0o600, "activity": 0o644}
 JOB_DIR_MODE = 0o711
 #: Spares are made again once no start took one for this long (seconds), not beside the starts themselves.
 REFILL_AFTER_S = 0.02
@@ -120,7 +122,7 @@ class Spares:
         n = next(self._names)
         making, spare = self.jobs_dir / f".making-{n}", self.jobs_dir / f".spare-{n}"
         os.mkdir(making, JOB_DIR_MODE)
-        names = [*SPARE_FILES.items(), *((blank(making, i).name, 0o600) for i in range(BLANKS))]
+        names = [*JOB_FILES.items(), *((blank(making, i).name, 0o600) for i in range(BLANKS))]
         for name, mode in names:
             os.close(os.open(making / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode))
         os.rename(making, spare)

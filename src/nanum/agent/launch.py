@@ -31,6 +31,7 @@ from typing import Any
 from nanum.agent import procs
 from nanum.agent.accounts import Account, Refused
 from nanum.agent.jobrecord import JobRecord
+from nanum.agent.jobsdir import JOB_FILES
 from nanum.agent.launcher import receive, send
 from nanum.protocol import JobLaunch
 
@@ -129,7 +130,7 @@ def prepare(record: JobRecord, account: Account, *, node: str, switch_user: bool
     if not switch_user and not os.path.isdir(launch.workdir):
         raise Refused(f"working directory {launch.workdir} does not exist on node {node}")
     for path in (record.log_path, record.exit_path):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600))
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, JOB_FILES[path.name]))
     _make_activity_file(record.activity_path, account, switch_user)
     if switch_user:  # the job's own output belongs to its owner
         os.chown(record.log_path, account.uid, account.gid, follow_symlinks=False)
@@ -139,7 +140,7 @@ def prepare(record: JobRecord, account: Account, *, node: str, switch_user: bool
 
 def _make_activity_file(path: Path, account: Account, switch_user: bool) -> None:
     """The job's activity file, owned by its user so it can touch it; dated 1970 until it does."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, JOB_FILES[path.name])
     try:
         if switch_user:
             os.fchown(fd, account.uid, account.gid)

@@ -320,7 +320,7 @@ def expect_started(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, generatio
         return
     version, held, desired = hit
     expected = _next_report(hb, hb.jobs, desired, (job_id for job_id, _ in held))
-    if expected[1] == _reported(hb, hb.jobs)[1]:
+    if len(expected[1]) == len(hb.jobs):
         return  # nothing new, or a report that would change something
     runs = {d.job_id: (d.run, d.nnodes > 1) for d in desired}
     ctx.caches.quiet[who.id] = QuietAnswer(generation, monotonic() + ctx.settings.lease_s, expected, desired, version,
