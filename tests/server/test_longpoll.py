@@ -53,7 +53,9 @@ def test_a_submit_releases_the_held_heartbeat_with_the_job(live: AsgiClient, nod
     thread.join(timeout=5)
     latency = time.monotonic() - began
     assert [d.job_id for d in replies[0].desired] == [j["id"]]
-    assert latency < 1.0, f"submit to launch took {latency:.3f}s"
+    # released by the submit, not by the end of its 10 s wait (how fast is the benchmarks' to say: CI saw 1.3 s
+    # here on a loaded 2-core machine)
+    assert latency < 5.0, f"submit to launch took {latency:.3f}s"
 
 
 def test_a_cancel_releases_the_held_heartbeat_without_the_job(live: AsgiClient, node: FakeAgent) -> None:
