@@ -110,6 +110,7 @@ def agent(
     import signal
     import socket
 
+    from nanum import heap
     from nanum.agent import nodetoken
     from nanum.agent.agent import Agent, AgentConfig
     from nanum.agent.gpus import SpecError, parse_spec
@@ -162,6 +163,7 @@ def agent(
     )
     runner = Agent(config)
     _jobs_get_default_signals()
+    heap.settle()
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -200,6 +202,7 @@ def _simulate_nodes(server: str, token_file: Path | None, count: int, gpus: str,
     import signal
     import time
 
+    from nanum import heap
     from nanum.agent.gpus import SpecError, parse_spec
     from nanum.agent.simnodes import NodeTokensError, SimulatedNode, read_node_tokens, run_nodes
     from nanum.cli.common import fail
@@ -219,6 +222,7 @@ def _simulate_nodes(server: str, token_file: Path | None, count: int, gpus: str,
                         format="%(asctime)s nanum agent (simulated nodes): %(message)s", datefmt="%Y-%m-%d %H:%M:%S")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     nodes = [SimulatedNode(name, token, gpus) for name, token in tokens[:count]]
+    heap.settle()
 
     async def main() -> None:
         stopping = asyncio.Event()

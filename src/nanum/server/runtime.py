@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import errno
 import fcntl
-import gc
 import getpass
 import logging
 import os
@@ -41,6 +40,7 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
+from nanum import heap
 from nanum.config import load_credentials, save_credentials
 from nanum.server.app import create_app
 from nanum.server.callers import hash_token, new_token
@@ -59,9 +59,6 @@ AGENT_STOP_S = 15.0
 MAX_WORKERS = 64
 #: How often a worker looks whether the process that started it is still there.
 PARENT_CHECK_S = 1.0
-#: The cyclic garbage collector's thresholds in a server process, instead of Python's (700, 10, 10): see
-#: `_settle_heap`.
-GC_THRESHOLDS = (10_000, 10, 10)
 
 
 class StartError(Exception):
@@ -89,7 +86,6 @@ def start(settings: ServerSettings, host: str, port: int, agent: LocalAgent | No
     if workers > 1 and agent is not None:
         raise StartError("--workers is for `nanum server`; `nanum up` runs one server process beside its agent")
     _check_port(host, port)
-    gc.set_threshold(*GC_THRESHOLDS)  # inherited by the workers
     ctx = prepare(settings)
     if workers > 1 and not ctx.db.is_postgres:
         raise StartError("--workers needs PostgreSQL (--db postgresql+psycopg://USER@HOST/DB): with SQLite one "
@@ -104,7 +100,7 @@ def start(settings: ServerSettings, host: str, port: int, agent: LocalAgent | No
         _announce(ctx, url, started, agent, workers)
         if workers > 1:
             ctx.db.dispose()  # each worker opens its own connections
-            _settle_heap()  # before the forks: the workers share these pages
+            heap.settle()  # before the forks: the workers share these pages
             Workers(settings, _listening_socket(host, port), workers).run()
             return
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
@@ -255,7 +251,7 @@ async def _serve(
     """Serve until stopped. A worker (`sock`, `parent`) takes connections from its parent's socket, never
     schedules (a process of its own does: `_schedule`), and stops when that parent is gone."""
     app = create_app(ctx, may_lead=parent is None)
-    _settle_heap()
+    heap.settle()
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=3, lifespan="on"
     )
@@ -294,7 +290,7 @@ async def _schedule(ctx: ServerContext, parent: int) -> None:
     """The scheduling worker: the server's background work (scheduler, bus, upkeep) and no requests, until
     SIGTERM or until `parent` is gone."""
     app = create_app(ctx)
-    _settle_heap()
+    heap.settle()
     stopped = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopped.set)
     watch = asyncio.create_task(_while_parent(parent, stopped.set))
@@ -446,23 +442,6 @@ class AgentSupervisor:
 
 
 # -- small helpers -------------------------------------------------------------------------------------------
-
-
-def _settle_heap() -> None:
-    """Keep Python's cyclic garbage collector from stopping the server for long, once its app is built.
-
-    The collector stops every thread while it walks the objects it tracks, and a full collection walks all of
-    them. At 1,000 nodes (`benchmarks/scale.py`) a server process tracked about 480,000 objects, of which about
-    190,000 were there from its start (modules, the app, its routes); with Python's thresholds it made 33 full
-    collections of about 300 ms each in a minute, and younger ones besides: 10.5 s of collecting in 60 s of
-    serving, during which no request and no tick ran. Here the objects made so far, which live as long as the
-    process, are moved out of the collector's sight (`gc.freeze`): no collection walks them again, and workers
-    forked afterwards do not write to the pages they share with their parent. `GC_THRESHOLDS` lets many more
-    objects be made between collections: reference counting frees nearly all of them on its own, and the
-    collector is only needed for the few that form cycles. Measured there: 2.1 s of collecting instead of 10.5 s,
-    the longest pause 139 ms instead of 318 ms."""
-    gc.collect()
-    gc.freeze()
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
