@@ -54,7 +54,10 @@ async def heartbeat(ctx: Context, node: NodeDep, request: Request,
     changed = signals.event(node.name)
     if body.samples:
         await run_in_threadpool(request.app.state.monitoring.record, node.id, body.samples)
-    outcome = await run_in_threadpool(retry_deadlocks, lambda: agent.heartbeat(ctx, node, body))
+    # Most of a fleet's heartbeats are answered from memory, here on the event loop; the rest in a thread.
+    recalled = agent.recall(ctx, node, body)
+    outcome = recalled if recalled is not None else await run_in_threadpool(
+        retry_deadlocks, lambda: agent.heartbeat(ctx, node, body))
     if outcome.poke:
         signals.poke()
     signals.wake(outcome.woken - {node.name})
