@@ -4,7 +4,6 @@ earlier run of a job handed to the node again."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,9 +11,6 @@ from contextlib import contextmanager
 import pytest
 
 from nanum.protocol import LogChunk
-from nanum.server.app import AGENT_THREADS, WORKER_THREADS
-from nanum.server.context import ServerContext
-from nanum.server.services import accounts
 from nanum.server.services import agent as agent_service
 from tests.server.asgiclient import AsgiClient
 from tests.server.conftest import ALICE, auth, job, submit, tick
@@ -140,38 +136,3 @@ def test_a_job_handed_back_by_a_held_reply_after_a_requeue_is_told_its_new_run_h
     for _ in range(3):
         # Its second run's output starts at 0 on the agent: an offset of the first run would make it skip 10 bytes.
         assert node.beat().log_offsets.get(first, 0) == 0
-
-
-def test_a_submission_is_answered_while_every_thread_kept_for_heartbeats_is_busy(
-    live: AsgiClient, ctx: ServerContext, monkeypatch: pytest.MonkeyPatch  # noqa: F811
-) -> None:
-    """A fleet's heartbeats run in threads of their own: however many wait on the store, people's requests do not
-    queue behind them."""
-    nodes = [FakeAgent(live, f"n{i:02d}", accounts.add_node(ctx, f"n{i:02d}"), gpus=2)
-             for i in range(WORKER_THREADS + AGENT_THREADS)]
-    for n in nodes:
-        n.beat()
-    release = threading.Event()
-    real = agent_service.heartbeat
-
-    def stuck(*args: object) -> agent_service.Outcome:
-        release.wait(timeout=60)
-        return real(*args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(agent_service, "heartbeat", stuck)
-    beats = []
-    for n in nodes:
-        n.gpus = 1  # other hardware: written, in a thread
-        beats.append(threading.Thread(target=n.beat))
-        beats[-1].start()
-    try:
-        time.sleep(0.5)
-        answered: list[int] = []
-        submitting = threading.Thread(target=lambda: answered.append(submit(live, gpus=1)["id"]))
-        submitting.start()
-        submitting.join(timeout=20)
-        assert answered and all(b.is_alive() for b in beats)  # answered while every heartbeat still waits
-    finally:
-        release.set()
-        for b in beats:
-            b.join(timeout=20)

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-import anyio
 import anyio.to_thread
 from fastapi import APIRouter, FastAPI
 
@@ -24,19 +23,18 @@ from nanum.server.guard import RequestGuard
 from nanum.server.scheduler import Scheduler
 
 API_PREFIX = "/api/v1"
-#: Threads that run people's requests' blocking work (database transactions). Few: the handlers share one
+#: Threads that run request handlers' blocking work (database transactions). Few: the handlers share one
 #: interpreter lock with the scheduling tick, and with anyio's default of 40, at 300 nodes, heartbeats in forty
 #: threads took turns with the tick (cycles of 2.4 s at p99 against 1.0 s with 10, and 25 % fewer heartbeats
-#: handled). A held heartbeat waits without a thread.
+#: handled). A held heartbeat waits without a thread. Heartbeats share these threads with users' requests on
+#: purpose: with ten threads of their own for heartbeats, 1,000 nodes took all 100 submissions a second (not 45)
+#: at a third of the latency, but that let the whole load through to a fleet this server cannot yet carry: jobs
+#: started late and heartbeats timed out. Shared, submissions wait instead, and the fleet stays served. Measured
+#: again with most heartbeats answered without a thread (`services.agent.recall`): 5 threads of their own for
+#: heartbeats took every submission at 1,000 nodes on 4,000 jobs (p99 242-321 ms against 534-653 shared), but at
+#: the full 20,000, 629 heartbeats timed out and 2,606 jobs had not started a minute after the last submission; 10
+#: of their own and 4 for people: 163 timed out, start wait p99 4.2 s. Shared: none, every job started, p99 0.65 s.
 WORKER_THREADS = 10
-#: Threads kept for the agents' heartbeats, apart from people's requests: a fleet's heartbeats no longer queue
-#: a submission behind them. Fewer than `WORKER_THREADS`: fewer threads take turns on the interpreter lock, and
-#: each heartbeat's turn is shorter. Most heartbeats need none (`services.agent.recall`). At 1,000 nodes and 100
-#: submissions a second (benchmarks/scale.py, 4,000 jobs, one 2-core machine), sharing 10 threads accepted
-#: 82-86 submissions a second at a p99 of 534-653 ms; with 5 of their own, all 100 at 242-321 ms, jobs started
-#: as soon (start wait p99 0.56-0.69 s against 0.59-0.68 s), no heartbeat failed, and the server took 16 % less
-#: CPU. With 3, heartbeats queued past their timeout.
-AGENT_THREADS = 5
 
 
 def create_app(ctx: ServerContext, *, run_scheduler: bool = True, may_lead: bool = True) -> FastAPI:
@@ -86,7 +84,6 @@ def create_app(ctx: ServerContext, *, run_scheduler: bool = True, may_lead: bool
     app.add_middleware(RequestGuard)
     app.state.ctx = ctx
     app.state.scheduler = scheduler
-    app.state.agent_threads = anyio.CapacityLimiter(AGENT_THREADS)
     errors.install(app)
     api = APIRouter(prefix=API_PREFIX)
     # Routes are matched in this order, one pattern after another: the agents' heartbeats, most of a fleet's

@@ -153,9 +153,9 @@ def _on_loop() -> bool:
 
 
 #: Connections a process keeps to PostgreSQL, and the most it opens: one for each of the server's worker threads
-#: (`nanum.server.app.WORKER_THREADS` and `AGENT_THREADS`), the scheduling tick, its leadership lock, the bus's
-#: listener and the batched writes of when nodes were last heard from. A thread that finds none free waits for one.
-POOL_SIZE, POOL_MAX = 15, 20
+#: (`nanum.server.app.WORKER_THREADS`), the scheduling tick, its leadership lock and the bus's listener, with room
+#: to spare.
+POOL_SIZE, POOL_MAX = 10, 20
 
 
 def _make_engine(url: str, **engine_args: Any) -> Engine:

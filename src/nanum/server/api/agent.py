@@ -7,36 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
-import anyio.to_thread
 from fastapi import APIRouter, Depends, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from nanum.protocol import Heartbeat, HeartbeatReply
 from nanum.server.auth import Context, NodeDep
-from nanum.server.callers import NodeCaller
 from nanum.server.context import ServerContext
 from nanum.server.services import agent
 from nanum.store.db import retry_deadlocks
 
 router = APIRouter(prefix="/agent", tags=["agent"])
 log = logging.getLogger("nanum.server")
-T = TypeVar("T")
-
-
-async def _in_thread(request: Request, func: Callable[..., T], *args: Any) -> T:
-    """Run a heartbeat's blocking work in one of the threads kept for agents (`nanum.server.app.AGENT_THREADS`)."""
-    return await anyio.to_thread.run_sync(functools.partial(func, *args), limiter=request.app.state.agent_threads)
-
-
-def _handle(ctx: ServerContext, node: NodeCaller, body: Heartbeat) -> agent.Outcome:
-    return retry_deadlocks(lambda: agent.heartbeat(ctx, node, body))
-
 
 async def _read_heartbeat(request: Request) -> Heartbeat:
     """The heartbeat in the request's body, read by `Heartbeat.from_json` rather than by FastAPI: a fleet's
@@ -67,10 +53,11 @@ async def heartbeat(ctx: Context, node: NodeDep, request: Request,
     ticket = signals.arrive(node.name)  # an older heartbeat of this node still held returns now
     changed = signals.event(node.name)
     if body.samples:
-        await _in_thread(request, request.app.state.monitoring.record, node.id, body.samples)
+        await run_in_threadpool(request.app.state.monitoring.record, node.id, body.samples)
     # Most of a fleet's heartbeats are answered from memory, here on the event loop; the rest in a thread.
     recalled = agent.recall(ctx, node, body)
-    outcome = recalled if recalled is not None else await _in_thread(request, _handle, ctx, node, body)
+    outcome = recalled if recalled is not None else await run_in_threadpool(
+        retry_deadlocks, lambda: agent.heartbeat(ctx, node, body))
     if outcome.poke:
         signals.poke()
     signals.wake(outcome.woken - {node.name})
@@ -87,8 +74,7 @@ async def heartbeat(ctx: Context, node: NodeDep, request: Request,
             return outcome.reply
         generation = signals.generation(node.name)  # before its reply is read: a wake since makes it old
         ready = signals.ready(node.name)  # read by the tick that woke it
-        reply = ready if isinstance(ready, HeartbeatReply) else await _in_thread(
-            request, agent.desired_reply, ctx, node)
+        reply = ready if isinstance(ready, HeartbeatReply) else await run_in_threadpool(agent.desired_reply, ctx, node)
         agent.expect_started(ctx, node, body, generation, reply)
         return reply
     return outcome.reply
