@@ -17,7 +17,9 @@ or health wakes it, on every server sharing the database: `Signals.generation`) 
 server's wakes (`Signals.hears_all`), for at most a lease (`Settings.lease_s`). Any change the agent makes (a job
 started or ended, through this server or another) changes its report. A node that long-polls sends its next
 heartbeat when its held one ends, up to a third of a lease later (`nanum.server.api.agent`): a shorter memory
-would have each of a quiet fleet's heartbeats read the store.
+would have each of a quiet fleet's heartbeats read the store. Where such a heartbeat carries no output, and the
+answer remembered says what its reply told of the jobs' logs, it is answered on the event loop, without a thread
+(`recall`).
 """
 
 from __future__ import annotations
