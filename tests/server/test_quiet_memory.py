@@ -27,18 +27,23 @@ from tests.server.test_two_servers import pair  # noqa: F401  (a fixture)
 
 
 @contextmanager
-def _counting(monkeypatch: pytest.MonkeyPatch, kind: str) -> Iterator[list[int]]:
-    """How many transactions of `kind` (`read` or `write`) the server opens meanwhile."""
-    opened = [0]
-    open_one = getattr(Database, kind)
+def counting_calls(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> Iterator[list[int]]:
+    """How many times `owner.name` (a function of a module, or a method of a class) is called meanwhile."""
+    calls = [0]
+    real = getattr(owner, name)
 
-    def counted(db: Database) -> object:
-        opened[0] += 1
-        return open_one(db)
+    def counted(*args: object, **kwargs: object) -> object:
+        calls[0] += 1
+        return real(*args, **kwargs)
 
     with monkeypatch.context() as m:
-        m.setattr(Database, kind, counted)
-        yield opened
+        m.setattr(owner, name, counted)
+        yield calls
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch, kind: str) -> AbstractContextManager[list[int]]:
+    """How many transactions of `kind` (`read` or `write`) the server opens meanwhile."""
+    return counting_calls(monkeypatch, Database, kind)
 
 
 def counting_reads(ctx: ServerContext, monkeypatch: pytest.MonkeyPatch) -> AbstractContextManager[list[int]]:
@@ -310,3 +315,35 @@ def test_a_job_handed_over_that_its_agent_reports_otherwise_is_read_again(
         assert _desired(agent) == [j]
     assert writes == [1]
     assert job(client, j)["last_checkpoint"] is not None
+
+
+def test_the_heartbeat_that_reports_an_end_keeps_the_other_jobs_from_memory(
+    client: AsgiClient, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    j, k, m = (submit(client, gpus=1)["id"] for _ in range(3))
+    tick(client)
+    agent.beat()  # starts them
+    agent.beat()
+    agent.exit(j)
+    with counting_calls(monkeypatch, agent_service, "desired_jobs") as built:
+        reply = agent.beat()  # the end is written; the others' launches are those it was last given
+        assert built == [0]
+    assert sorted(d.job_id for d in reply.desired) == [k, m] and reply.ack == [j]
+    assert job(client, j)["state"] == "completed" and agent.running.keys() == {k, m}
+
+
+def test_an_end_reported_after_another_job_was_stopped_drops_both(
+    client: AsgiClient, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    j, k, m = (submit(client, gpus=1)["id"] for _ in range(3))
+    tick(client)
+    agent.beat()
+    agent.beat()
+    r = client.post(f"/api/v1/jobs/{k}/cancel", headers=auth(ALICE))
+    assert r.status_code == 200, r.text
+    agent.exit(j)  # reported before the agent hears of the cancel
+    with counting_calls(monkeypatch, agent_service, "desired_jobs") as built:
+        reply = agent.beat()
+        assert built == [1], "the stop changed the node's list: it is read again"
+    assert [d.job_id for d in reply.desired] == [m]
+    assert agent.running.keys() == {m}

@@ -5,8 +5,7 @@ earlier run of a job handed to the node again."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import pytest
 
@@ -16,21 +15,12 @@ from tests.server.asgiclient import AsgiClient
 from tests.server.conftest import ALICE, auth, job, submit, tick
 from tests.server.fakeagent import FakeAgent
 from tests.server.test_longpoll import held, live, node  # noqa: F401  (fixtures)
+from tests.server.test_quiet_memory import counting_calls
 
 
-@contextmanager
-def _handled(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+def _handled(monkeypatch: pytest.MonkeyPatch) -> AbstractContextManager[list[int]]:
     """How many heartbeats meanwhile were handled in a thread (`services.agent.heartbeat`), not from memory."""
-    calls = [0]
-    real = agent_service.heartbeat
-
-    def counted(*args: object) -> agent_service.Outcome:
-        calls[0] += 1
-        return real(*args)  # type: ignore[arg-type]
-
-    with monkeypatch.context() as m:
-        m.setattr(agent_service, "heartbeat", counted)
-        yield calls
+    return counting_calls(monkeypatch, agent_service, "heartbeat")
 
 
 def test_a_quiet_heartbeat_without_output_is_answered_from_memory_with_the_offsets_last_given(

@@ -92,7 +92,9 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         version = s.connection().execute(_DESIRED_VERSION, {"node": node.id}).scalar() or 0
         s.flush()  # the reports' changes, for the read below
         held_now, jobs_now = _held_jobs(s, node.id)  # as the jobs' reports left them
-        desired = desired_jobs(ctx, s, node, held_now)
+        desired = _recalled(ctx, node.id, version, held_now, ended=True)
+        if desired is None:
+            desired = desired_jobs(ctx, s, node, held_now)
         paths = environments.check_paths(ctx, s)
         runs = joblogs.runs_in(s, who.name, {c.job_id for c in hb.logs} | {j.job_id for j in hb.jobs})
         # Before the commit: once a job shows as ended, the output its last report carried is in its log.
@@ -259,14 +261,25 @@ def _remember(ctx: ServerContext, node_id: int, version: int, held: dict[int, li
     ctx.caches.desired.put(node_id, (version, _held_key(held), desired))
 
 
-def _recalled(ctx: ServerContext, node_id: int, version: int, held: dict[int, list[int]]) -> list[JobLaunch] | None:
+def _recalled(ctx: ServerContext, node_id: int, version: int, held: dict[int, list[int]], *,
+              ended: bool = False) -> list[JobLaunch] | None:
     """The node's desired jobs as last built, if its desired version and its jobs' GPUs are still what they were
-    then: the version grows whenever the jobs a node should run change (`lifecycle.bump`)."""
+    then: the version grows whenever the jobs a node should run change (`lifecycle.bump`). `ended`: also where
+    some of the jobs it held then hold no GPU there now, the others the same GPUs: the list less those. A job
+    leaves a node's list without a bump only by ending there (its report frees its GPUs); every other way off
+    it (a stop, a requeue, a gang's other part failing) bumps the version."""
     hit = ctx.caches.desired.get(node_id)
     if hit is None:
         return None
     known_version, known_held, desired = hit
-    return desired if known_version == version and known_held == _held_key(held) else None
+    if known_version != version:
+        return None
+    now_held = _held_key(held)
+    if known_held == now_held:
+        return desired
+    if not ended or not set(now_held) <= set(known_held):
+        return None
+    return [d for d in desired if d.job_id in held]
 
 
 def _held_key(held: dict[int, list[int]]) -> HeldGpus:
