@@ -76,7 +76,7 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
     quiet = _quiet(ctx, who, hb, now)
     if quiet is not None:
         return quiet
-    ctx.caches.quiet.pop(who.id, None)  # what it reports now may differ from the store, or change it
+    memo = ctx.caches.quiet.pop(who.id, None)  # what it reports now may differ from the store, or change it
     generation = ctx.signals.generation(who.name)  # taken before the write: a wake during it makes its answer old
     with ctx.db.write() as s:
         node = s.get(NodeRow, who.id, with_for_update=True)
@@ -96,7 +96,10 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         if desired is None:
             desired = desired_jobs(ctx, s, node, held_now)
         paths = environments.check_paths(ctx, s)
-        runs = joblogs.runs_in(s, who.name, {c.job_id for c in hb.logs} | {j.job_id for j in hb.jobs})
+        mentioned = {c.job_id for c in hb.logs} | {j.job_id for j in hb.jobs}
+        runs = _known_runs(ctx, memo, generation, mentioned)
+        if runs is None:
+            runs = joblogs.runs_in(s, who.name, mentioned)
         # Before the commit: once a job shows as ended, the output its last report carried is in its log.
         offsets = _write_logs(ctx, who, hb, runs)
         # What the agent reports next if nothing changes: the same, less the ends acknowledged now.
@@ -152,6 +155,16 @@ def _memo(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> QuietAnswer | N
             or not ctx.signals.hears_all():
         return None
     return memo if memo.reported == _reported(hb, hb.jobs) else None
+
+
+def _known_runs(ctx: ServerContext, memo: QuietAnswer | None, generation: tuple[int, int],
+                ids: set[int]) -> dict[int, tuple[int, bool]] | None:
+    """What `joblogs.runs_in` would find for `ids`, from the node's last remembered answer where nothing woke the
+    node since (a job's run and nodes change only when it starts, which wakes them) and it covers every one."""
+    if memo is None or memo.generation != generation or monotonic() >= memo.until or not ctx.signals.hears_all() \
+            or not ids <= memo.runs.keys():
+        return None
+    return {job_id: memo.runs[job_id] for job_id in ids}
 
 
 def _told(ctx: ServerContext, who: NodeCaller, memo: QuietAnswer, offsets: dict[int, int]) -> None:
