@@ -326,9 +326,10 @@ def test_the_heartbeat_that_reports_an_end_keeps_the_other_jobs_from_memory(
     agent.beat()
     agent.exit(j)
     with counting_calls(monkeypatch, agent_service, "desired_jobs") as built, \
-            counting_calls(monkeypatch, agent_service.joblogs, "runs_in") as runs_read:
+            counting_calls(monkeypatch, agent_service.joblogs, "runs_in") as runs_read, \
+            counting_calls(monkeypatch, agent_service, "_held_jobs") as held_read:
         reply = agent.beat()  # the end is written; the others' launches and runs are those it was last given
-        assert built == [0] and runs_read == [0]
+        assert built == [0] and runs_read == [0] and held_read == [1]
     assert sorted(d.job_id for d in reply.desired) == [k, m] and reply.ack == [j]
     assert job(client, j)["state"] == "completed" and agent.running.keys() == {k, m}
 

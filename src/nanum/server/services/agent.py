@@ -87,11 +87,15 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
             ctx.caches.nodes.clear()
             poke = True
         held, stored = _held_jobs(s, node.id)
-        acks, woken, freed = _record_jobs(s, node, hb, held, stored, now)
+        acks, woken, freed, ended = _record_jobs(s, node, hb, held, stored, now)
         poke = poke or bool(acks) or bool(woken) or freed
         version = s.connection().execute(_DESIRED_VERSION, {"node": node.id}).scalar() or 0
-        s.flush()  # the reports' changes, for the read below
-        held_now, jobs_now = _held_jobs(s, node.id)  # as the jobs' reports left them
+        if ended is not None:  # the reports only ended jobs here: the others hold what they held
+            held_now = {job_id: gpus for job_id, gpus in held.items() if job_id not in ended}
+            jobs_now = {job_id: row for job_id, row in stored.items() if job_id not in ended}
+        else:
+            s.flush()  # the reports' changes, for the read below
+            held_now, jobs_now = _held_jobs(s, node.id)  # as the jobs' reports left them
         desired = _recalled(ctx, node.id, version, held_now, ended=True)
         if desired is None:
             desired = desired_jobs(ctx, s, node, held_now)
@@ -453,15 +457,19 @@ def _held(s: Session, node_id: int) -> dict[int, list[int]]:
 
 def _record_jobs(
     s: Session, node: NodeRow, hb: Heartbeat, held: dict[int, list[int]], stored: dict[int, Any], now: float
-) -> tuple[list[int], set[str], bool]:
+) -> tuple[list[int], set[str], bool, set[int] | None]:
     """Record the agent's reports. `stored`: what `_held_jobs` read of the jobs held here; only the jobs whose
-    report may change them are loaded and locked (a node's other running jobs are most of its reports)."""
+    report may change them are loaded and locked (a node's other running jobs are most of its reports). Returns
+    the acknowledged ends, the nodes to wake, whether GPUs of jobs never started were freed, and the jobs whose
+    GPUs here were freed by their ends, where that is all that changed of the jobs held here (else None: they
+    must be read again)."""
     # Report by report: an agent reports an earlier run's end beside the job's next run, until its log is sent.
     changing = [st for st in hb.jobs if not _report_unchanged(st, held, stored)]
     ids = sorted({st.job_id for st in changing})
     rows = {j.id: j for j in s.scalars(_REPORTED, {"ids": ids})} if ids else {}
     acks: list[int] = []
     woken: set[str] = set()
+    ended: set[int] | None = set()
     for st in changing:
         job = rows.get(st.job_id)
         if job is not None and st.state != "running" and st.run is not None and st.run != job.runs:
@@ -472,6 +480,7 @@ def _record_jobs(
         if job is not None and job.id in held:
             _note_checkpoint(job, st)
         if st.state == "running":
+            ended = None
             if job is not None and job.id in held and job.state == "running":
                 if st.address is not None and job.session_address != st.address:
                     job.session_address = st.address
@@ -480,9 +489,11 @@ def _record_jobs(
             continue
         if job is not None and job.id in held:
             woken |= lifecycle.part_exited(s, job, node, st, now)
+            if ended is not None:
+                ended.add(job.id)
         acks.append(st.job_id)
     freed = _release_unheld(s, node, held, stored, {st.job_id for st in hb.jobs}, now)
-    return acks, woken, freed
+    return acks, woken, freed, None if woken or freed else ended
 
 
 def _note_checkpoint(job: JobRow, st: JobStatus) -> None:
