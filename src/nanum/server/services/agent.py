@@ -155,18 +155,22 @@ def _memo(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> QuietAnswer | N
     holds: nothing woke the node since, every other server's wakes are heard, and this heartbeat reports just what
     it was left for."""
     memo = ctx.caches.quiet.get(who.id)
-    if memo is None or memo.generation != ctx.signals.generation(who.name) or monotonic() >= memo.until \
-            or not ctx.signals.hears_all():
+    if memo is None or not _holds(ctx, memo, ctx.signals.generation(who.name)):
         return None
     return memo if memo.reported == _reported(hb, hb.jobs) else None
+
+
+def _holds(ctx: ServerContext, memo: QuietAnswer, generation: tuple[int, int]) -> bool:
+    """Whether what `memo` says of the node's jobs still holds at the node's `generation`: nothing woke it since,
+    within a lease, while every other server's wakes are heard."""
+    return memo.generation == generation and monotonic() < memo.until and ctx.signals.hears_all()
 
 
 def _known_runs(ctx: ServerContext, memo: QuietAnswer | None, generation: tuple[int, int],
                 ids: set[int]) -> dict[int, tuple[int, bool]] | None:
     """What `joblogs.runs_in` would find for `ids`, from the node's last remembered answer where nothing woke the
     node since (a job's run and nodes change only when it starts, which wakes them) and it covers every one."""
-    if memo is None or memo.generation != generation or monotonic() >= memo.until or not ctx.signals.hears_all() \
-            or not ids <= memo.runs.keys():
+    if memo is None or not _holds(ctx, memo, generation) or not ids <= memo.runs.keys():
         return None
     return {job_id: memo.runs[job_id] for job_id in ids}
 
