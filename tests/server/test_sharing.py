@@ -284,6 +284,42 @@ def test_fair_share_usage_decays_with_the_servers_half_life(ctx: ServerContext) 
         assert lab.decayed_at == now
 
 
+def test_ticks_close_together_charge_an_ended_run_once_and_show_it_meanwhile(
+        client: AsgiClient, ctx: ServerContext, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sqlalchemy import func, select
+
+    from nanum.server import scheduler
+    from nanum.store import LabRow, SegmentRow
+
+    monkeypatch.setattr(scheduler, "SETTLE_EVERY_S", 60.0)
+    tick(client)  # settles what there is (nothing) and starts the clock
+    done = submit(client, gpus=1, cpus=0)
+    tick(client)
+    agent.beat()
+    time.sleep(0.05)
+    agent.exit(done["id"])
+    agent.beat()
+
+    def shown() -> float:
+        r = client.get("/api/v1/labs/vision", headers=auth(ALICE))
+        assert r.status_code == 200, r.text
+        return float(r.json()["used_gpu_hours"])
+
+    def charged() -> tuple[int, float]:
+        with ctx.db.read() as s:
+            return (s.scalar(select(func.count()).select_from(SegmentRow).where(SegmentRow.settled.is_(False))) or 0,
+                    s.scalars(select(LabRow.decayed_usage).where(LabRow.name == "vision")).one())
+
+    tick(client)  # within SETTLE_EVERY_S of the last settling: the run is not charged yet ...
+    assert charged() == (1, 0.0)
+    before = shown()
+    assert before > 0  # ... but the lab's month already counts it
+    client.app.state.scheduler.tick(now=time.time() + 61.0)
+    unsettled, usage = charged()
+    assert unsettled == 0 and usage > 0
+    assert shown() == before  # charged once: the month's figure did not double
+
+
 def test_a_job_that_must_not_be_preempted_never_borrows_and_says_what_would_help(
         client: AsgiClient, agent: FakeAgent) -> None:
     reclaim_setup(client)

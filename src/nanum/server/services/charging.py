@@ -4,10 +4,10 @@
 A heartbeat that ends a run only inserts its segment (`lifecycle.charge`). The rows charged here are shared by
 every job of a lab, so a heartbeat that updated them held them locked until it committed while every other node
 ending a job of that lab waited in line (at 300 nodes, scheduling cycles of 20 s behind those waits). Instead
-the scheduling leader settles all new segments in each tick's write transaction (which it commits anyway): it is
-the one writer of these rows besides an admin's edits. Until then a snapshot counts the unsettled segments beside
-the usage stored (`unsettled`), so no tick decides on usage that misses a run. A segment is settled exactly
-once: it is charged and marked in the same transaction.
+the scheduling leader settles all new segments in a tick's write transaction (which it commits anyway), at most
+every `scheduler.SETTLE_EVERY_S`: it is the one writer of these rows besides an admin's edits. Until then a
+snapshot counts the unsettled segments beside the usage stored (`unsettled`), so no tick decides on usage that
+misses a run. A segment is settled exactly once: it is charged and marked in the same transaction.
 """
 
 from __future__ import annotations
