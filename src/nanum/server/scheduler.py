@@ -242,7 +242,7 @@ class Scheduler:
         plan, now = self._read(now)
         self.core.sync(plan.snapshot)
         explain = self.core.explain = (len(plan.snapshot.pending) < EXPLAIN_LONG_QUEUE
-                                       or not now - EXPLAIN_EVERY_S < self._explained_at <= now)
+                                       or not _within(now, self._explained_at, EXPLAIN_EVERY_S))
         # A tick that explains nothing needs no cycle when none could start or preempt anything (`due`): a full
         # cluster with a long queue then costs no pass over the queue. The reasons shown stand until the next tick
         # that explains (at most `EXPLAIN_EVERY_S` away), which also cycles whatever `due` says: a change `due`
@@ -349,7 +349,7 @@ class Scheduler:
                 result.preempted += bool(stopped)
             if explained:  # else the reasons and estimates shown stay as the last tick that explained wrote them
                 self._show_reasons(s, plan, decisions.pending, now)
-            if not 0.0 <= now - self._settled_at < SETTLE_EVERY_S:  # (a clock set back settles at once)
+            if not _within(now, self._settled_at, SETTLE_EVERY_S):
                 charging.settle(s, self.ctx.settings.half_life_s)  # late: labs' and users' rows stay locked briefly
                 self._settled_at = now
             self.budgets.check(s, plan.snapshot, now)
@@ -428,6 +428,12 @@ class Scheduler:
                 .values(reason=bindparam("r"), reason_code=bindparam("c"), estimated_start=bindparam("e"))
             )
             s.connection().execute(stmt, rows)
+
+
+def _within(now: float, at: float, seconds: float) -> bool:
+    """Whether `at` was less than `seconds` before `now`: a tick's work done at most that often is not due again.
+    A time after `now` (a clock set back, a test's own time) makes it due at once."""
+    return 0.0 <= now - at < seconds
 
 
 def _last_heard(ctx: ServerContext, node: NodeRow) -> float | None:
