@@ -10,6 +10,7 @@ from pathlib import Path
 
 from nanum.agent import fence, procs
 from nanum.agent.executor import Executor
+from nanum.agent.jobsdir import RECYCLED, SPARES
 from nanum.agent.launch import launcher
 from tests.agent.conftest import NODE, make_launch
 
@@ -254,6 +255,8 @@ def test_forgotten_jobs_files_are_deleted_but_never_what_a_link_among_them_point
         executor.wait(job_id, 5)
         job_dir = executor.jobs_dir / str(job_id)
         (job_dir / "link").symlink_to(target)
+        (job_dir / "job.json").unlink()  # a record file that is a link is deleted, never kept for a later job's
+        (job_dir / "job.json").symlink_to(target)
         if extra:  # not what the agent leaves there: deleted all the same
             (job_dir / extra).mkdir()
             (job_dir / extra / "file").write_text("x")
@@ -262,12 +265,15 @@ def test_forgotten_jobs_files_are_deleted_but_never_what_a_link_among_them_point
     while jobs_and_trash(executor) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert jobs_and_trash(executor) == []
+    for job_id in range(20, 20 + 2 * SPARES):  # through the spares made since, with kept record files
+        executor.start(allow_root=True, launch=make_launch(job_id, "true"))
+        assert executor.wait(job_id, 5) is not None
     assert target.read_text() == "keep"
 
 
 def jobs_and_trash(executor: Executor) -> list[str]:
     """What the jobs directory holds beside the directories made ahead for the next jobs."""
-    return [p.name for p in executor.jobs_dir.iterdir() if not p.name.startswith((".spare-", ".making-"))]
+    return [p.name for p in executor.jobs_dir.iterdir() if not p.name.startswith((".spare-", ".making-", RECYCLED))]
 
 
 def test_starting_a_held_job_again_does_nothing(executor: Executor) -> None:

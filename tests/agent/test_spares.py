@@ -1,5 +1,6 @@
-"""Job directories made ahead (`nanum.agent.jobsdir.Spares`): a start creates no file, a spare serves one job, and
-an earlier agent's spares are never used."""
+"""Job directories made ahead (`nanum.agent.jobsdir.Spares`): a start creates no file, a spare serves one job, a
+job's own files are never another job's (its record's are the agent's, kept), and an earlier agent's spares are never
+used."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 from pathlib import Path
 
 from nanum.agent.executor import Executor
-from nanum.agent.jobsdir import BLANKS, SPARES
+from nanum.agent.jobsdir import JOB_FILES, RECORD_FILES, SPARES
 from tests.agent.conftest import NODE, make_launch
 
 OTHER_UID = 54321
@@ -33,7 +34,7 @@ def inodes(directory: Path) -> set[int]:
 def test_a_job_starts_and_ends_in_a_directory_and_files_made_ahead(executor: Executor) -> None:
     made = wait_for_spares(executor.jobs_dir)
     ahead = {ino for spare in made for ino in inodes(spare)} | {spare.stat().st_ino for spare in made}
-    assert all(len(list(spare.iterdir())) == 3 + BLANKS for spare in made)
+    assert all(len(list(spare.iterdir())) == len(JOB_FILES) + len(RECORD_FILES) for spare in made)
 
     executor.start(allow_root=True, launch=make_launch(5, "sh", "-c", "echo hello"))
     status = executor.wait(5, 5)
@@ -48,6 +49,49 @@ def test_a_job_starts_and_ends_in_a_directory_and_files_made_ahead(executor: Exe
     # the one taken is replaced, by a new directory: none serves two jobs
     again = wait_for_spares(executor.jobs_dir)
     assert job_dir.stat().st_ino not in {spare.stat().st_ino for spare in again}
+
+
+def run_jobs(executor: Executor, first: int, count: int) -> list[Path]:
+    launches = [make_launch(job_id, "true") for job_id in range(first, first + count)]
+    executor.start_all(launches, allow_root=True)
+    for launch in launches:
+        status = executor.wait(launch.job_id, 5)
+        assert status is not None and status.exit_code == 0
+    return [executor.jobs_dir / str(launch.job_id) for launch in launches]
+
+
+def test_a_forgotten_jobs_record_files_serve_later_jobs_but_its_own_files_never_do(executor: Executor) -> None:
+    wait_for_spares(executor.jobs_dir)
+    executor.start(allow_root=True, launch=make_launch(1, "sh", "-c", "echo secret"))
+    assert executor.wait(1, 5) is not None
+    first = executor.jobs_dir / "1"
+    # What a process of job 1 that outlived it might hold open: its log. And the agent's own record of it.
+    log_fd = os.open(first / "output.log", os.O_WRONLY | os.O_APPEND)
+    record_fds = [os.open(first / name, os.O_RDONLY) for name in RECORD_FILES]
+    try:
+        assert executor.forget(1)
+        deadline = time.monotonic() + 10
+        while first.exists() or (executor.jobs_dir / ".trash-1").exists() or any(
+                p.name.startswith(".trash-") for p in executor.jobs_dir.iterdir()):
+            assert time.monotonic() < deadline, "the forgotten job's directory was never deleted"
+            time.sleep(0.01)
+        # The spares made before job 1 was forgotten go first; the ones made after hold its record's files.
+        wait_for_spares(executor.jobs_dir)
+        later = run_jobs(executor, 10, SPARES)
+        wait_for_spares(executor.jobs_dir)
+        later += run_jobs(executor, 20, SPARES)
+
+        records = {os.fstat(fd).st_ino for fd in record_fds}
+        reused = {(d / name).stat().st_ino for d in later for name in RECORD_FILES if (d / name).exists()} & records
+        assert reused == records, "job 1's record files were not kept for later jobs"
+        assert all(os.fstat(fd).st_nlink == 1 for fd in record_fds)
+        # Its log is in no later job: what a lingering process writes reaches no one else's log.
+        assert os.fstat(log_fd).st_nlink == 0
+        os.write(log_fd, b"written after the job ended\n")
+        assert all(executor.read_log(int(d.name), 0, 1 << 20)[0] == "" for d in later)
+    finally:
+        for fd in (log_fd, *record_fds):
+            os.close(fd)
 
 
 def test_a_spare_holds_only_the_agents_own_empty_files(executor: Executor) -> None:

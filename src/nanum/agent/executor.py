@@ -117,7 +117,7 @@ class Executor:
                         record = JobRecord(launch=launch, dir=self.jobs_dir / str(launch.job_id), boot_id=self._boot)
                         self._jobs[launch.job_id] = record
                         with self._failing(record):
-                            record.blanks = self._spares.take(record.dir)
+                            record.ahead = self._spares.take(record.dir)
                             asked.append((record, self._launch(record, allow_root)))
                         if record.state == "failed_to_start":
                             self._changed()
@@ -363,7 +363,7 @@ class Executor:
 
     def _empty_trash(self) -> None:
         self._trash = False
-        empty_trash(self.jobs_dir)
+        empty_trash(self.jobs_dir, recycled=self._spares.recycled)
 
     def _sleep_time(self, now: float) -> float:
         if self._exits.polled:

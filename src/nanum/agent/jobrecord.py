@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal
 
-from nanum.agent.jobsdir import blank
+from nanum.agent.jobsdir import BLANK, RECORD
 from nanum.protocol import JobLaunch, JobStatus
 
 __all__ = ["CHECKPOINT_MARK", "JobRecord", "read_exit_file", "read_log", "read_workdir_failure", "signal_of"]
@@ -34,6 +34,8 @@ State = Literal["starting", "running", "exited", "failed_to_start"]
 MAX_SIGNAL = 64
 WORKDIR_FAILED = "workdir: "
 ENV_CD_ERROR = ": cannot change directory to "  # how a waiter of an earlier version said it, through `env -C`
+#: The old record's second name while a save replaces it (`JobRecord.save`).
+KEPT = ".kept"
 #: The file in a job's checkpoint directory whose modification time says when it last saved its state.
 CHECKPOINT_MARK = ".checkpoint"
 
@@ -59,8 +61,8 @@ class JobRecord:
     killed: bool = False
     #: Stopped because the agent's lease ran out (`nanum.agent.fence`): the server requeues rather than fails it.
     fenced: bool = False
-    #: Empty files left in `dir` for the next saves (`nanum.agent.jobsdir.Spares`); not saved.
-    blanks: int = 0
+    #: `dir` was made ahead (`nanum.agent.jobsdir.Spares`): it holds the record's blank for the next save; not saved.
+    ahead: bool = False
 
     @property
     def job_id(self) -> int:
@@ -127,24 +129,31 @@ class JobRecord:
             return 0
 
     def save(self) -> None:
-        """Write job.json atomically (a crash leaves the old or the new record, never half of one): into a blank
-        the directory was made with where one is left, or a new file, renamed over it."""
+        """Write job.json atomically (a crash leaves the old or the new record, never half of one): into the blank
+        of a directory made ahead, or a new file, renamed over it. In a directory made ahead the old record's file
+        is kept under a second name first and becomes the next save's blank: however often a job's record is
+        saved, it creates no file (see `nanum.agent.jobsdir`)."""
         # field by field: `asdict` would deep-copy the launch only to leave it out
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("launch", "dir", "blanks")}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("launch", "dir", "ahead")}
         data["launch"] = self.launch.model_dump(mode="json")
-        if self.blanks:
-            self.blanks -= 1
-            tmp = blank(self.dir, self.blanks)
-        else:
-            tmp = self.dir / "job.json.tmp"
+        record = self.dir / RECORD
+        tmp = self.dir / (BLANK if self.ahead else "job.json.tmp")
         content = json.dumps(data).encode()  # one write: `json.dump` to a file writes piece by piece
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
             while content:
                 content = content[os.write(fd, content):]
         finally:
             os.close(fd)
-        os.replace(tmp, self.dir / "job.json")
+        kept = self.dir / KEPT
+        if self.ahead:
+            try:
+                os.link(record, kept, follow_symlinks=False)
+            except OSError:  # no old record to keep (or a name left by a crash): later saves use a new file
+                self.ahead = False
+        os.replace(tmp, record)
+        if self.ahead:
+            os.replace(kept, tmp)
 
     @classmethod
     def load(cls, job_dir: Path) -> JobRecord | None:

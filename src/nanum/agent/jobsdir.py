@@ -2,16 +2,20 @@
 runs as root, a fresh directory for each new job, made ahead of it, and a forgotten job's directory removed off the
 agent's path.
 
-A job's start needs its directory and new files: its log, exit file and activity file, and one for each save of its
-record (`JobRecord.save` replaces `job.json` by renaming a newly written file over it). Creating a file can cost the
-kernel far more than writing one: at times 450-650 µs of system time each on the ext4 of the machines nanum is
-measured on, against 15 µs to truncate and write an existing one. So `Spares` makes a few directories ahead, off the
-start's path, each with those files empty: a start renames one into place (`Spares.take`). A spare is made by the
-agent before any job is known, holds only the agent's own empty files, and serves one job only: a job never gets a
-directory or file another job had.
+A job's start needs its directory and files: its log, exit file and activity file, which are the job's (its
+processes write them, and may keep them open after it ends), and its record's two, which only the agent ever opens:
+`job.json` and a blank that `JobRecord.save` writes and renames over it, keeping the old record's file as the next
+blank. Creating a file can cost the kernel far more than writing one: at times 380-650 µs of system time each on the
+ext4 of the machines nanum is measured on, against 15-40 µs to truncate and write an existing one or to rename one.
+So `Spares` makes a few directories ahead, off the start's path, each with those files empty: a start renames one
+into place (`Spares.take`). A spare is made by the agent before any job is known and holds only the agent's own
+empty files. Its directory and the job's own files are new: a job never gets a directory, log, exit or activity
+file another job had. The record's two are the files of forgotten jobs' records, emptied (`Recycled`): never
+opened by any job, they cost no new file per job.
 
 Forgetting a job renames its directory to `.trash-*` (one quick call, while the agent waits); the executor's
-watcher thread deletes those later, and any left by an agent that stopped first when the next one starts.
+watcher thread deletes those later, keeping their records' files for the spares, and deletes any left by an agent
+that stopped first when the next one starts.
 """
 
 from __future__ import annotations
@@ -21,24 +25,29 @@ import itertools
 import logging
 import os
 import shutil
+import stat
 import threading
 import time
 from pathlib import Path
 
-__all__ = ["BLANKS", "JOB_FILES", "SPARES", "Spares", "blank", "discard", "empty_trash", "make_jobs_dir"]
+__all__ = ["BLANK", "JOB_FILES", "RECORD", "RECORD_FILES", "RECYCLED", "SPARES", "Recycled", "Spares", "discard",
+           "empty_trash", "make_jobs_dir"]
 
 log = logging.getLogger("nanum.agent")
 
 #: Directories kept made ahead: a node's whole batch of starts (one per GPU of an 8-GPU node) finds one each.
 SPARES = 8
-#: Empty files a spare holds for its job's record (`JobRecord.save` writes one and renames it over `job.json`): one
-#: per save of a job that runs and ends (starting, running, exited).
-BLANKS = 3
+#: The job's record, and the file each save writes before renaming it over the record (`JobRecord.save`).
+RECORD, BLANK = "job.json", ".blank"
+#: The files of a spare that only the agent opens, the record's: made of forgotten jobs' where there are some.
+RECORD_FILES = (RECORD, BLANK)
 #: The files of a job's directory that the agent makes for the job, with their modes: made ahead in a spare (beside
-#: its blanks), and by `nanum.agent.launch.prepare` where missing. One table for both: an existing file keeps the
-#: mode it was made with.
+#: its record's), and by `nanum.agent.launch.prepare` where missing. One table for both: an existing file keeps the
+#: mode it was made with. Always new files: the job's processes write them.
 JOB_FILES = {"output.log": 0o600, "exit": 0o600, "activity": 0o644}
 JOB_DIR_MODE = 0o711
+#: Where forgotten jobs' record files wait for a spare, and how many it keeps (the rest are deleted).
+RECYCLED, RECYCLED_MAX = ".recycled", 4 * SPARES
 #: Spares are made again once no start took one for this long (seconds), not beside the starts themselves.
 REFILL_AFTER_S = 0.02
 
@@ -58,9 +67,56 @@ def make_jobs_dir(jobs_dir: Path, agent_uid: int) -> None:
             )
 
 
-def blank(job_dir: Path, n: int) -> Path:
-    """The `n`th empty file a job's directory made ahead holds for its record (`BLANKS` of them)."""
-    return job_dir / f".blank-{n}"
+class Recycled:
+    """The record files of forgotten jobs (STATE/jobs/.recycled/), kept to be a new spare's, emptied.
+
+    Only a regular file of the agent's own with no other name is kept: a record's file, which no job opens (it is
+    the agent's, 0600, in a directory the job's user cannot write to). Made anew by each agent: an earlier
+    agent's is deleted with its spares."""
+
+    def __init__(self, jobs_dir: Path) -> None:
+        self.dir = jobs_dir / RECYCLED
+        if os.path.lexists(self.dir):  # an earlier agent's, where it was not deleted with its spares
+            _remove(str(self.dir))
+        os.mkdir(self.dir, 0o700)
+        self._uid = os.geteuid()
+        self._names = itertools.count()
+        self._kept: list[str] = []
+        self._lock = threading.Lock()
+
+    def keep(self, path: str) -> None:
+        """Keep the file at `path` (a forgotten job's record file) if it is one to keep and there is room."""
+        with self._lock:
+            if len(self._kept) >= RECYCLED_MAX:
+                return
+            name = str(next(self._names))
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != self._uid or info.st_nlink != 1:
+                return
+            os.rename(path, self.dir / name)
+        except OSError:
+            return
+        with self._lock:
+            self._kept.append(name)
+
+    def take(self, path: Path) -> bool:
+        """Put a kept file, emptied, at `path`; False when none is kept."""
+        with self._lock:
+            if not self._kept:
+                return False
+            name = self._kept.pop()
+        try:
+            os.rename(self.dir / name, path)
+        except OSError:
+            return False
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC))
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return False
+        return True
 
 
 class Spares:
@@ -71,6 +127,7 @@ class Spares:
 
     def __init__(self, jobs_dir: Path, count: int = SPARES) -> None:
         self.jobs_dir, self.count = jobs_dir, count
+        self.recycled = Recycled(jobs_dir)
         self._ready: list[Path] = []
         self._names = itertools.count()
         self._lock = threading.Lock()
@@ -80,9 +137,9 @@ class Spares:
         self._thread = threading.Thread(target=self._run, name="nanum-spares", daemon=True)
         self._thread.start()
 
-    def take(self, job_dir: Path) -> int:
+    def take(self, job_dir: Path) -> bool:
         """Make `job_dir` the new job's directory: a spare renamed into place, or (none ready) a new one. Returns
-        how many blanks it holds for the job's record (none in a new one)."""
+        whether it holds its record's files (a new one holds none)."""
         shutil.rmtree(job_dir, ignore_errors=True)
         with self._lock:
             spare = self._ready.pop() if self._ready else None
@@ -90,9 +147,9 @@ class Spares:
         if spare is not None:
             with contextlib.suppress(OSError):
                 os.rename(spare, job_dir)
-                return BLANKS
+                return True
         job_dir.mkdir(mode=JOB_DIR_MODE)
-        return 0
+        return False
 
     def ready(self) -> int:
         with self._lock:
@@ -122,8 +179,8 @@ class Spares:
         n = next(self._names)
         making, spare = self.jobs_dir / f".making-{n}", self.jobs_dir / f".spare-{n}"
         os.mkdir(making, JOB_DIR_MODE)
-        names = [*JOB_FILES.items(), *((blank(making, i).name, 0o600) for i in range(BLANKS))]
-        for name, mode in names:
+        made = [*JOB_FILES.items(), *((name, 0o600) for name in RECORD_FILES if not self.recycled.take(making / name))]
+        for name, mode in made:
             os.close(os.open(making / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode))
         os.rename(making, spare)
         return spare
@@ -135,12 +192,16 @@ def discard(jobs_dir: Path, job_dir: Path, job_id: int) -> None:
         job_dir.rename(jobs_dir / f".trash-{job_id}-{time.monotonic_ns()}")
 
 
-def empty_trash(jobs_dir: Path, *, left_behind: bool = False) -> None:
-    """Delete the forgotten jobs' directories; `left_behind`: also the spares of an agent that has stopped."""
-    prefixes = (".trash-", ".spare-", ".making-") if left_behind else (".trash-",)
+def empty_trash(jobs_dir: Path, *, left_behind: bool = False, recycled: Recycled | None = None) -> None:
+    """Delete the forgotten jobs' directories, first giving their record files to `recycled`; `left_behind`: also
+    the spares (and kept files) of an agent that has stopped."""
+    prefixes = (".trash-", ".spare-", ".making-", RECYCLED) if left_behind else (".trash-",)
     with os.scandir(jobs_dir) as entries:
         trash = [entry.path for entry in entries if entry.name.startswith(prefixes)]
     for path in trash:
+        if recycled is not None:
+            for name in RECORD_FILES:
+                recycled.keep(os.path.join(path, name))
         _remove(path)
 
 
