@@ -47,6 +47,23 @@ def test_submit_without_dashes_passes_the_programs_own_options_through(api: Fake
     assert api.sent("POST", "/jobs")[0].body["gpus"] == 1
 
 
+@pytest.mark.parametrize(("header", "args", "requeue"), [
+    pytest.param("", ["--requeue"], True, id="flag"),
+    pytest.param("", [], None, id="default"),
+    pytest.param("#NANUM --no-requeue\n", [], False, id="script-no"),
+    pytest.param("#NANUM --no-requeue\n", ["--requeue"], True, id="command-line-wins"),
+    pytest.param("#SBATCH --no-requeue\n", [], False, id="sbatch"),
+])
+def test_requeue_is_asked_for_by_flag_or_script_line(api: FakeApi, nanum: Nanum, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch, header: str, args: list[str],
+                                                      requeue: bool | None) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\n{header}python train.py\n")
+    api.on("POST", "/jobs", job(id=3), status=201)
+    assert nanum("submit", *args, "train.sh").exit_code == 0
+    assert api.sent("POST", "/jobs")[0].body.get("requeue") == requeue
+
+
 def test_submit_a_script_with_headers_and_json_output(api: FakeApi, nanum: Nanum, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -76,6 +93,8 @@ def test_submit_a_script_with_headers_and_json_output(api: FakeApi, nanum: Nanum
         pytest.param(["--mem", "100T", "--", "true"], "nanum: error: --mem: at most 64T may be", id="mem-too-big"),
         pytest.param(["--nodes", "0", "--", "true"], "nanum: error: --nodes: 0 is below 1", id="no-nodes"),
         pytest.param(["--tier", "10", "--", "true"], "nanum: error: --tier: 10 must be between 0 and 9", id="tier"),
+        pytest.param(["--requeue", "--no-requeue", "--", "true"],
+                     "nanum: error: --requeue and --no-requeue contradict each other", id="requeue-both"),
     ],
 )
 def test_bad_submissions_are_refused_before_reaching_the_server(api: FakeApi, nanum: Nanum, args: list[str],

@@ -17,6 +17,7 @@ SAME = [
     ["submit", "--gpus", "0", "--cpus=0", "--array", "0-9%2", "--after-ok", "1", "--after-ok", "2,3",
      "--keep-if-unmet", "--retries", "2", "-o", "out-%j", "--error", "err", "--json", "--", "sh", "-c", "x"],
     ["submit", "--no-preempt", "--no-requeue", "-D", "/srv", "--mem", "1G", "-N2", "-c4", "run.sh", "-g", "9"],
+    ["submit", "--requeue", "-N2", "--torchrun", "train.py"],
     ["ps"],
     ["ps", "-a", "-u", "alice", "--lab", "vision", "-s", "pending", "--state", "held", "--expand", "-h"],
     ["ps", "--format", "%i %u %T %r", "--json"],

@@ -199,6 +199,8 @@ def test_every_submit_option_works_in_a_nanum_line_short_and_long(tmp_path: Path
                  "used as", id="output"),
     pytest.param("#SBATCH --partition=vision", ["--lab", "vision"], "used as --lab vision", id="partition"),
     pytest.param("#SBATCH --mail-type=END", [], "ignored: nanum has no per-job mail", id="mail"),
+    pytest.param("#SBATCH --requeue", ["--requeue"], "used as --requeue", id="requeue"),
+    pytest.param("#SBATCH --no-requeue -N 2", ["--no-requeue", "--nodes", "2"], "used as", id="no-requeue"),
     pytest.param("#SBATCH --dependency=afterok:1?afterok:2", [], "ignored: dependencies joined with '?'", id="or"),
     pytest.param('#BSUB -gpu "num=2:mode=shared"', ["--gpus", "2"], "used as --gpus 2", id="bsub-gpu"),
     pytest.param("#BSUB -W 2:30", ["--time", "9000s"], "used as", id="bsub-W"),

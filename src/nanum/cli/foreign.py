@@ -27,7 +27,9 @@ _SLURM_SAME = {
 _SLURM_SHORT = {"-t": "--time", "-J": "--job-name", "-c": "--cpus-per-task", "-a": "--array", "-o": "--output",
                 "-e": "--error", "-p": "--partition", "-N": "--nodes", "-D": "--chdir", "-G": "--gpus",
                 "-d": "--dependency"}
-_SLURM_FLAGS_IGNORED = {"--requeue", "--no-requeue", "--exclusive", "--export", "--hold", "--wait",
+#: Slurm flags nanum has under the same name.
+_SLURM_FLAGS_SAME = {"--requeue", "--no-requeue"}
+_SLURM_FLAGS_IGNORED = {"--exclusive", "--export", "--hold", "--wait",
                         "--parsable", "--test-only"}
 _DEPENDENCY = {"after": "--after", "afterok": "--after-ok", "afternotok": "--after-failed",
                "afterany": "--after-any"}
@@ -88,6 +90,9 @@ def _slurm(words: list[str]) -> list[str]:
             raise _Ignored(_WHY[opt])
         if opt in _SLURM_FLAGS_IGNORED:
             raise _Ignored(f"{opt} has no nanum equivalent here")
+        if opt in _SLURM_FLAGS_SAME and value is None:
+            out.append(opt)
+            continue
         if value is None:
             raise _Ignored(f"nanum does not know {opt}")
         if opt in _SLURM_SAME:

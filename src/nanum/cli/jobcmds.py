@@ -25,7 +25,8 @@ def submit(
     torchrun: bool = False, cpus: int | None = None, mem: str | None = None, time: str | None = None,
     priority: int | None = None, tier: int | None = None, lab: str | None = None, name: str | None = None,
     workdir: str | None = None,
-    env: list[str] | None = None, no_preempt: bool = False, no_requeue: bool = False, array: str | None = None,
+    env: list[str] | None = None, no_preempt: bool = False, requeue: bool = False, no_requeue: bool = False,
+    array: str | None = None,
     after: list[str] | None = None, after_ok: list[str] | None = None, after_failed: list[str] | None = None,
     after_any: list[str] | None = None, keep_if_unmet: bool = False, retries: int | None = None,
     output: str | None = None, error: str | None = None, environment: str | None = None,
@@ -46,6 +47,9 @@ def submit(
         parse_time,
     )
 
+    if requeue and no_requeue:
+        raise UsageProblem("--requeue and --no-requeue contradict each other; give one of them")
+
     def refs(values: list[str] | None, option: str) -> list[str] | None:
         return [r for v in values for r in HEADER_OPTIONS[option][1](v)] if values else None
 
@@ -58,7 +62,7 @@ def submit(
         tier=HEADER_OPTIONS["--tier"][1](str(tier)) if tier is not None else None,
         workdir=workdir, memory_mb=parse_mem(mem) if mem is not None else None,
         time_limit_s=parse_time(time) if time is not None else None, env=parse_env(env or []),
-        preemptible=False if no_preempt else None, requeue=False if no_requeue else None,
+        preemptible=False if no_preempt else None, requeue=False if no_requeue else True if requeue else None,
         array=HEADER_OPTIONS["--array"][1](array) if array is not None else None,
         after=refs(after, "--after"), after_ok=refs(after_ok, "--after-ok"),
         after_failed=refs(after_failed, "--after-failed"), after_any=refs(after_any, "--after-any"),

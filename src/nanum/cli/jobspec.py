@@ -174,7 +174,7 @@ HEADER_OPTIONS: dict[str, tuple[str, Any]] = {
 #: Short forms, as `nanum submit --help` lists them.
 SHORT_OPTIONS = {"-g": "--gpus", "-N": "--nodes", "-c": "--cpus", "-t": "--time", "-J": "--name",
                  "-D": "--workdir", "-e": "--env", "-o": "--output", "-E": "--environment"}
-FLAGS = {"--no-preempt": ("preemptible", False), "--no-requeue": ("requeue", False),
+FLAGS = {"--no-preempt": ("preemptible", False), "--requeue": ("requeue", True), "--no-requeue": ("requeue", False),
          "--keep-if-unmet": ("keep_if_unmet", True),
          "--torchrun": ("torchrun", True)}
 #: Options that may be given more than once, each adding a value.
