@@ -70,8 +70,8 @@ def make_jobs_dir(jobs_dir: Path, agent_uid: int) -> None:
 class Recycled:
     """The record files of forgotten jobs (STATE/jobs/.recycled/), kept to be a new spare's, emptied.
 
-    Only a regular file of the agent's own with no other name is kept: a record's file, which no job opens (it is
-    the agent's, 0600, in a directory the job's user cannot write to). Made anew by each agent: an earlier
+    Only a regular file of the agent's own, 0600, with no other name is kept: a record's file, which no job opens (in
+    a directory the job's user cannot write to). Made anew by each agent: an earlier
     agent's is deleted with its spares."""
 
     def __init__(self, jobs_dir: Path) -> None:
@@ -92,7 +92,8 @@ class Recycled:
             name = str(next(self._names))
         try:
             info = os.lstat(path)
-            if not stat.S_ISREG(info.st_mode) or info.st_uid != self._uid or info.st_nlink != 1:
+            if (not stat.S_ISREG(info.st_mode) or stat.S_IMODE(info.st_mode) != 0o600 or info.st_uid != self._uid
+                    or info.st_nlink != 1):
                 return
             os.rename(path, self.dir / name)
         except OSError:
