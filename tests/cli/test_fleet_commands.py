@@ -42,10 +42,36 @@ def test_drain_resume_and_remove(api: FakeApi, nanum: Nanum) -> None:
     assert nanum("node", "drain", "gpu-01", "--reason", "PSU").stdout.startswith("gpu-01: draining (PSU);")
     assert api.sent("POST", "/nodes/gpu-01/drain")[0].body == {"reason": "PSU"}
     api.on("POST", "/nodes/gpu-01/resume", node("gpu-01", 1))
-    assert nanum("node", "resume", "gpu-01").stdout.startswith("gpu-01: up;")
+    assert nanum("node", "resume", "gpu-01", "--reason", "PSU replaced").stdout.startswith("gpu-01: up;")
+    assert api.sent("POST", "/nodes/gpu-01/resume")[0].body == {"reason": "PSU replaced"}
     api.on("DELETE", "/nodes/gpu-01", {"detail": "node gpu-01 still runs job(s) 4; drain it"}, status=409)
     refused = nanum("node", "remove", "gpu-01")
     assert (refused.exit_code, refused.stderr) == (2, "nanum: error: node gpu-01 still runs job(s) 4; drain it\n")
+    api.on("DELETE", "/nodes/gpu-01", Answer(status=204, text=""))
+    assert nanum("node", "remove", "gpu-01", "--reason", "back to the vendor").stdout == "Node gpu-01 removed.\n"
+    assert api.sent("DELETE", "/nodes/gpu-01")[-1].query == {"reason": ["back to the vendor"]}
+
+
+def test_node_show_says_what_the_node_is_and_its_history(api: FakeApi, nanum: Nanum) -> None:
+    sick = {**node("gpu-01", 2), "state": "drained", "drain_reason": "new fans"}
+    sick["gpus"][1]["health"] = "Xid 79 (fallen off the bus)"  # type: ignore[index]
+    sick["history"] = [
+        {"time": "2026-12-01T09:00:00+00:00", "actor": "admin", "action": "drain", "changes": {},
+         "message": "admin drained node gpu-01: new fans"},
+        {"time": "2026-12-01T09:05:00+00:00", "actor": "nanum", "action": "health", "changes": {},
+         "message": "GPU 1 of node gpu-01 taken out of service: Xid 79 (fallen off the bus)"},
+    ]
+    api.on("GET", "/nodes/gpu-01", sick)
+    assert nanum("node", "show", "gpu-01").stdout.splitlines() == [
+        "gpu-01: drained (new fans); owner -; labels -; GPU model A100",
+        "GPU 1 out of service: Xid 79 (fallen off the bus)",
+        "History:",
+        "  2026-12-01 09:00:00  admin: admin drained node gpu-01: new fans",
+        "  2026-12-01 09:05:00  nanum: GPU 1 of node gpu-01 taken out of service: Xid 79 (fallen off the bus)",
+    ]
+    api.on("GET", "/nodes/gpu-09", {"detail": "no node named gpu-09; `nanum nodes` lists them"}, status=404)
+    missing = nanum("node", "show", "gpu-09")
+    assert missing.exit_code != 0 and "no node named gpu-09" in missing.stderr
 
 
 def test_logs_of_one_node(api: FakeApi, nanum: Nanum) -> None:

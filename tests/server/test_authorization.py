@@ -252,6 +252,7 @@ TABLE = [
     row("GET", "/api/v1/jobs/{job_id}/logs", at(JOB + "/logs"),                401, 401, 403, 403, 403, 200, 200, 401, 200, 403),
     row("GET", "/api/v1/jobs/{job_id}/usage", at(JOB + "/usage"),              401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
     row("GET", "/api/v1/nodes", at(V1 + "/nodes"),                             401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
+    row("GET", "/api/v1/nodes/{name}", at(V1 + "/nodes/gpu-01"),               401, 401, 200, 200, 200, 200, 200, 401, 200, 200),
     row("POST", "/api/v1/nodes",
         lambda w: Call(V1 + "/nodes", {"name": w.fresh_name("n")}, witness=names(w, V1 + "/nodes")),
                                                                                401, 401, 403, 403, 403, 403, 201, 401, 403, 403),

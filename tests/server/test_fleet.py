@@ -172,3 +172,35 @@ def test_a_gpu_with_a_health_problem_leaves_service_with_the_evidence_until_resu
     _run(client, agent)
     _run(client, agent)
     assert job(client, wide)["state"] == "running"
+
+
+def test_a_nodes_history_keeps_its_drains_health_problems_resumes_and_removal_with_their_reasons(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent
+) -> None:
+    assert _admin(client, "POST", "gpu-01/drain", {"reason": "new fans"}).status_code == 200
+    _beat_with(agent, [GpuProblem(index=1, problem="Xid 79 (fallen off the bus)")])
+    r = _admin(client, "POST", "gpu-01/resume", {"reason": "fans fitted, GPU reseated"})
+    assert r.status_code == 200 and r.json()["state"] == "up", r.text
+
+    shown = client.get("/api/v1/nodes/gpu-01", headers=auth(ALICE))  # anyone may read it, as `nanum nodes`
+    assert shown.status_code == 200, shown.text
+    detail = shown.json()
+    assert detail["state"] == "up" and [g["index"] for g in detail["gpus"]] == [0, 1, 2, 3]
+    assert [(h["actor"], h["action"]) for h in detail["history"]] == [
+        ("admin", "drain"), ("nanum", "health"), ("admin", "resume")]
+    assert [h["message"] for h in detail["history"]] == [
+        "admin drained node gpu-01: new fans",
+        "GPU 1 of node gpu-01 taken out of service: Xid 79 (fallen off the bus)",
+        "admin resumed node gpu-01: fans fitted, GPU reseated",
+    ]
+    # the evidence outlives the resume that cleared it from the node
+    assert detail["history"][2]["changes"]["gpu_health"][0]["1"]["problem"] == "Xid 79 (fallen off the bus)"
+
+    assert _admin(client, "DELETE", "gpu-01?reason=" + "x" * 501).status_code == 422
+    assert _admin(client, "DELETE", "gpu-01?reason=sent%00back").status_code == 422
+    assert _admin(client, "DELETE", "gpu-01?reason=returned+to+the+vendor").status_code == 204
+    gone = client.get("/api/v1/nodes/gpu-01", headers=auth(ALICE))
+    assert gone.status_code == 404 and "no node named gpu-01" in gone.json()["detail"]
+    _agent(client, ctx, "gpu-01")  # the name used again: its history goes on
+    history = client.get("/api/v1/nodes/gpu-01", headers=auth(ALICE)).json()["history"]
+    assert "admin removed node gpu-01: returned to the vendor" in [h["message"] for h in history]

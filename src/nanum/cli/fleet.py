@@ -1,5 +1,5 @@
 """Running a fleet (admin): `nanum node set` (owner lab, labels, GPU model name), `nanum node drain`, `resume` and
-`remove`."""
+`remove`; and `nanum node show`, a node with its history, for everyone."""
 
 from __future__ import annotations
 
@@ -48,7 +48,31 @@ def node_set(
     _said(node, json)
 
 
-ReasonOpt = Annotated[str | None, _Opt("--reason", metavar="TEXT", help="Why, shown by `nanum nodes`.")]
+ReasonOpt = Annotated[str | None, _Opt("--reason", metavar="TEXT", help=(
+    "Why, shown by `nanum nodes` and kept in the node's history (`nanum node show`)."))]
+HistoryReasonOpt = Annotated[str | None, _Opt("--reason", metavar="TEXT", help=(
+    "Why, kept in the node's history (`nanum node show`)."))]
+
+
+@node_app.command("show", cls=Command)
+@clean_errors
+def node_show(name: NameArg, json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None) -> None:
+    """A node, its GPUs out of service, and its history: drains, resumes and removals with their reasons, GPUs
+    taken out of service with the evidence, owner, label and model changes."""
+    from nanum.cli.sharing_views import history_lines
+
+    with connect(server, token) as client:
+        node = client.node(name)
+    if json:
+        print_json(node)
+        return
+    _said(node, False)
+    for g in node.get("gpus") or ():
+        if g.get("health"):
+            print(f"GPU {g['index']} out of service: {g['health']}")
+    print("History:" if node["history"] else "History: none")
+    for line in history_lines(node["history"]):
+        print(f"  {line}")
 
 
 @node_app.command("drain", cls=Command)
@@ -63,17 +87,19 @@ def node_drain(name: NameArg, reason: ReasonOpt = None, json: JsonOpt = False, s
 
 @node_app.command("resume", cls=Command)
 @clean_errors
-def node_resume(name: NameArg, json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None) -> None:
+def node_resume(name: NameArg, reason: HistoryReasonOpt = None, json: JsonOpt = False, server: ServerOpt = None,
+                token: TokenOpt = None) -> None:
     """End a node's drain and return its GPUs taken out of service for health problems."""
     with connect(server, token) as client:
-        node = client.resume_node(name)
+        node = client.resume_node(name, reason)
     _said(node, json)
 
 
 @node_app.command("remove", cls=Command)
 @clean_errors
-def node_remove(name: NameArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
+def node_remove(name: NameArg, reason: HistoryReasonOpt = None, server: ServerOpt = None,
+                token: TokenOpt = None) -> None:
     """Forget a node (refused while jobs run there); its agent's token stops working."""
     with connect(server, token) as client:
-        client.remove_node(name)
+        client.remove_node(name, reason)
     print(f"Node {name} removed.")

@@ -18,6 +18,11 @@ class ClusterCalls(Connection):
     def nodes(self) -> list[Node]:
         return self._call("GET", "/nodes").json()  # type: ignore[no-any-return]
 
+    def node(self, name: str) -> dict[str, Any]:
+        """One node as `nodes()` has it, with its history: drains, resumes and removals with their reasons, GPUs
+        taken out of service with the evidence, owner, label and model changes."""
+        return self._call("GET", f"/nodes/{name}").json()  # type: ignore[no-any-return]
+
     def accept_node(self, name: str) -> Node:
         """Schedule the GPUs a node reports beyond those it was accepted with (admin)."""
         return self._call("POST", f"/nodes/{name}/accept").json()  # type: ignore[no-any-return]
@@ -33,13 +38,14 @@ class ClusterCalls(Connection):
         """Keep new jobs off a node; its running jobs finish (admin)."""
         return self._call("POST", f"/nodes/{name}/drain", json={"reason": reason}).json()  # type: ignore[no-any-return]
 
-    def resume_node(self, name: str) -> Node:
-        """End a node's drain and return its GPUs taken out of service for health problems (admin)."""
-        return self._call("POST", f"/nodes/{name}/resume").json()  # type: ignore[no-any-return]
+    def resume_node(self, name: str, reason: str | None = None) -> Node:
+        """End a node's drain and return its GPUs taken out of service for health problems (admin); `reason` goes
+        into the node's history."""
+        return self._call("POST", f"/nodes/{name}/resume", json={"reason": reason}).json()  # type: ignore[no-any-return]
 
-    def remove_node(self, name: str) -> None:
-        """Forget a node; its agent's token stops working (admin)."""
-        self._call("DELETE", f"/nodes/{name}")
+    def remove_node(self, name: str, reason: str | None = None) -> None:
+        """Forget a node; its agent's token stops working (admin). The history under its name keeps `reason`."""
+        self._call("DELETE", f"/nodes/{name}", params={"reason": reason} if reason else None)
 
     def add_node(self, name: str) -> NewToken:
         """Register a node (admin); the token is what `nanum agent --token-file FILE` reads."""

@@ -83,7 +83,9 @@ class NodeSet(ApiIn):
     gpu_model: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_.-]*$")
 
 
-class NodeDrain(ApiIn):
+class NodeReason(ApiIn):
+    """Why a node is drained (shown by `nanum nodes`), resumed or removed (kept in its history)."""
+
     reason: str | None = Field(default=None, max_length=500)
 
 
@@ -175,6 +177,13 @@ class AuditOut(BaseModel):
     action: str
     changes: dict[str, Any]
     message: str
+
+
+class NodeDetail(NodeOut):
+    """`GET /nodes/{name}`: the node as `GET /nodes` shows it, and its history (drains, resumes, GPUs taken out of
+    service with the evidence, owner, label and model changes, GPUs accepted), the newest 50 entries, oldest first."""
+
+    history: list[AuditOut]
 
 
 class LabDetail(LabOut):

@@ -51,7 +51,7 @@ def _text(value: Any) -> str:
 
 
 def history(s: Session, kind: str, name: str, limit: int = 50) -> list[dict[str, Any]]:
-    """The newest `limit` entries about one lab or user, oldest first."""
+    """The newest `limit` entries about one lab, user or node, oldest first."""
     rows = s.scalars(
         select(AuditRow)
         .where(AuditRow.kind == kind, AuditRow.name == name)

@@ -54,8 +54,9 @@ def drain(ctx: ServerContext, name: str, reason: str | None, actor: str) -> None
     _changed(ctx, name)
 
 
-def resume(ctx: ServerContext, name: str, actor: str) -> None:
-    """End the node's drain and return its GPUs that a health problem took out of service."""
+def resume(ctx: ServerContext, name: str, actor: str, reason: str | None = None) -> None:
+    """End the node's drain and return its GPUs that a health problem took out of service; `reason` goes into its
+    history."""
     with ctx.db.write() as s:
         node = _node(s, name)
         if node.drain_reason is None and not node.gpu_health and node.state != "draining":
@@ -64,12 +65,13 @@ def resume(ctx: ServerContext, name: str, actor: str) -> None:
         node.drain_reason, node.gpu_health = None, None
         if node.state == "draining":
             node.state = "up"  # the scheduler marks it down again if it is silent
-        _audit(s, ctx.clock(), actor, name, "resume", changes, f"{actor} resumed node {name}")
+        _audit(s, ctx.clock(), actor, name, "resume", changes, f"{actor} resumed node {name}" + _because(reason))
     _changed(ctx, name)
 
 
-def remove(ctx: ServerContext, name: str, actor: str) -> None:
-    """Forget the node (its agent's token stops working). Refused while jobs hold GPUs there."""
+def remove(ctx: ServerContext, name: str, actor: str, reason: str | None = None) -> None:
+    """Forget the node (its agent's token stops working). Refused while jobs hold GPUs there. The history under its
+    name keeps `reason`."""
     with ctx.db.write() as s:
         node = _node(s, name)
         held = s.scalars(select(AllocationRow.job_id).where(AllocationRow.node_id == node.id).distinct()).all()
@@ -78,7 +80,7 @@ def remove(ctx: ServerContext, name: str, actor: str) -> None:
             raise Conflict(f"node {name} still runs job(s) {ids}; drain it (nanum node drain {name}) and remove it "
                            "once they have ended, or cancel them")
         s.execute(delete(NodeRow).where(NodeRow.id == node.id))
-        _audit(s, ctx.clock(), actor, name, "remove", {}, f"{actor} removed node {name}")
+        _audit(s, ctx.clock(), actor, name, "remove", {}, f"{actor} removed node {name}" + _because(reason))
     ctx.caches.node_tokens.clear()  # its agent's token
     ctx.caches.quiet.pop(node.id, None)
     ctx.last_seen.forget(node.id)
@@ -138,6 +140,10 @@ def _labelled(labels: dict[str, str], changes: list[str]) -> dict[str, str]:
 def _words(fields: dict[str, Any]) -> str:
     labels = ",".join(f"{k}={v}" for k, v in sorted((fields["labels"] or {}).items()))
     return f"owner {fields['owner'] or '-'}, labels {labels or '-'}, GPU model {fields['gpu_model'] or 'as reported'}"
+
+
+def _because(reason: str | None) -> str:
+    return f": {reason}" if reason else ""
 
 
 def _audit(s: Session, now: float, actor: str, name: str, action: str, changes: dict[str, Any],

@@ -8,9 +8,21 @@ from typing import Any, Literal
 from sqlalchemy import select
 
 from nanum.server.context import ServerContext
-from nanum.server.schemas import GpuOut, NodeOut, iso
+from nanum.server.errors import NotFound
+from nanum.server.schemas import GpuOut, NodeDetail, NodeOut, iso
+from nanum.server.services import audit
 from nanum.server.services.cluster import node_state
 from nanum.store import AllocationRow, JobRow, NodeLiveRow, NodeRow, UserRow
+
+
+def node_detail(ctx: ServerContext, name: str) -> NodeDetail:
+    """One node as `list_nodes` shows it, with its history (`NodeDetail`)."""
+    found = [n for n in list_nodes(ctx) if n.name == name]
+    if not found:
+        raise NotFound(f"no node named {name}; `nanum nodes` lists them")
+    with ctx.db.read() as s:
+        history = audit.history(s, "node", name)
+    return NodeDetail.model_validate({**found[0].model_dump(), "history": history})
 
 
 def list_nodes(ctx: ServerContext) -> list[NodeOut]:
