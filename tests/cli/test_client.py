@@ -175,6 +175,16 @@ def test_settings_come_from_arguments_then_environment_then_the_saved_file(
     assert resolve_settings("http://saved:1/") == ("http://saved:1/", "saved-token")
 
 
+def test_a_token_saved_for_two_servers_goes_to_either_and_never_to_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    save_credentials("http://head1:8765,http://head2:8765", "saved-token")
+    for given in ("http://head2:8765", "http://head2:8765/, http://head1:8765", "http://head1:8765"):
+        monkeypatch.setenv("NANUM_SERVER", given)
+        assert resolve_settings() == (given, "saved-token")
+    for given in ("http://evil:80,http://head1:8765", "http://head3:8765", " , "):
+        monkeypatch.setenv("NANUM_SERVER", given)
+        assert resolve_settings() == (given, None)
+
+
 def test_the_sdk_exports_exactly_its_public_names() -> None:
     import types
 

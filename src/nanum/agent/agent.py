@@ -59,6 +59,7 @@ from nanum.agent.logship import LogShipping
 from nanum.agent.monitor import JobView, Monitor, make_sampler
 from nanum.agent.nodeinfo import describe_node
 from nanum.protocol import GpuInfo, Heartbeat, HeartbeatReply, JobStatus, LogChunk
+from nanum.servers import server_urls
 
 __all__ = ["Agent", "AgentConfig"]
 
@@ -95,7 +96,7 @@ class AgentConfig:
     @property
     def servers(self) -> tuple[str, ...]:
         """Every server URL in `server` (`URL1,URL2`: servers sharing one database, tried in turn)."""
-        return tuple(url.strip().rstrip("/") for url in self.server.split(",") if url.strip())
+        return server_urls(self.server)
 
 
 class Agent:

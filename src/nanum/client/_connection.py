@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from nanum._http import ConnectFailed, FailoverTransport, HttpTransport, Response, StdlibTransport, Timeout
 from nanum.client._errors import ApiError, NanumError, ServerUnreachable, _NoAnswer
+from nanum.servers import server_urls
 
 if TYPE_CHECKING:
     import httpx
@@ -20,7 +21,9 @@ _T = TypeVar("_T")
 
 
 def resolve_settings(server: str | None = None, token: str | None = None) -> tuple[str | None, str | None]:
-    """Server URL and token: the arguments, else NANUM_SERVER/NANUM_TOKEN, else the credentials file."""
+    """Server URL and token: the arguments, else NANUM_SERVER/NANUM_TOKEN, else the credentials file. A saved token
+    goes with a server given otherwise only when every URL given is one it was saved for (`nanum login URL1,URL2`
+    then `NANUM_SERVER=URL2` or `URL2,URL1`): it is never sent to a server it was not saved for."""
     server = server or os.environ.get("NANUM_SERVER") or None
     token = token or os.environ.get("NANUM_TOKEN") or None
     if server is None or token is None:
@@ -30,7 +33,8 @@ def resolve_settings(server: str | None = None, token: str | None = None) -> tup
         if server is None:
             server = saved.get("server")
             token = token or saved.get("token")
-        elif token is None and saved.get("server", "").rstrip("/") == server.rstrip("/"):
+        elif token is None and server_urls(server) and set(server_urls(server)) <= set(
+                server_urls(saved.get("server", ""))):
             token = saved.get("token")
     return server, token
 
@@ -60,7 +64,7 @@ class Connection:
         timeout: float = 30.0,
     ) -> None:
         #: every server URL given (`URL1,URL2`: two servers on one database; the first that answers is used)
-        self.servers = tuple(url.strip().rstrip("/") for url in server.split(",") if url.strip())
+        self.servers = server_urls(server)
         if not self.servers:
             raise NanumError(f"{server!r} is not a server URL; give one like http://127.0.0.1:8765")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
