@@ -9,7 +9,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from nanum.client import ApiError, Client, ServerUnreachable, WaitTimeout, resolve_settings
+from nanum.client import ApiError, Client, NanumError, ServerUnreachable, WaitTimeout, resolve_settings
 from nanum.config import save_credentials
 from tests.cli.fakeapi import job
 
@@ -35,6 +35,24 @@ def test_submit_posts_the_command_and_only_the_fields_given() -> None:
     sent = json.loads(seen[0].content)
     assert len(sent.pop("client_request_id")) == 32
     assert sent == {"command": ["python", "train.py"], "gpus": 2, "time_limit_s": 600}
+
+
+def test_a_name_is_one_path_segment_and_one_that_would_change_the_path_is_never_sent() -> None:
+    seen: list[bytes] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.raw_path)
+        return httpx.Response(404, json={"detail": "no node named that"})
+
+    with client(handler) as nanum:
+        with pytest.raises(ApiError):
+            nanum.node("a?b#c d")
+        for name in ("../users/bob", "..", ".", "", "gpu-01/drain"):
+            with pytest.raises(NanumError, match="cannot be a name"):
+                nanum.remove_node(name)
+            with pytest.raises(ValueError):
+                nanum.lab(name)
+    assert seen == [b"/api/v1/nodes/a%3Fb%23c%20d"]
 
 
 def test_a_submit_that_got_no_answer_is_sent_again_with_the_same_request_id() -> None:

@@ -69,6 +69,9 @@ def test_node_show_says_what_the_node_is_and_its_history(api: FakeApi, nanum: Na
         "  2026-12-01 09:00:00  admin: admin drained node gpu-01: new fans",
         "  2026-12-01 09:05:00  nanum: GPU 1 of node gpu-01 taken out of service: Xid 79 (fallen off the bus)",
     ]
+    dotted = nanum("node", "show", "../users")
+    assert (dotted.exit_code, dotted.stderr) == (
+        2, "nanum: error: '../users' cannot be a name: names are never empty, '.' or '..', and have no '/'\n")
     api.on("GET", "/nodes/gpu-09", {"detail": "no node named gpu-09; `nanum nodes` lists them"}, status=404)
     missing = nanum("node", "show", "gpu-09")
     assert missing.exit_code != 0 and "no node named gpu-09" in missing.stderr

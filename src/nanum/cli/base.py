@@ -63,8 +63,8 @@ def clean_errors(func: F) -> F:
             fail(str(exc), 2)
         except ApiError as exc:
             fail(exc.detail, exit_code_for_status(exc.status))
-        except NanumError as exc:
-            fail(str(exc), 1)
+        except NanumError as exc:  # a bad argument (also a ValueError) is refused as the server would refuse it
+            fail(str(exc), 2 if isinstance(exc, ValueError) else 1)
         except KeyboardInterrupt:
             sys.stderr.write("\n")
             raise SystemExit(130) from None

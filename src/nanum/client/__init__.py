@@ -11,7 +11,9 @@ Objects come back exactly as the API returns them (docs/api.md), typed as `Typed
 `nanum.jobfields`, which the server's models are built from, and imported from there when first asked for
 (the command line does not need them to run). Failures raise
 `ApiError` (the server refused: `.status`, `.detail`), `ServerUnreachable` or `WaitTimeout`, all of them
-`NanumError`s.
+`NanumError`s. A name (of a node, lab, user, environment or dataset) goes into the request's path percent-encoded;
+one that would change the path (empty, `.`, `..`, or with a `/`) is refused before anything is sent, with a
+`NanumError` that is also a `ValueError`.
 
 The client speaks HTTP/1.1 over one kept-alive connection with the standard library (`nanum._http`), because
 the `nanum` command must start fast and httpx with httpcore costs 50 ms to import. Pass any httpx transport

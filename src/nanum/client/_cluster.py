@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from nanum.client._connection import Connection
+from nanum.client._connection import Connection, segment
 from nanum.client._objects import Lab, Me, NewToken, Node
 
 
@@ -21,31 +21,31 @@ class ClusterCalls(Connection):
     def node(self, name: str) -> dict[str, Any]:
         """One node as `nodes()` has it, with its history: drains, resumes and removals with their reasons, GPUs
         taken out of service with the evidence, owner, label and model changes."""
-        return self._call("GET", f"/nodes/{name}").json()  # type: ignore[no-any-return]
+        return self._call("GET", f"/nodes/{segment(name)}").json()  # type: ignore[no-any-return]
 
     def accept_node(self, name: str) -> Node:
         """Schedule the GPUs a node reports beyond those it was accepted with (admin)."""
-        return self._call("POST", f"/nodes/{name}/accept").json()  # type: ignore[no-any-return]
+        return self._call("POST", f"/nodes/{segment(name)}/accept").json()  # type: ignore[no-any-return]
 
     def set_node(self, name: str, *, owner: str | None = None, labels: Sequence[str] = (),
                  gpu_model: str | None = None) -> Node:
         """Set a node's owner lab ("" for none), labels (`key=value`; `key=` removes one) or GPU model name ("" for
         the one its agent reports) (admin)."""
         body = {"owner": owner, "labels": list(labels), "gpu_model": gpu_model}
-        return self._call("PATCH", f"/nodes/{name}", json=body).json()  # type: ignore[no-any-return]
+        return self._call("PATCH", f"/nodes/{segment(name)}", json=body).json()  # type: ignore[no-any-return]
 
     def drain_node(self, name: str, reason: str | None = None) -> Node:
         """Keep new jobs off a node; its running jobs finish (admin)."""
-        return self._call("POST", f"/nodes/{name}/drain", json={"reason": reason}).json()  # type: ignore[no-any-return]
+        return self._call("POST", f"/nodes/{segment(name)}/drain", json={"reason": reason}).json()  # type: ignore[no-any-return]
 
     def resume_node(self, name: str, reason: str | None = None) -> Node:
         """End a node's drain and return its GPUs taken out of service for health problems (admin); `reason` goes
         into the node's history."""
-        return self._call("POST", f"/nodes/{name}/resume", json={"reason": reason}).json()  # type: ignore[no-any-return]
+        return self._call("POST", f"/nodes/{segment(name)}/resume", json={"reason": reason}).json()  # type: ignore[no-any-return]
 
     def remove_node(self, name: str, reason: str | None = None) -> None:
         """Forget a node; its agent's token stops working (admin). The history under its name keeps `reason`."""
-        self._call("DELETE", f"/nodes/{name}", params={"reason": reason} if reason else None)
+        self._call("DELETE", f"/nodes/{segment(name)}", params={"reason": reason} if reason else None)
 
     def add_node(self, name: str) -> NewToken:
         """Register a node (admin); the token is what `nanum agent --token-file FILE` reads."""
@@ -77,15 +77,15 @@ class ClusterCalls(Connection):
 
     def lab(self, name: str) -> dict[str, Any]:
         """One lab: quota, members, jobs and GPUs now, this month's usage and budget, lost work, quota history."""
-        return self._call("GET", f"/labs/{name}").json()  # type: ignore[no-any-return]
+        return self._call("GET", f"/labs/{segment(name)}").json()  # type: ignore[no-any-return]
 
     def set_lab(self, name: str, **quota: Any) -> Lab:
         """Change a lab's quota (admin): only the fields given change; None removes a limit."""
-        return self._call("PATCH", f"/labs/{name}", json=quota).json()  # type: ignore[no-any-return]
+        return self._call("PATCH", f"/labs/{segment(name)}", json=quota).json()  # type: ignore[no-any-return]
 
     def set_user(self, name: str, **limits: Any) -> dict[str, Any]:
         """Set a user's own `max_gpus`, `max_running_jobs`, `monthly_gpu_hours` (admin); None removes one."""
-        return self._call("PATCH", f"/users/{name}", json=limits).json()  # type: ignore[no-any-return]
+        return self._call("PATCH", f"/users/{segment(name)}", json=limits).json()  # type: ignore[no-any-return]
 
     def import_users(self, users: list[dict[str, Any]], *, dry_run: bool = False) -> dict[str, Any]:
         """Create or update many users (admin): each ends with exactly the listed `labs`, `role` (member,
@@ -106,7 +106,7 @@ class ClusterCalls(Connection):
     def set_user_disabled(self, name: str, disabled: bool) -> dict[str, Any]:
         """Disable a user (admin), or enable them again."""
         verb = "disable" if disabled else "enable"
-        return self._call("POST", f"/users/{name}/{verb}").json()  # type: ignore[no-any-return]
+        return self._call("POST", f"/users/{segment(name)}/{verb}").json()  # type: ignore[no-any-return]
 
     def oidc_login(self, id_token: str, token_name: str = "login") -> dict[str, Any]:
         """Trade an ID token from the server's single sign-on provider for an API token (no token needed); the
@@ -130,18 +130,18 @@ class ClusterCalls(Connection):
 
     def lab_members(self, lab: str) -> list[dict[str, Any]]:
         """A lab's members with their roles and limits (its managers and admins)."""
-        return self._call("GET", f"/labs/{lab}/members").json()  # type: ignore[no-any-return]
+        return self._call("GET", f"/labs/{segment(lab)}/members").json()  # type: ignore[no-any-return]
 
     def put_member(self, lab: str, user: str, role: str = "member") -> dict[str, Any]:
         """Add an existing user to a lab or change their role there (a manager of the lab, or an admin; only an
         admin makes a `manager`)."""
-        return self._call("PUT", f"/labs/{lab}/members/{user}", json={"role": role}).json()  # type: ignore[no-any-return]
+        return self._call("PUT", f"/labs/{segment(lab)}/members/{segment(user)}", json={"role": role}).json()  # type: ignore[no-any-return]
 
     def remove_member(self, lab: str, user: str) -> None:
         """Take a user out of a lab (its managers, admins); their jobs stay."""
-        self._call("DELETE", f"/labs/{lab}/members/{user}")
+        self._call("DELETE", f"/labs/{segment(lab)}/members/{segment(user)}")
 
     def set_member_limits(self, lab: str, user: str, **limits: Any) -> dict[str, Any]:
         """A member's own `max_gpus`, `max_running_jobs`, `monthly_gpu_hours`, within the lab's (its managers,
         admins); None removes one."""
-        return self._call("PATCH", f"/labs/{lab}/members/{user}", json=limits).json()  # type: ignore[no-any-return]
+        return self._call("PATCH", f"/labs/{segment(lab)}/members/{segment(user)}", json=limits).json()  # type: ignore[no-any-return]

@@ -9,15 +9,25 @@ import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self, TypeVar
+from urllib.parse import quote
 
 from nanum._http import ConnectFailed, FailoverTransport, HttpTransport, Response, StdlibTransport, Timeout
-from nanum.client._errors import ApiError, NanumError, ServerUnreachable, _NoAnswer
+from nanum.client._errors import ApiError, NanumError, ServerUnreachable, _NoAnswer, _Refused
 from nanum.servers import server_urls
 
 if TYPE_CHECKING:
     import httpx
 
 _T = TypeVar("_T")
+
+
+def segment(name: str) -> str:
+    """`name` (a node's, lab's, user's, environment's or dataset's) as one segment of an API path, percent-encoded.
+    A name that would change which path is asked for (empty, `.`, `..`, or holding a `/`) is refused here: through
+    a proxy that resolves `..`, it could reach another route with the caller's token."""
+    if name in ("", ".", "..") or "/" in name:
+        raise _Refused(f"{name!r} cannot be a name: names are never empty, '.' or '..', and have no '/'")
+    return quote(name, safe="")
 
 
 def resolve_settings(server: str | None = None, token: str | None = None) -> tuple[str | None, str | None]:

@@ -30,6 +30,10 @@ class ServerUnreachable(NanumError, ConnectionError):
         self.server = server
 
 
+class _Refused(NanumError, ValueError):
+    """An argument the client refuses before sending anything (a name that would change the request's path)."""
+
+
 class _NoAnswer(NanumError):
     """The server took the request but did not answer in time."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nanum.client._connection import Connection
+from nanum.client._connection import Connection, segment
 
 if TYPE_CHECKING:
     from nanum.jobfields import Job
@@ -61,7 +61,7 @@ class SharingCalls(Connection):
         return self._call("GET", "/environments").json()  # type: ignore[no-any-return]
 
     def environment(self, name: str) -> dict[str, Any]:
-        return self._call("GET", f"/environments/{name}").json()  # type: ignore[no-any-return]
+        return self._call("GET", f"/environments/{segment(name)}").json()  # type: ignore[no-any-return]
 
     def add_environment(self, name: str, **fields: Any) -> dict[str, Any]:
         """Add an environment: `image` (and `runtime`), or `python`, and/or `setup`; `description`, `lab`."""
@@ -69,7 +69,7 @@ class SharingCalls(Connection):
         return self._call("POST", "/environments", json=body).json()  # type: ignore[no-any-return]
 
     def remove_environment(self, name: str) -> None:
-        self._call("DELETE", f"/environments/{name}")
+        self._call("DELETE", f"/environments/{segment(name)}")
 
     def datasets(self) -> list[dict[str, Any]]:
         return self._call("GET", "/datasets").json()  # type: ignore[no-any-return]
@@ -79,7 +79,7 @@ class SharingCalls(Connection):
         return self._call("POST", "/datasets", json=body).json()  # type: ignore[no-any-return]
 
     def remove_dataset(self, name: str) -> None:
-        self._call("DELETE", f"/datasets/{name}")
+        self._call("DELETE", f"/datasets/{segment(name)}")
 
     def checkpoints(self, job_id: int) -> dict[str, Any]:
         """The files in a job's checkpoint directory, with sizes and times."""
@@ -91,11 +91,11 @@ class SharingCalls(Connection):
 
     def idle_policy(self, lab: str | None = None) -> dict[str, Any]:
         """The idle policy in force (the server's, or a lab's) and the fields that layer sets itself."""
-        return self._call("GET", f"/labs/{lab}/idle" if lab else "/monitoring/idle").json()  # type: ignore[no-any-return]
+        return self._call("GET", f"/labs/{segment(lab)}/idle" if lab else "/monitoring/idle").json()  # type: ignore[no-any-return]
 
     def set_idle_policy(self, changes: dict[str, Any], lab: str | None = None) -> dict[str, Any]:
         """Change idle thresholds or windows (seconds; None: never; "inherit": the layer below) (admin)."""
-        path = f"/labs/{lab}/idle" if lab else "/monitoring/idle"
+        path = f"/labs/{segment(lab)}/idle" if lab else "/monitoring/idle"
         return self._call("PATCH", path, json=changes).json()  # type: ignore[no-any-return]
 
     def notify_settings(self) -> dict[str, Any]:
@@ -108,4 +108,4 @@ class SharingCalls(Connection):
     def set_contact(self, user: str, email: str | None = None, webhook: str | None = None) -> dict[str, Any]:
         """Where `user` hears about their jobs (themselves, or anyone as an admin)."""
         body = {"email": email, "webhook": webhook}
-        return self._call("PUT", f"/users/{user}/contact", json=body).json()  # type: ignore[no-any-return]
+        return self._call("PUT", f"/users/{segment(user)}/contact", json=body).json()  # type: ignore[no-any-return]
