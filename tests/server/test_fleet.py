@@ -204,3 +204,19 @@ def test_a_nodes_history_keeps_its_drains_health_problems_resumes_and_removal_wi
     _agent(client, ctx, "gpu-01")  # the name used again: its history goes on
     history = client.get("/api/v1/nodes/gpu-01", headers=auth(ALICE)).json()["history"]
     assert "admin removed node gpu-01: returned to the vendor" in [h["message"] for h in history]
+
+
+def test_the_nodes_page_shows_each_nodes_latest_changes(client: AsgiClient, ctx: ServerContext,
+                                                        agent: FakeAgent) -> None:
+    _agent(client, ctx, "gpu-02")
+    for i in range(4):
+        assert _admin(client, "POST", "gpu-01/drain", {"reason": f"drain {i}"}).status_code == 200
+        assert _admin(client, "POST", "gpu-01/resume", {"reason": f"resume {i}"}).status_code == 200
+    page = get(client, "/nodes", login(client, ALICE)).text
+    mine = page[page.index('id="gpu-01"'):page.index('id="gpu-02"')]
+    assert "Latest changes" in mine and "nanum node show gpu-01" in mine
+    shown = [f"admin drained node gpu-01: drain {i}" in mine for i in range(4)]
+    assert shown == [False, False, True, True]  # the newest five: drain 2, resume 2, drain 3, resume 3, and resume 1
+    assert "admin resumed node gpu-01: resume 1" in mine and "resume 0" not in mine
+    assert mine.index("drain 2") < mine.index("resume 3")  # oldest first
+    assert "Latest changes" not in page[page.index('id="gpu-02"'):]  # a node without changes shows none

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from nanum.server.schemas import iso
@@ -50,6 +50,25 @@ def _text(value: Any) -> str:
     return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def recent(s: Session, kind: str, per_name: int) -> dict[str, list[dict[str, Any]]]:
+    """The newest `per_name` entries about each lab, user or node of `kind` (one query), oldest first: for a page
+    that shows every node's latest changes."""
+    newest = func.row_number().over(partition_by=AuditRow.name, order_by=(AuditRow.time.desc(), AuditRow.id.desc()))
+    ranked = select(AuditRow.id, newest.label("n")).where(AuditRow.kind == kind).subquery()
+    rows = s.scalars(
+        select(AuditRow).join(ranked, ranked.c.id == AuditRow.id).where(ranked.c.n <= per_name)
+        .order_by(AuditRow.time, AuditRow.id)
+    ).all()
+    found: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        found.setdefault(r.name, []).append(_entry(r))
+    return found
+
+
+def _entry(r: AuditRow) -> dict[str, Any]:
+    return {"time": iso(r.time), "actor": r.actor, "action": r.action, "changes": r.changes, "message": r.message}
+
+
 def history(s: Session, kind: str, name: str, limit: int = 50) -> list[dict[str, Any]]:
     """The newest `limit` entries about one lab, user or node, oldest first."""
     rows = s.scalars(
@@ -58,7 +77,4 @@ def history(s: Session, kind: str, name: str, limit: int = 50) -> list[dict[str,
         .order_by(AuditRow.time.desc(), AuditRow.id.desc())
         .limit(limit)
     ).all()
-    return [
-        {"time": iso(r.time), "actor": r.actor, "action": r.action, "changes": r.changes, "message": r.message}
-        for r in reversed(rows)
-    ]
+    return [_entry(r) for r in reversed(rows)]

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import NotFound
-from nanum.server.services import jobs, jobusage, labs, usage
+from nanum.server.services import audit, jobs, jobusage, labs, usage
 from nanum.store import EventRow, JobRow, JobStatsRow, LabRow, UserRow
 
 DAY = 86400.0
@@ -118,6 +118,16 @@ def _log(ctx: ServerContext, job_id: int, offset: int | None) -> tuple[str, int]
     except FileNotFoundError:
         return "", 0
     return data.decode(errors="replace"), start + len(data)
+
+
+#: How many of each node's latest changes the Nodes page shows (`nanum node show NAME` has 50).
+NODE_HISTORY = 5
+
+
+def node_history(ctx: ServerContext) -> dict[str, list[dict[str, Any]]]:
+    """Each node's latest changes (drains, resumes, health problems with the evidence), by name, oldest first."""
+    with ctx.db.read() as s:
+        return audit.recent(s, "node", NODE_HISTORY)
 
 
 def labs_page(ctx: ServerContext, now: float | None = None) -> list[dict[str, Any]]:

@@ -144,9 +144,11 @@ async def queue_live(request: Request, _: WebCaller) -> Response:
 
 @router.get("/nodes")
 async def nodes_page(request: Request, who: WebCaller) -> Response:
-    view = await run_in_threadpool(cluster, request.app.state.ctx)
+    ctx = request.app.state.ctx
+    view = await run_in_threadpool(cluster, ctx)
+    history = await run_in_threadpool(data.node_history, ctx)
     rows = [(n, [tile(n, g, view.time) for g in n.gpus]) for n in view.nodes]
-    return page(request, "nodes.html", who, title="Nodes", view=view, rows=rows, ago=ago)
+    return page(request, "nodes.html", who, title="Nodes", view=view, rows=rows, ago=ago, history=history)
 
 
 @router.get("/labs")
