@@ -145,7 +145,7 @@ class JobRecord:
                 content = content[os.write(fd, content):]
         finally:
             os.close(fd)
-        kept = self.dir / KEPT
+        kept = self.dir / KEPT  # the old record's, while the new one replaces it
         if self.ahead:
             try:
                 os.link(record, kept, follow_symlinks=False)

@@ -71,8 +71,8 @@ class Recycled:
     """The record files of forgotten jobs (STATE/jobs/.recycled/), kept to be a new spare's, emptied.
 
     Only a regular file of the agent's own, 0600, with no other name is kept: a record's file, which no job opens (in
-    a directory the job's user cannot write to). Made anew by each agent: an earlier
-    agent's is deleted with its spares."""
+    a directory the job's user cannot write to). Made anew by each agent: an earlier agent's is deleted with its
+    spares."""
 
     def __init__(self, jobs_dir: Path) -> None:
         self.dir = jobs_dir / RECYCLED

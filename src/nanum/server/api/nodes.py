@@ -7,7 +7,6 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from nanum.server.auth import AdminDep, CallerDep, Context
-from nanum.server.errors import NotFound
 from nanum.server.schemas import NodeDetail, NodeIn, NodeOut, NodeReason, NodeSet, TokenOut
 from nanum.server.services import accounts, fleet, inventory, nodes
 
@@ -36,31 +35,21 @@ def add_node(body: NodeIn, ctx: Context, _: AdminDep) -> TokenOut:
 def accept_node(name: str, ctx: Context, admin: AdminDep) -> NodeOut:
     """Schedule the GPUs the node's agent reports beyond those it was accepted with (409 when there are none)."""
     inventory.accept(ctx, name, admin.name)
-    found = [n for n in nodes.list_nodes(ctx) if n.name == name]
-    if not found:
-        raise NotFound(f"no node named {name}; `nanum nodes` lists them")
-    return found[0]
-
-
-def _one(ctx: Context, name: str) -> NodeOut:
-    found = [n for n in nodes.list_nodes(ctx) if n.name == name]
-    if not found:
-        raise NotFound(f"no node named {name}; `nanum nodes` lists them")
-    return found[0]
+    return nodes.one_node(ctx, name)
 
 
 @router.patch("/{name}")
 def set_node(name: str, body: NodeSet, ctx: Context, admin: AdminDep) -> NodeOut:
     """Set the node's owner lab (its jobs first; other labs borrow it while idle), labels or GPU model name."""
     fleet.set_node(ctx, name, body, admin.name)
-    return _one(ctx, name)
+    return nodes.one_node(ctx, name)
 
 
 @router.post("/{name}/drain")
 def drain_node(name: str, body: NodeReason, ctx: Context, admin: AdminDep) -> NodeOut:
     """Keep new jobs off the node; the jobs it runs finish. Lasts until the node is resumed."""
     fleet.drain(ctx, name, body.reason, admin.name)
-    return _one(ctx, name)
+    return nodes.one_node(ctx, name)
 
 
 @router.post("/{name}/resume")
@@ -68,7 +57,7 @@ def resume_node(name: str, ctx: Context, admin: AdminDep, body: NodeReason | Non
     """End the node's drain and return the GPUs a health problem took out of service (409 when neither); the
     reason, if given, goes into the node's history."""
     fleet.resume(ctx, name, admin.name, body.reason if body is not None else None)
-    return _one(ctx, name)
+    return nodes.one_node(ctx, name)
 
 
 @router.delete("/{name}", status_code=204)

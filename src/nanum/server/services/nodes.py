@@ -15,14 +15,20 @@ from nanum.server.services.cluster import node_state
 from nanum.store import AllocationRow, JobRow, NodeLiveRow, NodeRow, UserRow
 
 
-def node_detail(ctx: ServerContext, name: str) -> NodeDetail:
-    """One node as `list_nodes` shows it, with its history (`NodeDetail`)."""
+def one_node(ctx: ServerContext, name: str) -> NodeOut:
+    """One node as `list_nodes` shows it; 404 naming it when there is none."""
     found = [n for n in list_nodes(ctx) if n.name == name]
     if not found:
         raise NotFound(f"no node named {name}; `nanum nodes` lists them")
+    return found[0]
+
+
+def node_detail(ctx: ServerContext, name: str) -> NodeDetail:
+    """One node as `list_nodes` shows it, with its history (`NodeDetail`)."""
+    node = one_node(ctx, name)
     with ctx.db.read() as s:
         history = audit.history(s, "node", name)
-    return NodeDetail.model_validate({**found[0].model_dump(), "history": history})
+    return NodeDetail.model_validate({**node.model_dump(), "history": history})
 
 
 def list_nodes(ctx: ServerContext) -> list[NodeOut]:
