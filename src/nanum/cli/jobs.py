@@ -51,7 +51,8 @@ EnvOpt = Annotated[list[str] | None, _Opt(
     "--env", "-e", metavar="K=V", help="Environment variable for the job (K alone copies yours); repeat.")]
 NoPreemptOpt = Annotated[bool, _Opt("--no-preempt", help="Never preempt this job (it will not borrow GPUs).")]
 RequeueOpt = Annotated[bool, _Opt("--requeue", help=(
-    "If a node it runs on is lost, queue the job again to start anew (the default; says so in a script)."))]
+    "If a node it runs on is lost, queue the job again to start anew: the default, given to say so (it overrides a "
+    "script's #NANUM --no-requeue)."))]
 NoRequeueOpt = Annotated[bool, _Opt("--no-requeue", help=(
     "If a node it runs on is lost, fail the job instead of queueing it again (for jobs that must not run twice)."))]
 ArrayOpt = Annotated[str | None, _Opt("--array", metavar="SPEC", help=(
