@@ -2,7 +2,8 @@
 
 `Monitoring.record` runs for each heartbeat with readings (see `nanum.server.services.samples`); `run` is the
 upkeep loop started with the app: every `summary_s` it gives finished jobs their efficiency summary, and every
-`rollup_s` it rolls readings up into coarser buckets and prunes old ones (`nanum.server.services.history`). Where
+`rollup_s` it rolls readings up into coarser buckets and prunes old ones (`nanum.server.services.history`); on
+PostgreSQL it keeps the planner's statistics of a young database current (`nanum.store.planner`). Where
 servers (or `nanum server --workers` processes) share a database, only the one that schedules (`leads`) does the
 database's upkeep: the others would repeat it, and two summarising the same finished jobs at once could lock
 their rows in opposite orders. Every server still removes old checkpoint directories under its own root.
@@ -29,6 +30,7 @@ from nanum.server.metrics import Metrics
 from nanum.server.services import checkpoints, history, tokens
 from nanum.server.services.notify import Notifier
 from nanum.server.services.samples import Recorded, record
+from nanum.store.planner import PlannerStatistics
 
 log = logging.getLogger("nanum.server")
 
@@ -48,6 +50,7 @@ class Monitoring:
         self.retention = retention or history.Retention()
         self.summary_s, self.rollup_s = summary_s, rollup_s
         self.notifier = Notifier(ctx)
+        self.statistics = PlannerStatistics(ctx.db)
 
     def record(self, node_id: int, samples: list[Sample]) -> Recorded:
         """Store a heartbeat's readings and send the notices they produced. Wakes nodes and the scheduler as
@@ -80,6 +83,7 @@ class Monitoring:
                     await asyncio.to_thread(self.maintain, database=self.leads())
                 elif self.leads():
                     await asyncio.to_thread(history.summarise_finished, self.ctx)
+                    await asyncio.to_thread(self.statistics.refresh)
             except Exception:
                 log.exception("monitoring upkeep failed; trying again")
             await asyncio.sleep(self.summary_s)
