@@ -34,7 +34,10 @@ _LATEST_ALIKE = (
     .where(JobRow.user_id == bindparam("user"), JobRow.gpus == bindparam("gpus"), JobRow.nodes == bindparam("nodes"),
            JobRow.gpu_model.is_not_distinct_from(bindparam("model")), JobRow.name == bindparam("name"),
            JobRow.submit_time >= bindparam("since"))
-    .order_by(JobRow.submit_time.desc(), JobRow.id.desc())
+    # By time alone, as the index (user, time) lists them, so that the scan stops at the first match: ordered by id
+    # too, PostgreSQL sorted every job of the window (0.6 ms against 0.1 at 100 submissions a second). Of two alike
+    # jobs submitted at the same instant, either is as good: the later one joined the earlier's burst.
+    .order_by(JobRow.submit_time.desc())
     .limit(1)
 )
 
