@@ -153,6 +153,10 @@ class NodeRow(Base):
     gpu_health: Mapped[dict[str, dict[str, Any]] | None] = mapped_column(JSON(none_as_null=True))
 
 
+#: The jobs `ix_jobs_paths` holds (those with a Python environment or datasets).
+JOB_PATHS = "environment_spec IS NOT NULL OR datasets IS NOT NULL"
+
+
 class JobRow(Base):
     """A job: the submitted request, its state and its history in numbers.
 
@@ -174,6 +178,8 @@ class JobRow(Base):
         # a job that ends looks for the queued jobs that depend on it: few, however long the queue
         Index("ix_jobs_dependent", "state", "id", postgresql_where=text('"after" IS NOT NULL'),
               sqlite_where=text('"after" IS NOT NULL')),
+        # the paths agents look for: those of the queued and running jobs with an environment or datasets
+        Index("ix_jobs_paths", "state", postgresql_where=text(JOB_PATHS), sqlite_where=text(JOB_PATHS)),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
