@@ -145,7 +145,7 @@ def build(
     users = {u.id: u for u in conn.execute(_USERS)}
     labs = {lab.id: lab for lab in conn.execute(_LABS)}
     cache = cache if cache is not None else SnapshotCache()
-    node_rows = conn.execute(_NODES).all()
+    node_rows = sorted(conn.execute(_NODES), key=itemgetter(1))  # by name, in code points on either database
     rows = cache.rows
     full = rows.mark is None  # a first read takes every row; later ones only those written since
     try:
@@ -511,8 +511,7 @@ _NODES = (
     select(NodeRow.id, NodeRow.name, cast(NodeRow.inventory, Text).label("inventory"), NodeRow.state,
            NodeRow.last_seen, *FLEET_COLUMNS)  # the FLEET_COLUMNS last: a row's `[_FLEET_AT:]`
     .where(NodeRow.inventory.is_not(None))
-    .order_by(NodeRow.name)
-)
+)  # sorted by name here (`build`): PostgreSQL sorting a thousand wide rows took half of this read's time
 _FLEET_AT = 5
 _COMPLETED_SINCE = (
     select(*JOB_COLUMNS, JobRow.start_time, JobRow.end_time, UserRow.name.label("user_name"),
