@@ -126,7 +126,7 @@ class NodeRow(Base):
     server holding a node's long poll can notice a change made by another server."""
 
     __tablename__ = "nodes"
-    __table_args__ = {"postgresql_with": {"fillfactor": 50}}  # `last_seen` rewritten in place (migration 0024)
+    __table_args__ = ({"postgresql_with": {"fillfactor": 50}},)  # `last_seen` rewritten in place (migration 0024)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
