@@ -20,9 +20,8 @@ def _pages(db: Database) -> dict[str, int]:
                 for name, ctid in s.execute(text("SELECT name, ctid FROM nodes"))}
 
 
+@pytest.mark.parametrize("database", ["postgres"], indirect=True)  # SQLite has no such setting
 def test_a_nodes_time_is_written_in_place(database: Database) -> None:
-    if not database.is_postgres:
-        pytest.skip("PostgreSQL's storage")
     inventory = '{"gpus": [' + ", ".join(f'{{"index": {i}, "model": "NVIDIA H100 80GB HBM3", "memory_mb": 81559}}'
                                          for i in range(8)) + "]}"
     with database.write() as s:
