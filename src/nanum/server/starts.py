@@ -53,7 +53,8 @@ def start_all(s: Session, starts: list[Start], plan: snapshot.Plan, now: float) 
         with s.begin_nested():
             conn = s.connection()  # taken inside the savepoint: statements on it are undone with it
             conn.execute(_START, [_start_params(st, now) for st in starts])
-            conn.execute(_HOLD, [h for st in starts for h in _holds(st, plan)])
+            # One statement, not one per GPU: each fires the trigger that stamps the jobs' rows (`nanum.store.revs`)
+            conn.execute(_HOLD.values([h for st in starts for h in _holds(st, plan)]))
     except IntegrityError:
         return set().union(*(_start(s, st, plan, now) for st in starts))
     return _started(s, starts, plan, now)
