@@ -11,6 +11,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -63,8 +64,9 @@ def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def _pg_database() -> Iterator[Database]:
+@contextmanager
+def fresh_pg_database() -> Iterator[Database]:
+    """A migrated database in a new PostgreSQL schema of its own, dropped afterwards."""
     schema = create_pg_schema()
     db = pg_schema_database(schema)
     try:
@@ -73,6 +75,12 @@ def _pg_database() -> Iterator[Database]:
     finally:
         db.dispose()
         drop_pg_schema(schema)
+
+
+@pytest.fixture(scope="session")
+def _pg_database() -> Iterator[Database]:
+    with fresh_pg_database() as db:
+        yield db
 
 
 def _truncate(db: Database) -> None:

@@ -12,21 +12,15 @@ from sqlalchemy import text
 
 from nanum.store import Database, upgrade
 from nanum.store.planner import MIN_GROWTH, TABLES, PlannerStatistics
-from tests.store.databases import create_pg_schema, drop_pg_schema, pg_schema_database
+from tests.store.databases import fresh_pg_database
 from tests.store.test_schema import _seed
 
 
 @pytest.fixture
 def young() -> Iterator[Database]:
     """A new PostgreSQL schema of its own: its tables were never analyzed."""
-    schema = create_pg_schema()
-    database = pg_schema_database(schema)
-    try:
-        upgrade(database)
+    with fresh_pg_database() as database:
         yield database
-    finally:
-        database.dispose()
-        drop_pg_schema(schema)
 
 
 def _add_jobs(db: Database, like: int, count: int) -> None:
