@@ -242,3 +242,53 @@ def test_a_job_stopped_before_its_node_heard_of_it_is_freed_by_the_heartbeat_aft
     monkeypatch.undo()
     agent.beat()  # reports a running
     assert job(client, b)["state"] == "cancelled"
+
+
+def running_here(live: AsgiClient, node: FakeAgent, job_id: int) -> None:
+    deadline = time.monotonic() + 5
+    while job_id not in node.running and time.monotonic() < deadline:
+        node.beat()
+    assert job_id in node.running
+
+
+@pytest.mark.parametrize("read_by", ["the tick", "the heartbeat"])
+def test_the_heartbeat_reporting_an_end_brings_the_waiting_job_that_takes_its_gpus(
+    live: AsgiClient, node: FakeAgent, monkeypatch: pytest.MonkeyPatch, read_by: str
+) -> None:
+    """Every GPU busy and a job waiting: the heartbeat that reports the end is answered once the tick it asked
+    for has run, with the waiting job on its list, so the node starts it without another round trip (answered at
+    once, the list would not name it yet). The node's next heartbeat, reporting it running, reads nothing."""
+    if read_by == "the heartbeat":
+        monkeypatch.setattr(scheduler_module, "REPLIES_READ", 0)
+    first = submit(live, gpus=4)["id"]
+    running_here(live, node, first)
+    second = submit(live, gpus=4)["id"]
+    live.app.state.scheduler.tick()  # the scheduler knows the job waits
+    assert job(live, second)["state"] == "pending"
+    node.exit(first)
+    reply = node.beat()
+    assert reply.ack == [first] and [d.job_id for d in reply.desired] == [second]
+    assert job(live, first)["state"] == "completed" and job(live, second)["state"] == "running"
+    reply, reads = reads_during(monkeypatch, node.beat)  # reports it running
+    assert [d.job_id for d in reply.desired] == [second] and reads == 0
+
+
+def test_with_no_job_waiting_the_heartbeat_reporting_an_end_is_answered_without_waiting_for_a_tick(
+    live: AsgiClient, node: FakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No tick could hand the node anything: the reply does not wait for one."""
+    first = submit(live, gpus=4)["id"]
+    running_here(live, node, first)
+    scheduler = live.app.state.scheduler
+    waited: list[int] = []
+    after_next_tick = scheduler.after_next_tick
+
+    async def counted(number: int) -> None:
+        waited.append(number)
+        await after_next_tick(number)
+
+    monkeypatch.setattr(scheduler, "after_next_tick", counted)
+    node.exit(first)
+    reply = node.beat()
+    assert reply.ack == [first] and reply.desired == [] and waited == []
+    assert job(live, first)["state"] == "completed"

@@ -158,6 +158,9 @@ class Scheduler:
         self.budgets = budgets.Watch()
         self._poked: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: ticks `run` has begun and ended, and the event the end of the next one sets (`after_next_tick`)
+        self._begun = self._ended = 0
+        self._tick_ended: asyncio.Event | None = None
         self.last: TickResult | None = None
         #: Called with each tick's result (the server's metrics observe cycle times).
         self.on_tick: Callable[[TickResult], None] | None = None
@@ -184,6 +187,7 @@ class Scheduler:
     async def run(self) -> None:
         """Tick on every poke and at least every `tick_interval_s`, until cancelled."""
         self._loop, self._poked = asyncio.get_running_loop(), asyncio.Event()
+        self._tick_ended = asyncio.Event()
         interval = self.ctx.settings.tick_interval_s
         try:
             while True:
@@ -191,10 +195,14 @@ class Scheduler:
                     await asyncio.wait_for(self._poked.wait(), timeout=interval)
                 self._poked.clear()
                 began = time.monotonic()
+                self._begun += 1
                 try:
                     await asyncio.to_thread(self.tick)
                 except Exception:
                     log.exception("scheduling tick failed; retrying on the next one")
+                self._ended = self._begun
+                ended, self._tick_ended = self._tick_ended, asyncio.Event()
+                ended.set()
                 # After a long tick, leave the request threads their turn (`PACE_FACTOR`). A short one holds
                 # nothing up, and waiting after it would delay the next submission's start.
                 took = time.monotonic() - began
@@ -202,6 +210,19 @@ class Scheduler:
                     await asyncio.sleep(min(PACE_FACTOR * took, PACE_MAX_S))
         finally:
             self.leadership.release()
+
+    def next_tick(self) -> int | None:
+        """The number of the first tick that `run` begins from now on, where this server's loop schedules and
+        jobs wait to start; else None: no tick here could start one. Call on the event loop, once what that tick
+        must see is committed and the scheduler poked (`after_next_tick`)."""
+        if self._tick_ended is None or not self.leading or not self.core.pending:
+            return None
+        return self._begun + 1
+
+    async def after_next_tick(self, number: int) -> None:
+        """Return once tick `number` (`next_tick`) has ended. Call on the event loop."""
+        while self._ended < number and self._tick_ended is not None:
+            await self._tick_ended.wait()
 
     # -- one tick ----------------------------------------------------------------------------------------------
 

@@ -1,14 +1,21 @@
 """The agent endpoint: one heartbeat in, the node's desired jobs out, held open while nothing changes.
 
 Readings the heartbeat carries are recorded first (`nanum.server.monitoring`), so a job released for being idle
-is already off the node's list in this reply."""
+is already off the node's list in this reply.
+
+A heartbeat that reports jobs' ends, while jobs wait to start and this server schedules, is answered once the tick
+it asked for has run (at most `NEXT_TICK_WAIT_S`), with the jobs that tick started on the node: the node starts
+them on the GPUs it just freed without another round trip. Answered at once, its reply would name none of them,
+and a node whose jobs end faster than it hears of new ones would learn of each job one end late.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from typing import Annotated
+from collections.abc import Coroutine
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.exceptions import RequestValidationError
@@ -17,12 +24,18 @@ from starlette.concurrency import run_in_threadpool
 
 from nanum.protocol import Heartbeat, HeartbeatReply
 from nanum.server.auth import Context, NodeDep
+from nanum.server.callers import NodeCaller
 from nanum.server.context import ServerContext
 from nanum.server.services import agent
 from nanum.store.db import retry_deadlocks
 
 router = APIRouter(prefix="/agent", tags=["agent"])
 log = logging.getLogger("nanum.server")
+
+#: How long a heartbeat that reported ends waits for the tick it asked for (see the module docstring). A tick
+#: takes milliseconds; one that follows a long tick may wait its pace (`scheduler.PACE_MAX_S`), and the reply
+#: then goes without the new jobs, which reach the node with its next heartbeat.
+NEXT_TICK_WAIT_S = 0.25
 
 async def _read_heartbeat(request: Request) -> Heartbeat:
     """The heartbeat in the request's body, read by `Heartbeat.from_json` rather than by FastAPI: a fleet's
@@ -61,6 +74,10 @@ async def heartbeat(ctx: Context, node: NodeDep, request: Request,
     if outcome.poke:
         signals.poke()
     signals.wake(outcome.woken - {node.name})
+    scheduler = request.app.state.scheduler
+    if (outcome.reply.ack and node.name not in outcome.woken and not signals.closing
+            and (number := scheduler.next_tick()) is not None):
+        return await _with_starts(ctx, node, body, outcome.reply, changed, scheduler.after_next_tick(number))
     # Held at most a third of the lease: an agent that does not know this server's lease yet (its first heartbeat)
     # asks for a third of its default one, and a reply after the lease is one it must throw away.
     wait_s = min(body.wait_s, ctx.settings.lease_s / 3)
@@ -78,6 +95,30 @@ async def heartbeat(ctx: Context, node: NodeDep, request: Request,
         agent.expect_started(ctx, node, body, generation, reply)
         return reply
     return outcome.reply
+
+
+async def _with_starts(ctx: ServerContext, node: NodeCaller, body: Heartbeat, reply: HeartbeatReply,
+                       changed: asyncio.Event, tick: Coroutine[Any, Any, None]) -> HeartbeatReply:
+    """`reply`, to a heartbeat that reported ends, with the node's desired jobs as they are once `tick` has run,
+    where it (or anything else) changed them: the node then starts the jobs given its freed GPUs at once."""
+    woken, ticked = asyncio.ensure_future(changed.wait()), asyncio.ensure_future(tick)
+    try:
+        with ctx.signals.held(node.name):  # so the tick reads the reply in its own transaction (`Signals.ready`)
+            await asyncio.wait((woken, ticked), timeout=NEXT_TICK_WAIT_S, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        woken.cancel()
+        ticked.cancel()
+    if not changed.is_set() or ctx.signals.closing:
+        return reply
+    generation = ctx.signals.generation(node.name)  # before its reply is read: a wake since makes it old
+    ready = ctx.signals.ready(node.name)
+    fresh = ready if isinstance(ready, HeartbeatReply) else await run_in_threadpool(agent.desired_reply, ctx, node)
+    reply = reply.model_copy(update={"desired": fresh.desired, "check_paths": fresh.check_paths})
+    # What the node reports next: the jobs it kept, and the new ones running (answered from memory).
+    acked = set(reply.ack)
+    kept = body.model_copy(update={"jobs": [j for j in body.jobs if j.job_id not in acked]})
+    agent.expect_started(ctx, node, kept, generation, reply)
+    return reply
 
 
 async def _hold(ctx: ServerContext, changed: asyncio.Event, wait_s: float) -> bool:
