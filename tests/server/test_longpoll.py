@@ -12,6 +12,7 @@ import pytest
 
 from nanum.protocol import HeartbeatReply
 from nanum.server import scheduler as scheduler_module
+from nanum.server.api import agent as agent_api
 from nanum.server.app import create_app
 from nanum.server.callers import Caller, NodeCaller
 from nanum.server.context import ServerContext
@@ -260,6 +261,7 @@ def test_the_heartbeat_reporting_an_end_brings_the_waiting_job_that_takes_its_gp
     once, the list would not name it yet). The node's next heartbeat, reporting it running, reads nothing."""
     if read_by == "the heartbeat":
         monkeypatch.setattr(scheduler_module, "REPLIES_READ", 0)
+    monkeypatch.setattr(agent_api, "NEXT_TICK_WAIT_S", 10.0)  # a loaded machine's paced tick still comes in time
     first = submit(live, gpus=4)["id"]
     running_here(live, node, first)
     second = submit(live, gpus=4)["id"]
