@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy import bindparam
+from sqlalchemy import bindparam, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -40,6 +40,14 @@ _START = (
     )
 )
 _HOLD = table(AllocationRow).insert()
+#: A tick's GPU holds on PostgreSQL, in one statement: each statement fires the trigger that stamps its jobs' rows
+#: once (`nanum.store.revs`), and one per GPU rewrote a job's row once per GPU. Its text is the same whatever the
+#: number of GPUs, so it is compiled once; a multi-row VALUES was compiled anew at every tick. SQLite's triggers
+#: fire once per row whatever the statement: there the holds go as one `executemany` of `_HOLD`.
+_HOLD_ALL = text(
+    "INSERT INTO allocations (job_id, node_id, gpu_index) SELECT * FROM "
+    "unnest(CAST(:jobs AS INTEGER[]), CAST(:nodes AS INTEGER[]), CAST(:gpus AS INTEGER[]))"
+)
 
 
 def start_all(s: Session, starts: list[Start], plan: snapshot.Plan, now: float) -> set[str]:
@@ -53,8 +61,12 @@ def start_all(s: Session, starts: list[Start], plan: snapshot.Plan, now: float) 
         with s.begin_nested():
             conn = s.connection()  # taken inside the savepoint: statements on it are undone with it
             conn.execute(_START, [_start_params(st, now) for st in starts])
-            # One statement, not one per GPU: each fires the trigger that stamps the jobs' rows (`nanum.store.revs`)
-            conn.execute(_HOLD.values([h for st in starts for h in _holds(st, plan)]))
+            holds = [h for st in starts for h in _holds(st, plan)]
+            if conn.dialect.name == "postgresql":
+                conn.execute(_HOLD_ALL, {"jobs": [h["job_id"] for h in holds], "nodes": [h["node_id"] for h in holds],
+                                         "gpus": [h["gpu_index"] for h in holds]})
+            else:
+                conn.execute(_HOLD, holds)
     except IntegrityError:
         return set().union(*(_start(s, st, plan, now) for st in starts))
     return _started(s, starts, plan, now)
