@@ -1,5 +1,6 @@
-"""`nanum agent --simulate-nodes N`: N nodes in one process, each heartbeating with its own token; their jobs run no
-process (`sleep S` takes S seconds). A real `nanum server`, the agent process and the API over loopback HTTP."""
+"""`nanum agent --simulate-nodes N`: N nodes in one process, each heartbeating with its own token and readings of
+its GPUs; their jobs run no process (`sleep S` takes S seconds). A real `nanum server`, the agent process and the
+API over loopback HTTP."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def test_simulated_nodes_join_and_run_jobs(tmp_path: Path) -> None:
     alice = server.api("POST", "/users", {"name": "alice", "labs": ["vision"], "unix_user": job_account()})["token"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("NANUM_")}
     agents = subprocess.Popen([*nanum_command(), "agent", "--server", server.url, "--simulate-nodes", "5",
-                               "--simulate-gpus", "2xA100", "--token-file", str(tokens)],
+                               "--simulate-gpus", "2xA100", "--token-file", str(tokens), "--sample-interval", "0.5"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30
@@ -57,6 +58,11 @@ def test_simulated_nodes_join_and_run_jobs(tmp_path: Path) -> None:
         while state(forever) != "running":
             assert time.monotonic() < deadline
             time.sleep(0.1)
+        # Like real agents, the nodes read their GPUs (every 0.5 s here) and their heartbeats carry the readings:
+        # a held GPU reads busy.
+        while server.api("GET", f"/jobs/{forever}/usage", token=alice).get("gpu_util") != 90.0:
+            assert time.monotonic() < deadline, server.api("GET", f"/jobs/{forever}/usage", token=alice)
+            time.sleep(0.2)
         server.api("POST", f"/jobs/{forever}/cancel", token=alice)
         while state(forever) != "cancelled":
             assert time.monotonic() < deadline

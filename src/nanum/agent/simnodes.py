@@ -6,6 +6,10 @@ polls) in the agent protocol (`nanum.protocol`). What is simulated is the machin
 `sh -c 'sleep SECONDS'`) runs that long and exits 0; any other command exits 0 at once; a job the server stops
 ends as if by SIGTERM, and one past its time limit as timed out.
 
+Like a real agent, each node reads its GPUs every `--sample-interval` seconds (a held GPU busy, a free one idle)
+and its next heartbeat carries the readings; while jobs run, the server holds its heartbeats at most that long,
+so a busy fleet sends one heartbeat with a reading per node and interval, as a real one does.
+
 Tokens come from a file of `NAME TOKEN` lines, one per node (mode 0600, like every token file): the nodes are
 the file's, in its order.
 """
@@ -26,13 +30,25 @@ import httpx
 
 import nanum
 from nanum.agent.gpus import simulated_gpus
-from nanum.protocol import Heartbeat, HeartbeatReply, JobLaunch, JobStatus, NodeInfo
+from nanum.protocol import (
+    GpuInfo,
+    GpuSample,
+    Heartbeat,
+    HeartbeatReply,
+    JobLaunch,
+    JobSample,
+    JobStatus,
+    NodeInfo,
+    Sample,
+)
 
 __all__ = ["SimulatedNode", "read_node_tokens", "run_nodes"]
 
 log = logging.getLogger("nanum.agent")
 
 HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
+#: Readings a node keeps while the server cannot be reached (the oldest go first).
+MAX_READINGS = 12
 SIGTERM = 15
 
 
@@ -94,9 +110,14 @@ class SimulatedNode:
     token: str
     gpus: str
     long_poll_s: float = 10.0
+    #: seconds between readings of the node's GPUs (0: none)
+    sample_interval_s: float = 5.0
     runs: dict[int, _Run] = field(default_factory=dict)
     heartbeats: int = 0
     errors: int = 0
+    #: readings not yet delivered, and when the next is due
+    readings: list[Sample] = field(default_factory=list)
+    next_reading: float = 0.0
 
     def info(self) -> NodeInfo:
         return NodeInfo(name=self.name, hostname=self.name, gpus=simulated_gpus(self.gpus, self.name), cpus=64,
@@ -110,7 +131,9 @@ class SimulatedNode:
         while not stopping.is_set():
             now = time.time()
             self._finish(now)
-            beat = Heartbeat(node=node, jobs=self._statuses(), wait_s=self._wait(now))
+            self._read(now, node.gpus)
+            sent = list(self.readings)
+            beat = Heartbeat(node=node, jobs=self._statuses(), samples=sent, wait_s=self._wait(now))
             try:
                 response = await client.post(HEARTBEAT_PATH, content=beat.model_dump_json(), headers=headers,
                                              timeout=httpx.Timeout(10.0 + beat.wait_s, connect=5.0))
@@ -126,14 +149,34 @@ class SimulatedNode:
                 await _pause(stopping, 1.0)
                 continue
             self.heartbeats += 1
+            del self.readings[:len(sent)]  # delivered: the server has them
             self._apply(HeartbeatReply.model_validate_json(response.content), time.time())
 
     def _wait(self, now: float) -> float:
-        """Report at once when a job has ended; else wait for the next end, at most a long poll."""
+        """Report at once when a job has ended; else wait for the next end, at most a long poll, and while jobs run
+        at most until the next reading (as a real agent asks)."""
         if any(r.status is not None for r in self.runs.values()):
             return 0.0
         ends = [r.ends for r in self.runs.values()]
+        if self.runs and self.sample_interval_s > 0:
+            ends.append(self.next_reading)
         return max(min([self.long_poll_s, *(e - now for e in ends)]), 0.0)
+
+    def _read(self, now: float, inventory: list[GpuInfo]) -> None:
+        """Take the readings due by `now`: each GPU a running job holds busy, the others idle. While the server
+        cannot be reached, the newest `MAX_READINGS` wait for it."""
+        if self.sample_interval_s <= 0 or now < self.next_reading:
+            return
+        self.next_reading = now + self.sample_interval_s
+        held = {g: run.launch.job_id for run in self.runs.values() if run.status is None for g in run.launch.gpus}
+        gpus = [GpuSample(index=g.index, util=90.0 if g.index in held else 0.0,
+                          memory_mb=g.memory_mb // 2 if g.index in held else 0,
+                          power_w=360.0 if g.index in held else 60.0, temperature_c=75.0 if g.index in held else 35.0)
+                for g in inventory]
+        jobs = [JobSample(job_id=run.launch.job_id, cpu_percent=100.0) for run in self.runs.values()
+                if run.status is None]
+        self.readings.append(Sample(time=now, gpus=gpus, jobs=jobs))
+        del self.readings[:-MAX_READINGS]
 
     def _finish(self, now: float) -> None:
         for run in self.runs.values():

@@ -129,7 +129,7 @@ def agent(
     except nodetoken.TokenError as exc:
         fail(str(exc), 2)
     if simulate_nodes is not None:
-        _simulate_nodes(server, token_file, simulate_nodes, simulate_gpus or "8", quiet)
+        _simulate_nodes(server, token_file, simulate_nodes, simulate_gpus or "8", quiet, sample_interval)
         return
     os.environ.pop(nodetoken.ENV_VAR, None)  # nothing this agent starts inherits it
     for url in server.split(","):
@@ -195,8 +195,10 @@ async def _stop_with_parent(runner: object) -> None:
     runner.stop()  # type: ignore[attr-defined]
 
 
-def _simulate_nodes(server: str, token_file: Path | None, count: int, gpus: str, quiet: bool) -> None:
-    """`--simulate-nodes N`: the first N nodes of the token file, heartbeating until Ctrl-C or SIGTERM."""
+def _simulate_nodes(server: str, token_file: Path | None, count: int, gpus: str, quiet: bool,
+                    sample_interval: float) -> None:
+    """`--simulate-nodes N`: the first N nodes of the token file, heartbeating (with a reading of their GPUs every
+    `sample_interval` seconds) until Ctrl-C or SIGTERM."""
     import asyncio
     import logging
     import signal
@@ -221,7 +223,7 @@ def _simulate_nodes(server: str, token_file: Path | None, count: int, gpus: str,
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO,
                         format="%(asctime)s nanum agent (simulated nodes): %(message)s", datefmt="%Y-%m-%d %H:%M:%S")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    nodes = [SimulatedNode(name, token, gpus) for name, token in tokens[:count]]
+    nodes = [SimulatedNode(name, token, gpus, sample_interval_s=sample_interval) for name, token in tokens[:count]]
     heap.settle()
 
     async def main() -> None:
