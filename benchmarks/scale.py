@@ -5,8 +5,10 @@ and heartbeats) and a stream of submissions, on PostgreSQL.
     .venv/bin/python benchmarks/scale.py --nodes 100 --jobs 2000 --rate 50  # a quick run
     .venv/bin/python benchmarks/scale.py --db sqlite                        # SQLite instead
 
-Jobs ask for 1, 2, 4 or 8 GPUs and run `sleep S`, with S drawn around a mean that keeps about 70 % of the fleet's
-GPUs busy at the offered rate (for the defaults, 8 to 24 s), so every job can start. Printed beside the targets:
+Each node reads its GPUs every `--sample-interval` seconds (5, a real agent's default) and sends the readings
+with its heartbeats, as real agents do. Jobs ask for 1, 2, 4 or 8 GPUs and run `sleep S`, with S drawn around a
+mean that keeps about 70 % of the fleet's GPUs busy at the offered rate (for the defaults, 8 to 24 s), so every
+job can start. Printed beside the targets:
 the scheduling cycle (median and p99, from the server's `nanum_scheduler_cycle_seconds` histogram, interpolated
 within buckets as Prometheus does), submit latency (p50, p99), heartbeats handled per second, errors, whether every
 job started, how long jobs waited from submission to start (p50, p99: with 70 % of the GPUs busy some queueing is
@@ -179,6 +181,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--db", default=PG, help="a PostgreSQL URL (a schema of its own is used), or `sqlite`")
+    parser.add_argument("--sample-interval", type=float, default=5.0, metavar="S",
+                        help="seconds between each node's readings of its GPUs, as a real agent's default (0: none)")
     parser.add_argument("--workers", type=int, default=1,
                         help="serving server processes (`nanum server --workers`); above 1, one more schedules")
     args = parser.parse_args()
@@ -192,7 +196,8 @@ def main() -> None:
         print(f"registered {args.nodes} nodes in {time.monotonic() - began:.1f} s", flush=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("NANUM_")}
         agents = subprocess.Popen([*nanum_exe(), "agent", "--server", url, "--simulate-nodes", str(args.nodes),
-                                   "--simulate-gpus", str(args.gpus), "--token-file", str(root / "tokens"), "-q"],
+                                   "--simulate-gpus", str(args.gpus), "--token-file", str(root / "tokens"), "-q",
+                                   "--sample-interval", str(args.sample_interval)],
                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
             up = wait_nodes(url, admin, args.nodes, timeout=300)
