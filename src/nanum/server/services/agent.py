@@ -79,7 +79,9 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
     memo = ctx.caches.quiet.pop(who.id, None)  # what it reports now may differ from the store, or change it
     generation = ctx.signals.generation(who.name)  # taken before the write: a wake during it makes its answer old
     with ctx.db.write() as s:
-        node = s.get(NodeRow, who.id, with_for_update=True)
+        # FOR NO KEY UPDATE: serializes with the ticks and heartbeats that write the node, not with the inserts
+        # whose foreign keys name it (its readings, its GPU holds), as the tick's lock (`Scheduler._apply`)
+        node = s.get(NodeRow, who.id, with_for_update={"key_share": True})
         if node is None:  # removed while its token was cached
             raise Unauthorized(f"node {who.name} was removed; add it again with `nanum node add {who.name}`")
         poke = _record_node(ctx, s, node, hb, now)
