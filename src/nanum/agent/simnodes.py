@@ -168,7 +168,7 @@ class SimulatedNode:
         if self.sample_interval_s <= 0 or now < self.next_reading:
             return
         self.next_reading = now + self.sample_interval_s
-        held = {g: run.launch.job_id for run in self.runs.values() if run.status is None for g in run.launch.gpus}
+        held = {g for run in self.runs.values() if run.status is None for g in run.launch.gpus}
         gpus = [GpuSample(index=g.index, util=90.0 if g.index in held else 0.0,
                           memory_mb=g.memory_mb // 2 if g.index in held else 0,
                           power_w=360.0 if g.index in held else 60.0, temperature_c=75.0 if g.index in held else 35.0)

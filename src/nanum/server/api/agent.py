@@ -89,12 +89,19 @@ async def heartbeat(ctx: Context, node: NodeDep, request: Request,
         if signals.superseded(node.name, ticket):
             # Its agent dropped it to send a newer one, which is answered from the store: nothing reads this reply.
             return outcome.reply
-        generation = signals.generation(node.name)  # before its reply is read: a wake since makes it old
-        ready = signals.ready(node.name)  # read by the tick that woke it
-        reply = ready if isinstance(ready, HeartbeatReply) else await run_in_threadpool(agent.desired_reply, ctx, node)
+        generation, reply = await _woken_reply(ctx, node)
         agent.expect_started(ctx, node, body, generation, reply)
         return reply
     return outcome.reply
+
+
+async def _woken_reply(ctx: ServerContext, node: NodeCaller) -> tuple[tuple[int, int], HeartbeatReply]:
+    """The reply of a heartbeat held until its node was woken: the one the waking tick read, else read now; and the
+    node's generation before it was read (a wake since makes it old)."""
+    generation = ctx.signals.generation(node.name)
+    ready = ctx.signals.ready(node.name)
+    reply = ready if isinstance(ready, HeartbeatReply) else await run_in_threadpool(agent.desired_reply, ctx, node)
+    return generation, reply
 
 
 async def _with_starts(ctx: ServerContext, node: NodeCaller, body: Heartbeat, reply: HeartbeatReply,
@@ -110,15 +117,8 @@ async def _with_starts(ctx: ServerContext, node: NodeCaller, body: Heartbeat, re
         ticked.cancel()
     if not changed.is_set() or ctx.signals.closing:
         return reply
-    generation = ctx.signals.generation(node.name)  # before its reply is read: a wake since makes it old
-    ready = ctx.signals.ready(node.name)
-    fresh = ready if isinstance(ready, HeartbeatReply) else await run_in_threadpool(agent.desired_reply, ctx, node)
-    reply = reply.model_copy(update={"desired": fresh.desired, "check_paths": fresh.check_paths})
-    # What the node reports next: the jobs it kept, and the new ones running (answered from memory).
-    acked = set(reply.ack)
-    kept = body.model_copy(update={"jobs": [j for j in body.jobs if j.job_id not in acked]})
-    agent.expect_started(ctx, node, kept, generation, reply)
-    return reply
+    generation, fresh = await _woken_reply(ctx, node)
+    return agent.with_new_jobs(ctx, node, body, reply, fresh, generation)
 
 
 async def _hold(ctx: ServerContext, changed: asyncio.Event, wait_s: float) -> bool:

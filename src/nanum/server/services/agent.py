@@ -411,6 +411,18 @@ def expect_started(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, generatio
                                            runs, offsets)
 
 
+def with_new_jobs(ctx: ServerContext, who: NodeCaller, hb: Heartbeat, reply: HeartbeatReply, fresh: HeartbeatReply,
+                  generation: tuple[int, int]) -> HeartbeatReply:
+    """`reply`, to a heartbeat `hb` that reported ends, with the node's desired jobs as `fresh` (read once the node's
+    generation was `generation`) has them; the node's next heartbeat, reporting the jobs it kept and the new ones
+    running, is then answered from memory (`expect_started`)."""
+    reply = reply.model_copy(update={"desired": fresh.desired, "check_paths": fresh.check_paths})
+    acked = set(reply.ack)
+    kept = hb.model_copy(update={"jobs": [j for j in hb.jobs if j.job_id not in acked]})
+    expect_started(ctx, who, kept, generation, reply)
+    return reply
+
+
 def remember(ctx: ServerContext, known: list[Known]) -> None:
     """Keep nodes' desired jobs as `woken_reply` read them, once the transaction that read them has ended: what a
     rolled-back transaction wrote is never remembered (a node's desired version may be reached again)."""
