@@ -36,6 +36,18 @@ def test_a_bad_gpu_spec_is_one_line_and_exit_2(tmp_path: Path) -> None:
     )
 
 
+def test_a_sample_interval_that_is_not_a_finite_number_is_refused(tmp_path: Path) -> None:
+    for value in ("nan", "inf", "1e400"):
+        result = subprocess.run(
+            agent_cmd("--server", "http://127.0.0.1:1", "--simulate-gpus", "1", "--state-dir", str(tmp_path),
+                      "--sample-interval", value),
+            capture_output=True, text=True, env=env(), timeout=60,
+        )
+        assert result.returncode == 2, result.stderr
+        assert "--sample-interval" in result.stderr and "not a number of seconds" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+
+
 def test_a_refused_token_is_one_line_and_exit_1(tmp_path: Path) -> None:
     server = FakeServer()
     try:
