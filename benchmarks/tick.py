@@ -14,12 +14,14 @@ and one tick runs, which starts as many queued jobs. Printed: the tick's time (m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import pstats
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -28,7 +30,7 @@ from scale import PG
 from sqlalchemy import select
 
 from nanum.protocol import GpuInfo, Heartbeat, JobStatus, NodeInfo
-from nanum.server.callers import NodeCaller
+from nanum.server.callers import Caller, NodeCaller
 from nanum.server.context import ServerContext
 from nanum.server.job_schemas import JobSubmit
 from nanum.server.limits import MAX_ARRAY_TASKS
@@ -76,21 +78,27 @@ def main() -> None:
     parser.add_argument("--db", choices=["postgres", "sqlite"], default="postgres")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="nanum-tick-") as tmp:
-        if args.db == "postgres":
-            with pg_schema(PG) as url:
-                run(args, Path(tmp), url)
-        else:
-            run(args, Path(tmp), f"sqlite:///{tmp}/nanum.db")
+    with services(args.db) as (ctx, caller):
+        run(args, ctx, caller)
 
 
-def run(args: argparse.Namespace, tmp: Path, url: str) -> None:
-    db = Database(url)
-    upgrade(db)
-    ctx = ServerContext.create(ServerSettings(home=tmp / "home"), db)
-    accounts.create_user(ctx, UserIn(name="bench", labs=["fleet"], unix_user="nobody"), "bench-token")
-    with ctx.db.read() as s:
-        caller = accounts.caller_for(s, s.scalars(select(UserRow).where(UserRow.name == "bench")).one())
+@contextlib.contextmanager
+def services(db: str) -> Iterator[tuple[ServerContext, Caller]]:
+    """The server's services over a fresh database (`postgres`: a schema of its own, dropped afterwards; `sqlite`),
+    and a user, bench, in lab fleet."""
+    with tempfile.TemporaryDirectory(prefix="nanum-bench-") as tmp, contextlib.ExitStack() as stack:
+        url = stack.enter_context(pg_schema(PG)) if db == "postgres" else f"sqlite:///{tmp}/nanum.db"
+        database = Database(url)
+        upgrade(database)
+        ctx = ServerContext.create(ServerSettings(home=Path(tmp) / "home"), database)
+        accounts.create_user(ctx, UserIn(name="bench", labs=["fleet"], unix_user="nobody"), "bench-token")
+        with ctx.db.read() as s:
+            caller = accounts.caller_for(s, s.scalars(select(UserRow).where(UserRow.name == "bench")).one())
+        yield ctx, caller
+        database.dispose()
+
+
+def run(args: argparse.Namespace, ctx: ServerContext, caller: Caller) -> None:
     began = time.perf_counter()
     fleet = Fleet(ctx, args.nodes, args.gpus)
     for name in fleet.infos:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from nanum.protocol import GpuProcess, GpuSample, Heartbeat, JobSample, Sample
+from nanum.protocol import GpuProcess, GpuSample, Heartbeat, HeartbeatReply, JobSample, Sample
 from tests.server.fakeagent import FakeAgent
 
 
@@ -45,3 +45,10 @@ class MonitoredAgent(FakeAgent):
         beat = super().heartbeat()
         beat.samples, self.samples = self.samples, []
         return beat
+
+    def beat(self, wait_s: float = 0.0) -> HeartbeatReply:
+        """One heartbeat, then the server's write of the readings it brought (which its writer makes within about a
+        second: `nanum.server.monitoring.FLUSH_S`)."""
+        reply = super().beat(wait_s)
+        self.client.app.state.monitoring.flush()
+        return reply

@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from nanum.server.app import create_app
 from nanum.server.context import ServerContext
 from nanum.server.services import accounts, history
 from nanum.store import EventRow, GpuSampleRow
-from tests.server.asgiclient import AsgiClient
+from tests.server.asgiclient import AsgiClient, serve
 from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, submit, tick
+from tests.server.fakeagent import FakeAgent
 from tests.server.monitoredagent import MonitoredAgent
 
 
@@ -71,6 +73,74 @@ def test_readings_become_a_jobs_utilisation_and_timeline(client: AsgiClient, nod
     usage = client.get(f"/api/v1/jobs/{job_id}/usage", headers=auth(ALICE)).json()
     assert [p[1] for p in usage["timeline"]] == [40.0, 60.0, 80.0]
     assert usage["gpu_memory_peak_mb"] == 30000 and usage["gpu_memory_mb"] == 81920
+
+
+def test_readings_of_many_nodes_are_written_together_and_a_removed_nodes_are_dropped(
+    client: AsgiClient, node: MonitoredAgent, ctx: ServerContext
+) -> None:
+    """The server writes the readings heartbeats bring about once a second, every node's in one go: a node removed
+    while its readings wait must not cost the others theirs."""
+    other = MonitoredAgent(client, "gpu-02", accounts.add_node(ctx, "gpu-02"), gpus=4)
+    gone = MonitoredAgent(client, "gpu-03", accounts.add_node(ctx, "gpu-03"), gpus=4)
+    for agent in (other, gone):
+        FakeAgent.beat(agent)
+    first, second = run_job(client, node, gpus=4), run_job(client, node, gpus=0, cpus=1)
+    mine = int(submit(client, gpus=4)["id"])  # type: ignore[call-overload]
+    tick(client)
+    FakeAgent.beat(other)
+    FakeAgent.beat(other)
+    assert job(client, mine)["state"] == "running" and job(client, first)["state"] == "running"
+    for agent, util in ((node, 40.0), (other, 70.0), (gone, 0.0)):
+        agent.read(util=util)
+        FakeAgent.beat(agent)  # sent, not yet written
+    assert "gpu_util" not in job(client, first) and "gpu_util" not in job(client, mine)
+    r = client.request("DELETE", "/api/v1/nodes/gpu-03", headers=auth(ADMIN))
+    assert r.status_code == 204, r.text
+    assert client.app.state.monitoring.flush() == 3
+    assert job(client, first)["gpu_util"] == 40.0 and job(client, mine)["gpu_util"] == 70.0
+    assert "gpu_util" not in job(client, second)  # it holds no GPU
+    with ctx.db.read() as s:
+        nodes = set(s.scalars(select(GpuSampleRow.node_id).distinct()))
+    assert len(nodes) == 2
+
+
+def test_readings_the_database_refuses_cost_no_other_node_its_own(
+    client: AsgiClient, node: MonitoredAgent, ctx: ServerContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A forged or broken agent reports 2 TiB in use on each of 4 GPUs: its job's memory (their sum) is more than
+    PostgreSQL's integer holds, and the whole batch is refused. The other nodes' readings are still written, the
+    bad node's are dropped with a warning, and nothing is left to fail again."""
+    other = MonitoredAgent(client, "gpu-02", accounts.add_node(ctx, "gpu-02"), gpus=4)
+    FakeAgent.beat(other)
+    bad = run_job(client, node, gpus=4)
+    good = int(submit(client, gpus=4)["id"])  # type: ignore[call-overload]
+    tick(client)
+    FakeAgent.beat(other)
+    FakeAgent.beat(other)
+    node.read(util=10.0, memory_mb=2**31 - 1)
+    other.read(util=70.0)
+    FakeAgent.beat(node)
+    FakeAgent.beat(other)
+    assert client.app.state.monitoring.flush() == 2
+    assert job(client, good)["gpu_util"] == 70.0
+    if ctx.db.is_postgres:
+        assert "gpu_util" not in job(client, bad)
+        assert "dropped 1 GPU readings of node id" in caplog.text
+    assert client.app.state.monitoring.flush() == 0  # nothing waits
+
+
+def test_a_server_that_stops_writes_the_readings_it_was_sent(ctx: ServerContext) -> None:
+    app = create_app(ctx, run_scheduler=False)
+    with serve(app) as client:
+        node = MonitoredAgent(client, "gpu-01", accounts.add_node(ctx, "gpu-01"), gpus=4)
+        FakeAgent.beat(node)
+        job_id = run_job(client, node, gpus=1)
+        node.read(util=55.0)
+        FakeAgent.beat(node)  # the writer runs only every second: the server stops first
+    app.state.scheduler.leadership.release()
+    with ctx.db.read() as s:
+        utils = list(s.scalars(select(GpuSampleRow.util).where(GpuSampleRow.job_id == job_id)))
+    assert utils == [55.0]
 
 
 def test_a_gpu_used_outside_nanum_is_not_handed_out(client: AsgiClient, node: MonitoredAgent) -> None:

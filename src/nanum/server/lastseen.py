@@ -19,16 +19,13 @@ an agent that the database does not know for longer than that.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import threading
 import time
 
 from sqlalchemy import bindparam, or_, select
 
+from nanum.server.periodic import flush_every
 from nanum.store import Database, NodeRow, table
-
-log = logging.getLogger("nanum.server")
 
 #: How often the noted times are written (seconds).
 FLUSH_S = 1.0
@@ -147,20 +144,4 @@ class LastSeen:
 
     async def run(self, db: Database) -> None:
         """Flush every `FLUSH_S` until cancelled, then once more (a server stopping writes what it heard)."""
-        failing = False
-        try:
-            while True:
-                await asyncio.sleep(FLUSH_S)
-                try:
-                    await asyncio.to_thread(self.flush, db)
-                except Exception:
-                    if not failing:
-                        log.warning("could not write when nodes were last heard from; retrying", exc_info=True)
-                    failing = True
-                else:
-                    failing = False
-        finally:
-            try:
-                await asyncio.to_thread(self.flush, db)
-            except Exception:
-                log.warning("could not write when nodes were last heard from", exc_info=True)
+        await flush_every(FLUSH_S, lambda: self.flush(db), "when nodes were last heard from")

@@ -1,7 +1,7 @@
 """The agent endpoint: one heartbeat in, the node's desired jobs out, held open while nothing changes.
 
-Readings the heartbeat carries are recorded first (`nanum.server.monitoring`), so a job released for being idle
-is already off the node's list in this reply.
+Readings the heartbeat carries are kept for the next batched write (`nanum.server.monitoring`): recording them
+is no part of the reply.
 
 A heartbeat that reports jobs' ends, while jobs wait to start and this server schedules, is answered once the tick
 it asked for has run (at most `NEXT_TICK_WAIT_S`), with the jobs that tick started on the node: the node starts
@@ -66,7 +66,7 @@ async def heartbeat(ctx: Context, node: NodeDep, request: Request,
     ticket = signals.arrive(node.name)  # an older heartbeat of this node still held returns now
     changed = signals.event(node.name)
     if body.samples:
-        await run_in_threadpool(request.app.state.monitoring.record, node.id, body.samples)
+        request.app.state.monitoring.receive(node.id, body.samples)
     # Most of a fleet's heartbeats are answered from memory, here on the event loop; the rest in a thread.
     recalled = agent.recall(ctx, node, body)
     outcome = recalled if recalled is not None else await run_in_threadpool(

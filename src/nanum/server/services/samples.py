@@ -1,7 +1,8 @@
 """Recording a node's readings: GPU rows at full rate, the node's latest reading, each job's tally and idle state.
 
-Called for every heartbeat that carries samples, in one short write transaction of its own, before the heartbeat
-itself is handled (so a job released for idleness is already off the node's desired list in the reply):
+Called about once a second with the readings of every node heard from meanwhile, all in one write transaction
+(`nanum.server.monitoring.Monitoring.flush`), with a statement or two for each step, whatever the number of
+nodes:
 
 1. raw rows in `gpu_samples` (a reading resent after a dropped request is stored once);
 2. the node's latest reading in `node_live`, with the GPUs on which a process runs that no job holding that
@@ -13,12 +14,14 @@ itself is handled (so a job released for idleness is already off the node's desi
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, NamedTuple
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -52,25 +55,35 @@ class Recorded:
     rogue_changed: bool = False
 
 
-def record(ctx: ServerContext, node_id: int, samples: list[Sample], now: float) -> Recorded:
-    """Store one heartbeat's readings; see the module docstring."""
+def record(ctx: ServerContext, batch: Mapping[int, list[Sample]], now: float) -> Recorded:
+    """Store the readings of several nodes (node id → its new readings) in one transaction; see the module
+    docstring. Readings of a node removed since are dropped."""
+    batch = {node_id: sorted(samples, key=lambda x: x.time) for node_id, samples in batch.items() if samples}
     out = Recorded()
-    if not samples:
+    if not batch:
         return out
-    samples = sorted(samples, key=lambda x: x.time)
     with ctx.db.write() as s:
-        query = select(AllocationRow.gpu_index, AllocationRow.job_id).where(
-            AllocationRow.node_id == node_id, AllocationRow.gpu_index.is_not(None)  # jobs that hold no GPU here
+        # FOR KEY SHARE: a node removed meanwhile would fail the whole write on its readings' foreign keys.
+        alive = select(NodeRow.id).where(NodeRow.id.in_(sorted(batch))).order_by(NodeRow.id)
+        nodes = list(s.scalars(alive.with_for_update(read=True, key_share=True)))
+        if not nodes:
+            return out
+        query = select(AllocationRow.node_id, AllocationRow.gpu_index, AllocationRow.job_id).where(
+            AllocationRow.node_id.in_(nodes), AllocationRow.gpu_index.is_not(None)  # jobs that hold no GPU here
         )
-        holders = {gpu: job_id for gpu, job_id in s.execute(query) if gpu is not None}
-        _insert_raw(s, node_id, samples, holders)
-        out.rogue_changed = _update_live(s, node_id, samples[-1], holders)
-        if holders:
-            _record_jobs(s, node_id, samples, holders, now, out)
+        holders: dict[int, dict[int, int]] = {node_id: {} for node_id in nodes}
+        for node_id, gpu, job_id in s.execute(query):
+            if gpu is not None:
+                holders[node_id][gpu] = job_id
+        _insert_raw(s, [(node_id, batch[node_id], holders[node_id]) for node_id in nodes])
+        out.rogue_changed = _update_live(s, {node_id: (batch[node_id][-1], holders[node_id]) for node_id in nodes})
+        busy = [node_id for node_id in nodes if holders[node_id]]
+        if busy:
+            _record_jobs(s, {node_id: (batch[node_id], holders[node_id]) for node_id in busy}, now, out)
     return out
 
 
-def _insert_raw(s: Session, node_id: int, samples: list[Sample], holders: dict[int, int]) -> None:
+def _insert_raw(s: Session, nodes: list[tuple[int, list[Sample], dict[int, int]]]) -> None:
     rows = [
         {
             "node_id": node_id,
@@ -86,6 +99,7 @@ def _insert_raw(s: Session, node_id: int, samples: list[Sample], holders: dict[i
             "temperature_c": g.temperature_c,
             "n": 1,
         }
+        for node_id, samples, holders in nodes
         for sample in samples
         for g in sample.gpus
     ]
@@ -117,73 +131,147 @@ def rogue_gpus(gpus: Iterable[GpuSample], holders: dict[int, int]) -> list[int]:
     return sorted({g.index for g in gpus for p in g.processes if p.job_id is None or p.job_id != holders.get(g.index)})
 
 
-def _update_live(s: Session, node_id: int, last: Sample, holders: dict[int, int]) -> bool:
-    rogue = rogue_gpus(last.gpus, holders)
-    gpus = [g.model_dump(exclude_none=True) for g in last.gpus]
-    jobs = [j.model_dump(exclude_none=True) for j in last.jobs]
-    row = s.get(NodeLiveRow, node_id)
-    if row is None:
-        s.add(NodeLiveRow(node_id=node_id, time=last.time, gpus=gpus, jobs=jobs, rogue=rogue))
-        return bool(rogue)
-    if last.time < row.time:
-        return False
-    changed = list(row.rogue or []) != rogue
-    row.time, row.gpus, row.jobs, row.rogue = last.time, gpus, jobs, rogue
+def _update_live(s: Session, nodes: dict[int, tuple[Sample, dict[int, int]]]) -> bool:
+    """Each node's latest reading and its GPUs used outside nanum; True if those GPUs changed on any node."""
+    rows = {row.node_id: row for row in s.scalars(select(NodeLiveRow).where(NodeLiveRow.node_id.in_(list(nodes))))}
+    changed = False
+    for node_id, (last, holders) in nodes.items():
+        rogue = rogue_gpus(last.gpus, holders)
+        gpus = [g.model_dump(exclude_none=True) for g in last.gpus]
+        jobs = [j.model_dump(exclude_none=True) for j in last.jobs]
+        row = rows.get(node_id)
+        if row is None:
+            s.add(NodeLiveRow(node_id=node_id, time=last.time, gpus=gpus, jobs=jobs, rogue=rogue))
+            changed |= bool(rogue)
+        elif last.time >= row.time:
+            changed |= list(row.rogue or []) != rogue
+            row.time, row.gpus, row.jobs, row.rogue = last.time, gpus, jobs, rogue
     return changed
 
 
 # -- jobs ------------------------------------------------------------------------------------------------------
 
 
-def _record_jobs(
-    s: Session, node_id: int, samples: list[Sample], holders: dict[int, int], now: float, out: Recorded
-) -> None:
-    gpus_of: dict[int, list[int]] = defaultdict(list)
-    for gpu, job_id in holders.items():
-        gpus_of[job_id].append(gpu)
-    jobs = s.execute(
-        select(JobRow, UserRow.name).join(UserRow, UserRow.id == JobRow.user_id).where(JobRow.id.in_(list(gpus_of)))
-    ).all()
-    stats = {r.job_id: r for r in s.scalars(select(JobStatsRow).where(JobStatsRow.job_id.in_(list(gpus_of))))}
-    server, labs = monitor_settings.policies(s)
-    hardware = _hardware(s, node_id)
-    for job, user in jobs:
-        if job.state != "running" or job.stop is not None:
-            continue
-        row = stats.get(job.id) or _new_stats(s, job.id, hardware, gpus_of[job.id])
-        policy = labs.get(job.lab_id, server)
-        steps = _fold(row, node_id, samples, sorted(gpus_of[job.id]), policy, job.kind, now)
-        for step in steps:
-            _apply(s, job, user, row, step, now, out)
+class _Job(NamedTuple):
+    id: int
+    name: str
+    user_id: int
+    lab_id: int
+    kind: str
+    user: str
 
 
-def _hardware(s: Session, node_id: int) -> dict[int, tuple[str, int]]:
-    inventory = s.scalar(select(NodeRow.inventory).where(NodeRow.id == node_id)) or {}
-    return {int(g["index"]): (str(g.get("model", "")), int(g.get("memory_mb", 0))) for g in inventory.get("gpus", ())}
-
-
-def _new_stats(s: Session, job_id: int, hardware: dict[int, tuple[str, int]], gpus: list[int]) -> JobStatsRow:
-    model, memory = hardware.get(min(gpus), ("", 0)) if gpus else ("", 0)
-    row = JobStatsRow(
-        job_id=job_id,
-        readings=0,
-        util_sum=0.0,
-        util_peak=0.0,
-        memory_sum=0.0,
-        memory_peak=0,
-        cpu_sum=0.0,
-        idle=0,
-        idle_stage="active",
-        gpu_model=model or None,
-        gpu_memory_mb=memory or None,
-        marks={},
+def _record_jobs(s: Session, nodes: dict[int, tuple[list[Sample], dict[int, int]]], now: float, out: Recorded) -> None:
+    """Fold each node's readings into the tallies and idle states of the running jobs holding its GPUs."""
+    gpus_of: dict[int, dict[int, list[int]]] = {}  # node → job → its GPUs there
+    for node_id, (_, holders) in nodes.items():
+        mine: dict[int, list[int]] = defaultdict(list)
+        gpus_of[node_id] = mine
+        for gpu, job_id in holders.items():
+            mine[job_id].append(gpu)
+    ids = sorted({job_id for mine in gpus_of.values() for job_id in mine})
+    query = (
+        select(JobRow.id, JobRow.name, JobRow.user_id, JobRow.lab_id, JobRow.kind, UserRow.name)
+        .join(UserRow, UserRow.id == JobRow.user_id)
+        .where(JobRow.id.in_(ids), JobRow.state == "running", JobRow.stop.is_(None))
     )
-    s.add(row)
-    return row
+    jobs = {row[0]: _Job(*row) for row in s.execute(query)}
+    loaded = s.execute(select(*_STATS_READ).where(JOB_STATS.c.job_id.in_(list(jobs))))
+    stats = {row.job_id: SimpleNamespace(**row._asdict()) for row in loaded}
+    server, labs = monitor_settings.policies(s)
+    new = [node_id for node_id, mine in gpus_of.items() if any(j in jobs and j not in stats for j in mine)]
+    hardware = _hardware(s, new) if new else {}
+    created: dict[int, SimpleNamespace] = {}
+    folded: dict[int, SimpleNamespace] = {}
+    for node_id, mine in gpus_of.items():
+        samples = nodes[node_id][0]
+        for job_id, gpus in mine.items():
+            job = jobs.get(job_id)
+            if job is None:  # not running, or asked to stop (by this batch too)
+                continue
+            row = stats.get(job_id)
+            if row is None:
+                row = stats[job_id] = created[job_id] = _new_stats(job_id, hardware.get(node_id, {}), gpus)
+            folded[job_id] = row
+            steps = _fold(row, node_id, samples, sorted(gpus), labs.get(job.lab_id, server), job.kind, now)
+            for step in steps:
+                if _apply(s, job, row, step, now, out):
+                    del jobs[job_id]
+                    break
+    _write_stats(s, [r for j, r in folded.items() if j not in created], list(created.values()))
+
+
+#: The columns of a job's tally that its readings change (`_fold`, `_apply`), with their types on PostgreSQL.
+_STATS_WRITTEN = {
+    "readings": "INTEGER", "util_sum": "FLOAT8", "util_peak": "FLOAT8", "memory_sum": "FLOAT8",
+    "memory_peak": "INTEGER", "cpu_sum": "FLOAT8", "idle": "INTEGER", "first": "FLOAT8", "last": "FLOAT8",
+    "util_now": "FLOAT8", "memory_now": "INTEGER", "cpu_now": "FLOAT8", "idle_stage": "TEXT", "idle_since": "FLOAT8",
+    "idle_last_time": "FLOAT8", "idle_last_memory": "INTEGER", "idle_last_activity": "FLOAT8",
+    "flagged_at": "FLOAT8", "marks": "JSON",
+}  # fmt: skip
+JOB_STATS = table(JobStatsRow)
+_STATS_READ = (JOB_STATS.c.job_id, *(JOB_STATS.c[name] for name in _STATS_WRITTEN))
+#: The tallies of many jobs in one statement on PostgreSQL, its text the same whatever their number (so compiled
+#: once): each column a typed array, read by `unnest`. JSON goes as text.
+_UPDATE_STATS_PG = text(
+    "UPDATE job_stats SET "
+    + ", ".join(f"{name} = CAST(v.{name} AS JSON)" if kind == "JSON" else f"{name} = v.{name}"
+                for name, kind in _STATS_WRITTEN.items())
+    + " FROM unnest(CAST(:job_id AS INTEGER[]), "
+    + ", ".join(f"CAST(:{name} AS {'TEXT' if kind == 'JSON' else kind}[])" for name, kind in _STATS_WRITTEN.items())
+    + f") AS v(job_id, {', '.join(_STATS_WRITTEN)}) WHERE job_stats.job_id = v.job_id"
+)
+#: Elsewhere (SQLite), one UPDATE run for each job (`executemany`).
+_UPDATE_STATS = (
+    JOB_STATS.update()
+    .where(JOB_STATS.c.job_id == bindparam("b_job_id"))
+    .values({name: bindparam(f"b_{name}") for name in _STATS_WRITTEN})
+)
+
+
+def _write_stats(s: Session, changed: list[SimpleNamespace], created: list[SimpleNamespace]) -> None:
+    """Store the tallies folded here: one statement for the changed, one for the new."""
+    conn = s.connection()
+    if changed and conn.dialect.name == "postgresql":
+        columns: dict[str, list[Any]] = {"job_id": [r.job_id for r in changed]}
+        for name, kind in _STATS_WRITTEN.items():
+            values = [getattr(r, name) for r in changed]
+            columns[name] = [None if v is None else _AS[kind](v) for v in values]
+        conn.execute(_UPDATE_STATS_PG, columns)
+    elif changed:
+        conn.execute(_UPDATE_STATS, [
+            {"b_job_id": r.job_id, **{f"b_{name}": getattr(r, name) for name in _STATS_WRITTEN}} for r in changed])
+    if created:
+        conn.execute(JOB_STATS.insert(), [vars(r) for r in created])
+
+
+#: How a value is sent in a column's array (an array holds one type: an integer-valued float must not go as one).
+_AS: dict[str, Callable[[Any], Any]] = {"INTEGER": round, "FLOAT8": float, "TEXT": str, "JSON": json.dumps}
+
+
+def _hardware(s: Session, nodes: list[int]) -> dict[int, dict[int, tuple[str, int]]]:
+    """Node → GPU index → (model, memory in MB)."""
+    return {
+        node_id: {int(g["index"]): (str(g.get("model", "")), int(g.get("memory_mb", 0)))
+                  for g in (inventory or {}).get("gpus", ())}
+        for node_id, inventory in s.execute(select(NodeRow.id, NodeRow.inventory).where(NodeRow.id.in_(nodes)))
+    }
+
+
+def _new_stats(job_id: int, hardware: dict[int, tuple[str, int]], gpus: list[int]) -> SimpleNamespace:
+    """A job's first tally (written by `_write_stats`)."""
+    model, memory = hardware.get(min(gpus), ("", 0)) if gpus else ("", 0)
+    return SimpleNamespace(
+        job_id=job_id, readings=0, util_sum=0.0, util_peak=0.0, memory_sum=0.0, memory_peak=0, cpu_sum=0.0, idle=0,
+        first=None, last=None, util_now=None, memory_now=None, cpu_now=None, idle_stage="active", idle_since=None,
+        idle_last_time=None, idle_last_memory=None, idle_last_activity=None, flagged_at=None, marks={},
+        gpu_model=model or None, gpu_memory_mb=memory or None,
+    )
 
 
 def _fold(
-    row: JobStatsRow, node_id: int, samples: list[Sample], gpus: list[int], policy: IdlePolicy, kind: str, now: float
+    row: SimpleNamespace, node_id: int, samples: list[Sample], gpus: list[int], policy: IdlePolicy, kind: str,
+    now: float,
 ) -> list[Step]:
     """Add the node's new readings of one job to its tally and idle state; return the idle steps."""
     mark = float((row.marks or {}).get(str(node_id), 0.0))
@@ -227,7 +315,7 @@ def _reading(sample: Sample, job_id: int, gpus: list[int]) -> Reading | None:
     )
 
 
-def tally_of(row: JobStatsRow) -> Tally:
+def tally_of(row: JobStatsRow | SimpleNamespace) -> Tally:
     return Tally(
         readings=row.readings or 0,
         util_sum=row.util_sum or 0.0,
@@ -241,7 +329,7 @@ def tally_of(row: JobStatsRow) -> Tally:
     )
 
 
-def idle_state_of(row: JobStatsRow) -> IdleState:
+def idle_state_of(row: SimpleNamespace) -> IdleState:
     return IdleState(
         stage=Stage(row.idle_stage or "active"),
         idle_since=row.idle_since,
@@ -251,7 +339,7 @@ def idle_state_of(row: JobStatsRow) -> IdleState:
     )
 
 
-def _store(row: JobStatsRow, tally: Tally, state: IdleState) -> None:
+def _store(row: SimpleNamespace, tally: Tally, state: IdleState) -> None:
     row.readings, row.util_sum, row.util_peak = tally.readings, tally.util_sum, tally.util_peak
     row.memory_sum, row.memory_peak, row.cpu_sum, row.idle = (
         tally.memory_sum,
@@ -264,20 +352,23 @@ def _store(row: JobStatsRow, tally: Tally, state: IdleState) -> None:
     row.idle_last_memory, row.idle_last_activity = state.last_memory_mb, state.last_activity
 
 
-def _apply(s: Session, job: JobRow, user: str, row: JobStatsRow, step: Step, now: float, out: Recorded) -> None:
-    """Make one idle step happen: an event with its evidence, a notice, and for a release the stop."""
+def _apply(s: Session, job: _Job, row: SimpleNamespace, step: Step, now: float, out: Recorded) -> bool:
+    """Make one idle step happen: an event with its evidence, a notice, and for a release the stop. True if the
+    job was released."""
     if step.kind is StepKind.CLEAR:
         row.flagged_at = None
         lifecycle.event(s, job.id, now, step.kind.value, step.evidence)
-        return
+        return False
     if step.kind is StepKind.FLAG:
         row.flagged_at = now
         message = f"job {job.id} ({job.name}) looks idle and is flagged; it keeps its GPUs for now"
     else:
         message = f"job {job.id} ({job.name}) was idle too long: asked to checkpoint and stop, its GPUs released"
     lifecycle.event(s, job.id, now, step.kind.value, step.evidence)
-    out.notices.append(Notice(step.kind.value, job.id, job.name, job.user_id, user, f"{message} ({step.evidence})"))
-    if step.kind is StepKind.RELEASE:
-        locked = s.scalars(select(JobRow).where(JobRow.id == job.id).with_for_update()).one()
-        locked.reason = f"released after being idle ({step.evidence.split(';')[0]})"
-        out.woken |= lifecycle.request_stop(s, locked, "cancel", now, locked.reason)
+    out.notices.append(Notice(step.kind.value, job.id, job.name, job.user_id, job.user, f"{message} ({step.evidence})"))
+    if step.kind is not StepKind.RELEASE:
+        return False
+    locked = s.scalars(select(JobRow).where(JobRow.id == job.id).with_for_update()).one()
+    locked.reason = f"released after being idle ({step.evidence.split(';')[0]})"
+    out.woken |= lifecycle.request_stop(s, locked, "cancel", now, locked.reason)
+    return True
