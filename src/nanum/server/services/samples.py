@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam, select, text
+from sqlalchemy import Integer, any_, bindparam, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -64,12 +64,12 @@ def record(ctx: ServerContext, batch: Mapping[int, list[Sample]], now: float) ->
         return out
     with ctx.db.write() as s:
         # FOR KEY SHARE: a node removed meanwhile would fail the whole write on its readings' foreign keys.
-        alive = select(NodeRow.id).where(NodeRow.id.in_(sorted(batch))).order_by(NodeRow.id)
+        alive = select(NodeRow.id).where(_among(s, NodeRow.id, sorted(batch))).order_by(NodeRow.id)
         nodes = list(s.scalars(alive.with_for_update(read=True, key_share=True)))
         if not nodes:
             return out
         query = select(AllocationRow.node_id, AllocationRow.gpu_index, AllocationRow.job_id).where(
-            AllocationRow.node_id.in_(nodes), AllocationRow.gpu_index.is_not(None)  # jobs that hold no GPU here
+            _among(s, AllocationRow.node_id, nodes), AllocationRow.gpu_index.is_not(None)  # jobs that hold no GPU here
         )
         holders: dict[int, dict[int, int]] = {node_id: {} for node_id in nodes}
         for node_id, gpu, job_id in s.execute(query):
@@ -83,28 +83,48 @@ def record(ctx: ServerContext, batch: Mapping[int, list[Sample]], now: float) ->
     return out
 
 
+def _among(s: Session, column: Any, ids: list[int]) -> Any:
+    """`column IN ids`; on PostgreSQL `column = ANY(array)`, whose text is the same whatever the number of ids (so
+    neither SQLAlchemy nor psycopg builds it anew for each batch)."""
+    if s.get_bind().dialect.name == "postgresql":
+        return column == any_(bindparam(None, ids, type_=postgresql.ARRAY(Integer)))
+    return column.in_(ids)
+
+
 def _insert_raw(s: Session, nodes: list[tuple[int, list[Sample], dict[int, int]]]) -> None:
     rows = [
-        {
-            "node_id": node_id,
-            "gpu_index": g.index,
-            "res": 0,
-            "at": sample.time,
-            "job_id": _holder(sample, holders, g.index),
-            "util": g.util,
-            "util_max": g.util,
-            "memory_mb": float(g.memory_mb),
-            "memory_max": g.memory_mb,
-            "power_w": g.power_w,
-            "temperature_c": g.temperature_c,
-            "n": 1,
-        }
+        (node_id, g.index, sample.time, _holder(sample, holders, g.index), g.util, g.memory_mb, g.power_w,
+         g.temperature_c)
         for node_id, samples, holders in nodes
         for sample in samples
         for g in sample.gpus
-    ]
-    if rows:
-        s.connection().execute(insert_ignoring_duplicates(s), rows)
+    ]  # fmt: skip
+    if not rows:
+        return
+    conn = s.connection()
+    if conn.dialect.name == "postgresql":
+        node, gpu, at, job, util, memory, power, temperature = (list(column) for column in zip(*rows, strict=True))
+        conn.execute(_INSERT_RAW_PG, {
+            "node": node, "gpu": gpu, "at": [float(t) for t in at], "job": job, "util": [float(u) for u in util],
+            "memory": memory, "power": [None if w is None else float(w) for w in power],
+            "temperature": [None if c is None else float(c) for c in temperature]})
+        return
+    conn.execute(insert_ignoring_duplicates(s), [
+        {"node_id": node, "gpu_index": gpu, "res": 0, "at": at, "job_id": job, "util": util, "util_max": util,
+         "memory_mb": float(memory), "memory_max": memory, "power_w": power, "temperature_c": temperature, "n": 1}
+        for node, gpu, at, job, util, memory, power, temperature in rows])
+
+
+#: Raw readings on PostgreSQL in one statement whatever their number (compiled once), each column an array read by
+#: `unnest`; a reading resent after a dropped request is stored once (as `insert_ignoring_duplicates`).
+_INSERT_RAW_PG = text(
+    "INSERT INTO gpu_samples (node_id, gpu_index, res, at, job_id, util, util_max, memory_mb, memory_max, power_w,"
+    " temperature_c, n) SELECT node, gpu, 0, at, job, util, util, memory, memory, power, temperature, 1 FROM"
+    " unnest(CAST(:node AS INTEGER[]), CAST(:gpu AS INTEGER[]), CAST(:at AS FLOAT8[]), CAST(:job AS INTEGER[]),"
+    " CAST(:util AS FLOAT8[]), CAST(:memory AS INTEGER[]), CAST(:power AS FLOAT8[]), CAST(:temperature AS FLOAT8[]))"
+    " AS r(node, gpu, at, job, util, memory, power, temperature)"
+    " ON CONFLICT (node_id, gpu_index, res, at, job_id) DO NOTHING"
+)
 
 
 def _holder(sample: Sample, holders: dict[int, int], gpu: int) -> int:
@@ -133,7 +153,8 @@ def rogue_gpus(gpus: Iterable[GpuSample], holders: dict[int, int]) -> list[int]:
 
 def _update_live(s: Session, nodes: dict[int, tuple[Sample, dict[int, int]]]) -> bool:
     """Each node's latest reading and its GPUs used outside nanum; True if those GPUs changed on any node."""
-    rows = {row.node_id: row for row in s.scalars(select(NodeLiveRow).where(NodeLiveRow.node_id.in_(list(nodes))))}
+    query = select(NodeLiveRow).where(_among(s, NodeLiveRow.node_id, list(nodes)))
+    rows = {row.node_id: row for row in s.scalars(query)}
     changed = False
     for node_id, (last, holders) in nodes.items():
         rogue = rogue_gpus(last.gpus, holders)
@@ -173,10 +194,10 @@ def _record_jobs(s: Session, nodes: dict[int, tuple[list[Sample], dict[int, int]
     query = (
         select(JobRow.id, JobRow.name, JobRow.user_id, JobRow.lab_id, JobRow.kind, UserRow.name)
         .join(UserRow, UserRow.id == JobRow.user_id)
-        .where(JobRow.id.in_(ids), JobRow.state == "running", JobRow.stop.is_(None))
+        .where(_among(s, JobRow.id, ids), JobRow.state == "running", JobRow.stop.is_(None))
     )
     jobs = {row[0]: _Job(*row) for row in s.execute(query)}
-    loaded = s.execute(select(*_STATS_READ).where(JOB_STATS.c.job_id.in_(list(jobs))))
+    loaded = s.execute(select(*_STATS_READ).where(_among(s, JOB_STATS.c.job_id, list(jobs))))
     stats = {row.job_id: SimpleNamespace(**row._asdict()) for row in loaded}
     server, labs = monitor_settings.policies(s)
     new = [node_id for node_id, mine in gpus_of.items() if any(j in jobs and j not in stats for j in mine)]
@@ -254,7 +275,7 @@ def _hardware(s: Session, nodes: list[int]) -> dict[int, dict[int, tuple[str, in
     return {
         node_id: {int(g["index"]): (str(g.get("model", "")), int(g.get("memory_mb", 0)))
                   for g in (inventory or {}).get("gpus", ())}
-        for node_id, inventory in s.execute(select(NodeRow.id, NodeRow.inventory).where(NodeRow.id.in_(nodes)))
+        for node_id, inventory in s.execute(select(NodeRow.id, NodeRow.inventory).where(_among(s, NodeRow.id, nodes)))
     }
 
 
