@@ -316,6 +316,22 @@ def test_a_finished_job_keeps_its_efficiency_summary(client: AsgiClient, node: M
     assert len(usage["timeline"]) == 10
 
 
+def test_jobs_that_finish_together_each_keep_their_own_timeline(client: AsgiClient, node: MonitoredAgent) -> None:
+    first, second = run_job(client, node, gpus=1), run_job(client, node, gpus=2)
+    utils = {g: 30.0 for g in node.running[first].gpus} | {g: 80.0 for g in node.running[second].gpus}
+    now = time.time()
+    for k in range(5):
+        node.read(now - 50 + 10 * k, util=utils)
+    node.beat()
+    node.exit(first, 0)
+    node.exit(second, 1)
+    node.beat()
+    client.app.state.monitoring.maintain()
+    for job_id, util in ((first, 30.0), (second, 80.0)):
+        usage = client.get(f"/api/v1/jobs/{job_id}/usage", headers=auth(ALICE)).json()
+        assert [p[1] for p in usage["timeline"]] == [util] * 5 and usage["efficiency"]["gpu_util_avg"] == util
+
+
 # -- /metrics --------------------------------------------------------------------------------------------------
 
 

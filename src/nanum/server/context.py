@@ -107,6 +107,9 @@ class Caches:
     #: the paths every agent is asked to look for (`services.environments.check_paths`): every heartbeat sends
     #: them. Forgotten at once when this server adds an environment or dataset.
     paths: TtlCache[str, list[str]] = field(default_factory=lambda: TtlCache(5.0))
+    #: the memory (MiB) of each GPU model some node has (`services.history.cluster_models`), read again each minute:
+    #: finished jobs' summaries name the smallest that would have held them
+    models: TtlCache[str, dict[str, int]] = field(default_factory=lambda: TtlCache(60.0))
 
     def forget_labs(self) -> None:
         """A lab was created or changed: forget what was read of labs, and the launches that carry their grace."""

@@ -141,6 +141,26 @@ def job_timeline(
     return []
 
 
+def job_timelines(
+    s: Session, spans: dict[int, tuple[float | None, float]], retention: Retention = Retention()
+) -> dict[int, list[list[float]]]:
+    """`job_timeline` of each job in `spans` (job id → its start and end): those whose latest run lies within the
+    raw readings' retention in one statement, the others one by one."""
+    raw = retention.keep(0)
+    recent = sorted(j for j, (start, end) in spans.items() if (end if start is None else start) >= end - raw)
+    found: dict[int, list[list[float]]] = defaultdict(list)
+    if recent:
+        rows = s.execute(
+            select(GpuSampleRow.job_id, GpuSampleRow.at, func.avg(GpuSampleRow.util), func.avg(GpuSampleRow.memory_mb))
+            .where(GpuSampleRow.job_id.in_(recent), GpuSampleRow.res == 0)
+            .group_by(GpuSampleRow.job_id, GpuSampleRow.at)
+            .order_by(GpuSampleRow.job_id, GpuSampleRow.at)
+        )
+        for job_id, t, u, m in rows:
+            found[job_id].append([float(t), round(float(u), 1), round(float(m))])
+    return {j: found.get(j) or job_timeline(s, j, *spans[j], retention) for j in spans}
+
+
 def gpu_timeline(s: Session, node_id: int, gpu: int, since: float, res: int = 60) -> list[list[float]]:
     """`[[t, util, memory_mb], ...]` of one GPU since `since` at resolution `res`."""
     return _series(s, [GpuSampleRow.node_id == node_id, GpuSampleRow.gpu_index == gpu], res, since)
@@ -183,7 +203,9 @@ def summarise_finished(ctx: ServerContext, limit: int = 200) -> int:
         found = s.execute(query).all()
         if not found:
             return 0
-        models = cluster_models(s)
+        models = ctx.caches.models.get_or_load("", lambda: cluster_models(s))
+        spans = {job.id: (job.start_time, job.end_time or stats.last or 0.0) for stats, job in found}
+        timelines = job_timelines(s, spans)
         for stats, job in found:
             stats.summary = summarize(
                 tally_of(stats),
@@ -193,8 +215,7 @@ def summarise_finished(ctx: ServerContext, limit: int = 200) -> int:
                 cpus=job.cpus or 0,
                 models=models,
             )
-            end = job.end_time or stats.last or 0.0
-            stats.timeline = thin(job_timeline(s, job.id, job.start_time, end))
+            stats.timeline = thin(timelines[job.id])
         return len(found)
 
 
