@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from sqlalchemy import select
+
+from nanum.server.context import ServerContext
+from nanum.store import EventRow, SegmentRow
 from tests.server.asgiclient import AsgiClient
 from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, submit, tick
 from tests.server.fakeagent import FakeAgent
@@ -134,6 +138,38 @@ def test_a_chain_runs_in_order_and_a_failure_cancels_the_rest(client: AsgiClient
     assert job(client, keep)["state"] == "pending"
     cycle(client, agent)
     assert not agent.running
+
+
+def test_jobs_that_end_in_one_report_each_settle_their_own_dependents(
+    client: AsgiClient, agent: FakeAgent, ctx: ServerContext
+) -> None:
+    """A node reports several ends at once (its jobs' writes are then made together): each job gets its own outcome,
+    run segment and event, and each job waiting on them hears of the one it names."""
+    ok, bad, both = (int(submit(client, gpus=1)["id"]) for _ in range(3))  # type: ignore[call-overload]
+    after_ok = int(submit(client, gpus=1, after_ok=[str(ok)])["id"])  # type: ignore[call-overload]
+    after_bad = int(submit(client, gpus=1, after_ok=[str(bad)])["id"])  # type: ignore[call-overload]
+    after_all = int(submit(client, gpus=1, after_ok=[str(ok), str(both)])["id"])  # type: ignore[call-overload]
+    cycle(client, agent)
+    assert set(agent.running) == {ok, bad, both}
+    agent.exit(ok, code=0)
+    agent.exit(bad, code=7)
+    agent.exit(both, code=0)
+    agent.beat()
+    assert [job(client, j)["state"] for j in (ok, bad, both)] == ["completed", "failed", "completed"]
+    assert job(client, bad)["exits"] == [7]
+    got = job(client, after_bad)
+    assert got["state"] == "cancelled"
+    assert got["reason"] == f"cancelled: dependency can never be met: job {bad} failed (--after-ok {bad})"
+    for waiting in (after_ok, after_all):
+        assert job(client, waiting)["reason"] == "dependencies met; waiting for the scheduler"
+    with ctx.db.read() as s:
+        for j in (ok, bad, both):
+            kinds = list(s.scalars(select(EventRow.kind).where(EventRow.job_id == j).order_by(EventRow.id)))
+            assert kinds[-1] == ("failed" if j == bad else "completed") and kinds.count(kinds[-1]) == 1
+            [(gpus, outcome)] = s.execute(select(SegmentRow.gpus, SegmentRow.outcome).where(SegmentRow.job_id == j))
+            assert gpus == 1 and outcome == ("failed" if j == bad else "completed")
+    cycle(client, agent)
+    assert set(agent.running) == {after_ok, after_all}
 
 
 def test_a_dependency_that_cannot_be_met_is_refused_at_submit(client: AsgiClient) -> None:

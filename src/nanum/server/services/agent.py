@@ -2,7 +2,7 @@
 
 One heartbeat, in one transaction: store the node's inventory and mark it up; for each job the agent reports,
 record it running, keep a job that was requeued while its node was silent (`lifecycle.recover`), or process its
-exit (`lifecycle.part_exited`) and acknowledge it; then build the node's desired list, and find which of the jobs
+exit (`lifecycle.parts_exited`) and acknowledge it; then build the node's desired list, and find which of the jobs
 it names run here. Log chunks are appended to `$HOME/logs/<job_id>.log` after the transaction. A heartbeat that
 would change nothing but the node's `last_seen` is answered from a read transaction instead, and its time written
 with others' a moment later (`nanum.server.lastseen`): most heartbeats of a quiet fleet are such.
@@ -488,6 +488,7 @@ def _record_jobs(
     acks: list[int] = []
     woken: set[str] = set()
     ended: set[int] | None = set()
+    exited: list[tuple[JobRow, JobStatus]] = []
     for st in changing:
         job = rows.get(st.job_id)
         if job is not None and st.state != "running" and st.run is not None and st.run != job.runs:
@@ -506,10 +507,11 @@ def _record_jobs(
                 woken.add(node.name)
             continue
         if job is not None and job.id in held:
-            woken |= lifecycle.part_exited(s, job, node, st, now)
+            exited.append((job, st))
             if ended is not None:
                 ended.add(job.id)
         acks.append(st.job_id)
+    woken |= lifecycle.parts_exited(s, node, exited, now)
     freed = _release_unheld(s, node, held, stored, {st.job_id for st in hb.jobs}, now)
     return acks, woken, freed, None if woken or freed else ended
 

@@ -249,13 +249,15 @@ def _cap_ahead(s: Session, jobs: list[dict[str, Any]]) -> None:
 # -- settling dependents when a job ends -----------------------------------------------------------------------
 
 
-def dependents(s: Session, job: JobRow) -> list[JobRow]:
-    """Pending and held jobs that name `job` (or its array) among their dependencies, in id order, locked."""
-    names = {str(job.id)}
-    if job.array_id is not None:
-        names |= {str(job.array_id), f"{job.array_id}_{job.array_task}"}
+def dependents(s: Session, jobs: list[JobRow]) -> list[JobRow]:
+    """Pending and held jobs that name any of `jobs` (or their arrays) among their dependencies, in id order,
+    locked."""
+    names = {str(job.id) for job in jobs}
+    for job in jobs:
+        if job.array_id is not None:
+            names |= {str(job.array_id), f"{job.array_id}_{job.array_task}"}
     # Most jobs have no dependents: a plain read finds that (or which) without loading or locking any row.
-    after_id = min(job.id, job.array_id or job.id)
+    after_id = min(min(job.id, job.array_id or job.id) for job in jobs)
     found = [r.id for r in s.connection().execute(_WAITING_ON, {"after_id": after_id}) if _names(r.after, names)]
     if not found:
         return []
@@ -280,10 +282,14 @@ _DEPENDENTS = (
 )
 
 
-def settle(s: Session, job: JobRow, now: float, cancel: Any) -> None:
-    """`job` ended: cancel (through `cancel(s, dependent, message, now)`) each job whose dependencies can no
+def settle(s: Session, jobs: list[JobRow], now: float, cancel: Any) -> None:
+    """`jobs` ended: cancel (through `cancel(s, dependent, message, now)`) each job whose dependencies can no
     longer be met, unless it keeps them; show the others what they still wait for."""
-    for dep in dependents(s, job):
+    if not jobs:
+        return
+    for dep in dependents(s, jobs):
+        if dep.state not in ("pending", "held"):  # cancelled meanwhile, as a dependent of an earlier one
+            continue
         verdict = evaluate(s, dep.after or ())
         if verdict.state == UNMET and not dep.keep_if_unmet:
             cancel(s, dep, f"cancelled: {verdict.message}", now)

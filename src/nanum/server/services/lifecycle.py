@@ -2,7 +2,7 @@
 
 A running job ends in two steps. First something decides it must stop (`request_stop`: cancel, preemption, a
 failed or timed-out part of a gang, its node went silent): `stop` records why, and the job leaves its nodes'
-desired lists so their agents stop it. Then, as each node reports its process gone (`part_exited`), that node's
+desired lists so their agents stop it. Then, as each node reports its process gone (`parts_exited`), that node's
 allocation rows are deleted; when none are left, `finalize` gives the job its final state, or requeues it
 (preempted, lost) with its original submit time. Its GPUs are therefore never handed out while a process may
 still be using them.
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import calendar
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import bindparam, delete, select
 from sqlalchemy.exc import IntegrityError
@@ -32,6 +34,9 @@ _BUMP = (
 _HOLDS_ANY = select(_ALLOCS.c.id).where(_ALLOCS.c.job_id == bindparam("job_id")).limit(1)
 _FREE_ON_NODE = _ALLOCS.delete().where(
     _ALLOCS.c.job_id == bindparam("job_id"), _ALLOCS.c.node_id == bindparam("node_id")
+)
+_FREE_ALL_ON_NODE = _ALLOCS.delete().where(
+    _ALLOCS.c.job_id.in_(bindparam("jobs", expanding=True)), _ALLOCS.c.node_id == bindparam("node_id")
 )
 FINISHED = frozenset({"completed", "failed", "cancelled", "timeout"})
 #: What a stopped job becomes once all its processes are gone, by `stop`.
@@ -92,11 +97,22 @@ def request_stop(s: Session, job: JobRow, why: str, now: float, message: str) ->
     return {name for _, name in nodes}
 
 
-def part_exited(
-    s: Session, job: JobRow, node: NodeRow, status: JobStatus, now: float
-) -> set[str]:
-    """The job's process on `node` is gone: free its GPUs there, stop the rest of a failed gang, maybe finalize."""
-    s.connection().execute(_FREE_ON_NODE, {"job_id": job.id, "node_id": node.id})
+def parts_exited(s: Session, node: NodeRow, parts: list[tuple[JobRow, JobStatus]], now: float) -> set[str]:
+    """The processes of these jobs on `node` are gone: free their GPUs there, stop the rest of a failed gang,
+    finalize the jobs that hold nothing more. Returns the nodes to wake. Each step is one statement for all the
+    jobs (a node that reports several ends at once costs a few statements, not a few per job)."""
+    if not parts:
+        return set()
+    s.connection().execute(_FREE_ALL_ON_NODE, {"jobs": sorted({job.id for job, _ in parts}), "node_id": node.id})
+    ending = Ending()
+    woken: set[str] = set()
+    for job, status in parts:
+        woken |= _part_exited(s, job, status, now, ending)
+    ending.write(s, now)
+    return woken
+
+
+def _part_exited(s: Session, job: JobRow, status: JobStatus, now: float, ending: Ending) -> set[str]:
     if job.state != "running":
         return set()
     woken: set[str] = set()
@@ -114,7 +130,7 @@ def part_exited(
     elif job.exit_code is None:
         job.exit_code = code  # stopped on purpose: the stop reason stands
     if not rest:
-        finalize(s, job, now)
+        finalize(s, job, now, ending)
     return woken
 
 
@@ -147,18 +163,44 @@ def _part_outcome(st: JobStatus) -> tuple[str | None, str | None, int | None]:
     return None, None, 0 if code is None else code
 
 
-def finalize(s: Session, job: JobRow, now: float) -> None:
-    """Every process of `job` is gone: charge its run and give it its final state (or requeue it).
+@dataclass(slots=True)
+class Ending:
+    """The rows that jobs ending in one transaction add, kept to be written together (`write`): one statement for
+    their run segments, one for their events, one read for the jobs that wait on them."""
+
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    events: list[tuple[int, float, str, str]] = field(default_factory=list)
+    #: the jobs that reached a final state: their dependents are settled
+    finished: list[JobRow] = field(default_factory=list)
+
+    def write(self, s: Session, now: float) -> None:
+        if self.segments:
+            s.connection().execute(INSERT_SEGMENT, self.segments)
+        events(s, self.events)
+        eligibility.settle(s, self.finished, now, cancel_waiting)
+        self.segments, self.events, self.finished = [], [], []
+
+
+def finalize(s: Session, job: JobRow, now: float, ending: Ending | None = None) -> None:
+    """Every process of `job` is gone: charge its run and give it its final state (or requeue it). With `ending`,
+    the rows this adds are left to it to write (`Ending.write`); without, they are written now.
 
     A preempted job is requeued with its original submit time (its place in the queue) and the work it did since
     its last checkpoint is counted as lost."""
+    if ending is None:
+        ending = Ending()
+        finalize(s, job, now, ending)
+        ending.write(s, now)
+        return
     outcome = OUTCOME[job.stop]
     lost = lost_work(job, now) if job.stop == "preempt" else 0.0
-    charge(s, job, now, outcome=SEGMENT_OUTCOME.get(job.stop or "", outcome), lost=lost)
+    row = segment(job, now, outcome=SEGMENT_OUTCOME.get(job.stop or "", outcome), lost=lost)
+    if row is not None:
+        ending.segments.append(row)
     if job.stop not in ("preempt", "lost"):
         job.exits = [*(job.exits or []), job.exit_code]
     if outcome == "failed" and (job.retries or 0) > 0:
-        _retry(s, job, now)
+        _retry(job, now, ending)
     elif outcome == "pending":
         what = (job.reason or "lost its node") if job.stop == "lost" else job.reason or "requeued"
         if job.stop == "preempt":
@@ -168,18 +210,18 @@ def finalize(s: Session, job: JobRow, now: float) -> None:
         job.state, job.reason, job.reason_code = "pending", f"requeued ({what}); waiting to run again", "queued"
         job.estimated_start = job.exit_code = None
         job.queued_at = now
-        event(s, job.id, now, "requeued", job.reason)
+        ending.events.append((job.id, now, "requeued", job.reason))
     else:
         job.state, job.end_time = outcome, now
         if outcome == "completed":
             job.reason, job.reason_code = None, None
-        event(s, job.id, now, outcome, job.reason or "")
-        eligibility.settle(s, job, now, cancel_waiting)
+        ending.events.append((job.id, now, outcome, job.reason or ""))
+        ending.finished.append(job)
     job.stop = None
     job.session_address = None  # a notebook started again listens elsewhere
 
 
-def _retry(s: Session, job: JobRow, now: float) -> None:
+def _retry(job: JobRow, now: float, ending: Ending) -> None:
     """A failed run of a job submitted with `--retries N`: queue it again, one retry fewer."""
     job.retries -= 1
     left = f"{job.retries} more {'retry' if job.retries == 1 else 'retries'}"
@@ -188,7 +230,7 @@ def _retry(s: Session, job: JobRow, now: float) -> None:
     job.reason = f"requeued after run {len(job.exits or [])} failed ({why}); {left} if it fails again"
     job.estimated_start = job.exit_code = None
     job.queued_at = now
-    event(s, job.id, now, "retried", job.reason)
+    ending.events.append((job.id, now, "retried", job.reason))
 
 
 def cancel_waiting(s: Session, job: JobRow, message: str, now: float) -> None:
@@ -196,7 +238,7 @@ def cancel_waiting(s: Session, job: JobRow, message: str, now: float) -> None:
     job.state, job.end_time, job.reason, job.reason_code = "cancelled", now, message, None
     job.estimated_start = None
     event(s, job.id, now, "cancelled", message)
-    eligibility.settle(s, job, now, cancel_waiting)
+    eligibility.settle(s, [job], now, cancel_waiting)
 
 
 def lost_work(job: JobRow, now: float) -> float:
@@ -235,6 +277,7 @@ def node_lost(s: Session, node: NodeRow, now: float) -> set[str]:
     jobs = s.scalars(select(JobRow).where(JobRow.id.in_(job_ids)).order_by(JobRow.id).with_for_update()).all()
     s.execute(delete(AllocationRow).where(AllocationRow.node_id == node.id))
     woken: set[str] = set()
+    ending = Ending()
     for job in jobs:
         if job.state != "running":
             continue
@@ -254,42 +297,45 @@ def node_lost(s: Session, node: NodeRow, now: float) -> set[str]:
             # its history still says that its node went silent, so whatever it did after is not known.
             event(s, job.id, now, "lost", why)
         if not _holds_elsewhere(s, job):
-            finalize(s, job, now)
+            finalize(s, job, now, ending)
+    ending.write(s, now)
     return woken
 
 
 # -- accounting ------------------------------------------------------------------------------------------------
 
 
-def charge(
-    s: Session, job: JobRow, now: float, *, outcome: str, lost: float = 0.0
-) -> None:
+def charge(s: Session, job: JobRow, now: float, *, outcome: str, lost: float = 0.0) -> None:
     """Add the GPU-seconds of the current run since it was last charged to the job, and record them as one
     segment (`outcome` says what ended it; `lost` the GPU-seconds a preemption threw away). Its lab and user are
     charged from the segment at the scheduler's next tick (`nanum.server.services.charging`)."""
+    row = segment(job, now, outcome=outcome, lost=lost)
+    if row is not None:
+        s.connection().execute(INSERT_SEGMENT, row)
+
+
+def segment(job: JobRow, now: float, *, outcome: str, lost: float = 0.0) -> dict[str, Any] | None:
+    """`charge` without the write: the segment's row (None where the run has no GPU-seconds left to charge)."""
     since = job.charged_until or job.start_time
     if since is None or now <= since:
-        return
+        return None
     gpus = job.gpus * job.nodes
     gpu_seconds = gpus * (now - since)
     job.attained_gpu_seconds = (job.attained_gpu_seconds or 0.0) + gpu_seconds
     job.charged_until = now
     fresh = job.start_time is not None and since == job.start_time
     wait = job.start_time - (job.queued_at or job.submit_time) if fresh and job.start_time is not None else None
-    s.connection().execute(
-        INSERT_SEGMENT,
-        {
-            "job_id": job.id,
-            "user_id": job.user_id,
-            "lab_id": job.lab_id,
-            "gpus": gpus,
-            "start": since,
-            "end": now,
-            "wait_s": wait,
-            "outcome": outcome,
-            "lost_gpu_seconds": lost,
-        },
-    )
+    return {
+        "job_id": job.id,
+        "user_id": job.user_id,
+        "lab_id": job.lab_id,
+        "gpus": gpus,
+        "start": since,
+        "end": now,
+        "wait_s": wait,
+        "outcome": outcome,
+        "lost_gpu_seconds": lost,
+    }
 
 
 def month_of(t: float) -> str:
