@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
+from pydantic import TypeAdapter
 from sqlalchemy import Integer, any_, bindparam, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from nanum.monitor.efficiency import Tally
 from nanum.monitor.idle import IdlePolicy, IdleState, Reading, Stage, Step, StepKind, observe
-from nanum.protocol import GpuSample, Sample
+from nanum.protocol import GpuSample, JobSample, Sample
 from nanum.server.context import ServerContext
 from nanum.server.services import lifecycle, monitor_settings
 from nanum.store import AllocationRow, GpuSampleRow, JobRow, JobStatsRow, NodeLiveRow, NodeRow, UserRow, table
@@ -152,22 +153,35 @@ def rogue_gpus(gpus: Iterable[GpuSample], holders: dict[int, int]) -> list[int]:
 
 
 def _update_live(s: Session, nodes: dict[int, tuple[Sample, dict[int, int]]]) -> bool:
-    """Each node's latest reading and its GPUs used outside nanum; True if those GPUs changed on any node."""
-    query = select(NodeLiveRow).where(_among(s, NodeLiveRow.node_id, list(nodes)))
-    rows = {row.node_id: row for row in s.scalars(query)}
+    """Each node's latest reading and its GPUs used outside nanum; True if those GPUs changed on any node. The
+    stored readings themselves are not read back: only their times and rogue GPUs."""
+    query = select(_LIVE.c.node_id, _LIVE.c.time, _LIVE.c.rogue).where(_among(s, _LIVE.c.node_id, list(nodes)))
+    stored = {node_id: (at, rogue) for node_id, at, rogue in s.execute(query)}
     changed = False
+    rows: list[dict[str, Any]] = []
+    new: list[dict[str, Any]] = []
     for node_id, (last, holders) in nodes.items():
         rogue = rogue_gpus(last.gpus, holders)
-        gpus = [g.model_dump(exclude_none=True) for g in last.gpus]
-        jobs = [j.model_dump(exclude_none=True) for j in last.jobs]
-        row = rows.get(node_id)
-        if row is None:
-            s.add(NodeLiveRow(node_id=node_id, time=last.time, gpus=gpus, jobs=jobs, rogue=rogue))
+        row = {"b_node_id": node_id, "time": last.time, "gpus": _GPUS.dump_python(last.gpus, exclude_none=True),
+               "jobs": _JOBS.dump_python(last.jobs, exclude_none=True), "rogue": rogue}
+        if node_id not in stored:
+            new.append(row)
             changed |= bool(rogue)
-        elif last.time >= row.time:
-            changed |= list(row.rogue or []) != rogue
-            row.time, row.gpus, row.jobs, row.rogue = last.time, gpus, jobs, rogue
+        elif last.time >= stored[node_id][0]:
+            rows.append(row)
+            changed |= list(stored[node_id][1] or []) != rogue
+    conn = s.connection()
+    if rows:
+        conn.execute(_UPDATE_LIVE, rows)
+    if new:
+        conn.execute(_LIVE.insert(), [{"node_id": row.pop("b_node_id"), **row} for row in new])
     return changed
+
+
+_LIVE = table(NodeLiveRow)
+_UPDATE_LIVE = _LIVE.update().where(_LIVE.c.node_id == bindparam("b_node_id"))
+#: A reading's GPUs and jobs as stored, each list in one call (not one per item).
+_GPUS, _JOBS = TypeAdapter(list[GpuSample]), TypeAdapter(list[JobSample])
 
 
 # -- jobs ------------------------------------------------------------------------------------------------------
