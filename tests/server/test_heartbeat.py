@@ -350,6 +350,9 @@ def test_a_nul_byte_in_a_report_does_not_cut_the_node_off(client: AsgiClient, ag
     r = client.post("/api/v1/agent/heartbeat", json=body, headers={"Authorization": f"Bearer {agent.token}"})
     assert r.status_code == 200, r.text
     assert client.get(f"/api/v1/jobs/{j['id']}/logs", headers=auth(ALICE)).text == "a\ufffdb\n"
+    assert client.app.state.monitoring.flush() == 1  # the readings are written a moment later, whole
+    [shown] = client.get("/api/v1/nodes", headers=auth(ALICE)).json()
+    assert shown["gpus"][0]["outside"][0]["user"] == "mallory\ufffd"
     agent.exit(j["id"], code=0)
     agent.beat()
     assert job(client, j["id"])["state"] == "completed"

@@ -33,9 +33,6 @@ _BUMP = (
 )
 _HOLDS_ANY = select(_ALLOCS.c.id).where(_ALLOCS.c.job_id == bindparam("job_id")).limit(1)
 _FREE_ON_NODE = _ALLOCS.delete().where(
-    _ALLOCS.c.job_id == bindparam("job_id"), _ALLOCS.c.node_id == bindparam("node_id")
-)
-_FREE_ALL_ON_NODE = _ALLOCS.delete().where(
     _ALLOCS.c.job_id.in_(bindparam("jobs", expanding=True)), _ALLOCS.c.node_id == bindparam("node_id")
 )
 FINISHED = frozenset({"completed", "failed", "cancelled", "timeout"})
@@ -103,7 +100,7 @@ def parts_exited(s: Session, node: NodeRow, parts: list[tuple[JobRow, JobStatus]
     jobs (a node that reports several ends at once costs a few statements, not a few per job)."""
     if not parts:
         return set()
-    s.connection().execute(_FREE_ALL_ON_NODE, {"jobs": sorted({job.id for job, _ in parts}), "node_id": node.id})
+    s.connection().execute(_FREE_ON_NODE, {"jobs": sorted({job.id for job, _ in parts}), "node_id": node.id})
     ending = Ending()
     woken: set[str] = set()
     for job, status in parts:
@@ -136,7 +133,7 @@ def _part_exited(s: Session, job: JobRow, status: JobStatus, now: float, ending:
 
 def part_gone(s: Session, job: JobRow, node: NodeRow, now: float) -> None:
     """`node` holds no process of `job` (it never started one): free the GPUs there; finalize if none are left."""
-    s.connection().execute(_FREE_ON_NODE, {"job_id": job.id, "node_id": node.id})
+    s.connection().execute(_FREE_ON_NODE, {"jobs": [job.id], "node_id": node.id})
     if job.state == "running" and not _holds_elsewhere(s, job):
         finalize(s, job, now)
 
