@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from nanum.protocol import GpuProcess
 from nanum.server.app import create_app
 from nanum.server.context import ServerContext
 from nanum.server.services import accounts, history
@@ -165,6 +166,41 @@ def test_a_gpu_used_outside_nanum_is_not_handed_out(client: AsgiClient, node: Mo
     last = submit(client, gpus=1)
     tick(client)
     assert job(client, last["id"])["allocation"][0]["gpus"] == [1]
+
+
+def test_a_reading_from_before_a_job_ended_does_not_keep_its_gpus_from_the_next(
+    client: AsgiClient, node: MonitoredAgent
+) -> None:
+    """Readings are written a moment after they are taken: by then the job the reading saw may have ended and its
+    GPUs gone to the next job. Its processes in that reading are not someone outside nanum."""
+    first = run_job(client, node, gpus=4)
+    node.read()  # the job's processes on all four GPUs
+    taken = node.samples[:]
+    node.samples = []
+    node.exit(first)
+    node.beat()  # the end: the GPUs are free
+    node.samples = taken
+    FakeAgent.beat(node)  # the reading taken before the end arrives after it ...
+    client.app.state.monitoring.flush()  # ... and is written
+    [shown] = client.get("/api/v1/nodes", headers=auth(ALICE)).json()
+    assert [g["outside"] for g in shown["gpus"]] == [[], [], [], []]
+    second = submit(client, gpus=4)
+    tick(client)
+    assert job(client, second["id"])["state"] == "running"
+
+
+def test_a_job_using_a_gpu_it_was_not_given_is_shown_outside_nanum(client: AsgiClient, node: MonitoredAgent) -> None:
+    escaped = run_job(client, node, gpus=1)
+    [held] = job(client, escaped)["allocation"][0]["gpus"]
+    other = next(i for i in range(4) if i != held)
+    reading = node.read()
+    reading.gpus[other].processes.append(GpuProcess(pid=4343, memory_mb=1024, job_id=escaped))
+    node.beat()
+    [shown] = client.get("/api/v1/nodes", headers=auth(ALICE)).json()
+    assert [p["pid"] for p in shown["gpus"][other]["outside"]] == [4343]
+    whole = submit(client, gpus=3)  # the three GPUs the job was not given: one of them is taken
+    tick(client)
+    assert job(client, whole["id"])["state"] == "pending"
 
 
 def test_history_is_rolled_up_and_pruned(client: AsgiClient, node: MonitoredAgent, ctx: ServerContext) -> None:

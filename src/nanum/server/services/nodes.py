@@ -3,6 +3,7 @@ process on it that no nanum job owns."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any, Literal
 
 from sqlalchemy import select
@@ -10,7 +11,7 @@ from sqlalchemy import select
 from nanum.server.context import ServerContext
 from nanum.server.errors import NotFound
 from nanum.server.schemas import GpuOut, NodeDetail, NodeOut, iso
-from nanum.server.services import audit
+from nanum.server.services import audit, samples
 from nanum.server.services.cluster import node_state
 from nanum.store import AllocationRow, JobRow, NodeLiveRow, NodeRow, UserRow
 
@@ -46,13 +47,18 @@ def list_nodes(ctx: ServerContext) -> list[NodeOut]:
         live = {r.node_id: r for r in s.scalars(select(NodeLiveRow).where(NodeLiveRow.time >= now - timeout))}
     seen = ctx.last_seen.since
     out = [_node_out(n, seen(n.id, n.last_seen), holders, now, timeout) for n in nodes]
+    here: dict[int, set[int]] = defaultdict(set)
+    for (node_id, _), (job_id, _) in holders.items():
+        here[node_id].add(job_id)
     for node, row in zip(nodes, out, strict=True):
         if node.id in live and row.state != "down":
-            _readings(row, live[node.id].gpus)
+            _readings(row, live[node.id].gpus, here[node.id])
     return out
 
 
-def _readings(node: NodeOut, readings: list[dict[str, Any]]) -> None:
+def _readings(node: NodeOut, readings: list[dict[str, Any]], here: set[int]) -> None:
+    """The latest reading's figures on `node`'s GPUs, and the processes on them used outside nanum; `here`: the
+    jobs holding any part of the node now."""
     by_index = {int(r["index"]): r for r in readings}
     for gpu in node.gpus:
         found = by_index.get(gpu.index)
@@ -61,7 +67,7 @@ def _readings(node: NodeOut, readings: list[dict[str, Any]]) -> None:
             gpu.outside = [
                 {k: p.get(k) for k in ("pid", "user", "command", "memory_mb")}
                 for p in found.get("processes", ())
-                if p.get("job_id") is None or p.get("job_id") != gpu.job_id
+                if samples.outside_nanum(p.get("job_id"), gpu.job_id, here)
             ]
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, NamedTuple
@@ -70,14 +70,17 @@ def record(ctx: ServerContext, batch: Mapping[int, list[Sample]], now: float) ->
         if not nodes:
             return out
         query = select(AllocationRow.node_id, AllocationRow.gpu_index, AllocationRow.job_id).where(
-            _among(s, AllocationRow.node_id, nodes), AllocationRow.gpu_index.is_not(None)  # jobs that hold no GPU here
+            _among(s, AllocationRow.node_id, nodes)
         )
         holders: dict[int, dict[int, int]] = {node_id: {} for node_id in nodes}
+        here: dict[int, set[int]] = {node_id: set() for node_id in nodes}  # with the jobs that hold no GPU here
         for node_id, gpu, job_id in s.execute(query):
+            here[node_id].add(job_id)
             if gpu is not None:
                 holders[node_id][gpu] = job_id
         _insert_raw(s, [(node_id, batch[node_id], holders[node_id]) for node_id in nodes])
-        out.rogue_changed = _update_live(s, {node_id: (batch[node_id][-1], holders[node_id]) for node_id in nodes})
+        out.rogue_changed = _update_live(
+            s, {node_id: (batch[node_id][-1], holders[node_id], here[node_id]) for node_id in nodes})
         busy = [node_id for node_id in nodes if holders[node_id]]
         if busy:
             _record_jobs(s, {node_id: (batch[node_id], holders[node_id]) for node_id in busy}, now, out)
@@ -147,12 +150,22 @@ def insert_ignoring_duplicates(s: Session) -> Any:
     return stmt
 
 
-def rogue_gpus(gpus: Iterable[GpuSample], holders: dict[int, int]) -> list[int]:
-    """GPUs with a process that no job holding that GPU owns."""
-    return sorted({g.index for g in gpus for p in g.processes if p.job_id is None or p.job_id != holders.get(g.index)})
+def outside_nanum(job_id: int | None, holder: int | None, here: Container[int]) -> bool:
+    """Whether a process of `job_id` (None: no job owns it) on a GPU that `holder` holds is used outside nanum:
+    nobody's process, or that of a job still on the node that was not given this GPU (it escaped its share).
+    A process of a job that holds nothing on the node any more was read before that job ended: the reading
+    reached the server (or was written) after the job's end had freed its GPUs, which may hold the next job
+    already. Taken for a stranger's, it would keep a GPU from the queue until the node's next reading."""
+    return job_id is None or (job_id != holder and job_id in here)
 
 
-def _update_live(s: Session, nodes: dict[int, tuple[Sample, dict[int, int]]]) -> bool:
+def rogue_gpus(gpus: Iterable[GpuSample], holders: dict[int, int], here: Container[int]) -> list[int]:
+    """GPUs with a process used outside nanum (`outside_nanum`); `holders`: GPU index → the job holding it now,
+    `here`: every job holding any part of the node now."""
+    return sorted({g.index for g in gpus for p in g.processes if outside_nanum(p.job_id, holders.get(g.index), here)})
+
+
+def _update_live(s: Session, nodes: dict[int, tuple[Sample, dict[int, int], set[int]]]) -> bool:
     """Each node's latest reading and its GPUs used outside nanum; True if those GPUs changed on any node. The
     stored readings themselves are not read back: only their times and rogue GPUs."""
     query = select(_LIVE.c.node_id, _LIVE.c.time, _LIVE.c.rogue).where(_among(s, _LIVE.c.node_id, list(nodes)))
@@ -160,8 +173,8 @@ def _update_live(s: Session, nodes: dict[int, tuple[Sample, dict[int, int]]]) ->
     changed = False
     rows: list[dict[str, Any]] = []
     new: list[dict[str, Any]] = []
-    for node_id, (last, holders) in nodes.items():
-        rogue = rogue_gpus(last.gpus, holders)
+    for node_id, (last, holders, here) in nodes.items():
+        rogue = rogue_gpus(last.gpus, holders, here)
         row = {"b_node_id": node_id, "time": last.time, "gpus": _GPUS.dump_python(last.gpus, exclude_none=True),
                "jobs": _JOBS.dump_python(last.jobs, exclude_none=True), "rogue": rogue}
         if node_id not in stored:
