@@ -34,6 +34,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+# The Gittins index computes with numpy once a service table is long (`HistoryPredictor._best_quantum`), which
+# imports it on first use to keep the command line quick. A server loads it here, at start: the first tick to
+# need it would otherwise stall 50-80 ms on the import while requests wait (`Database.precedence`), and the
+# processes of `--workers` share it from before the fork.
+import numpy  # noqa: F401
 from sqlalchemy import bindparam, func, or_, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
