@@ -39,6 +39,20 @@ def _shows(client: AsgiClient, name: str, at: float) -> bool:
     return shown is not None and abs(shown - at) < 0.002
 
 
+def _running_through(ctx: ServerContext, client: AsgiClient, other: ServerContext,
+                     second: AsgiClient) -> tuple[FakeAgent, dict[str, object]]:
+    """Node gpu-01, heard by the second server (`other`, serving `second`), running a job the first one started."""
+    agent = FakeAgent(second, "gpu-01", accounts.add_node(ctx, "gpu-01"), gpus=4)
+    agent.beat()
+    j = submit(client, gpus=1)
+    tick(client)
+    # The first server's wake-up of the node, as the bus delivers it between servers on PostgreSQL (on SQLite,
+    # which has one server, nothing carries it): the second remembers its answer to the last heartbeat.
+    other.signals.wake_local(["gpu-01"])
+    agent.beat()  # starts the job
+    return agent, j
+
+
 def test_a_node_reporting_the_same_running_job_stays_up_and_shows_when_it_was_heard(
     client: AsgiClient, ctx: ServerContext, agent: FakeAgent
 ) -> None:
@@ -62,14 +76,7 @@ def test_a_node_heard_by_another_server_shows_there_and_is_given_up_by_the_sched
 ) -> None:
     other = ServerContext.create(ctx.settings, ctx.db)  # a second server on the same database, not scheduling
     with serve(create_app(other, run_scheduler=False)) as second:
-        agent = FakeAgent(second, "gpu-01", accounts.add_node(ctx, "gpu-01"), gpus=4)
-        agent.beat()
-        j = submit(client, gpus=1)
-        tick(client)
-        # The first server's wake-up of the node, as the bus delivers it between servers on PostgreSQL (on SQLite,
-        # which has one server, nothing carries it): the second remembers its answer to the last heartbeat.
-        other.signals.wake_local(["gpu-01"])
-        agent.beat()  # starts the job
+        agent, j = _running_through(ctx, client, other, second)
         agent.beat()  # reports it running
         later = time.time() + 600
         other.clock = lambda: later
@@ -133,3 +140,38 @@ def test_a_tick_writes_the_noted_times_only_when_the_writer_is_late(
     ctx.last_seen._oldest = time.monotonic() - OVERDUE_S - 1  # noted that long ago
     tick(client)
     assert _stored(ctx, "gpu-01") == later
+
+
+def test_a_node_reporting_a_job_s_end_shows_when_it_was_heard_on_every_server(
+    client: AsgiClient, ctx: ServerContext
+) -> None:
+    """A heartbeat that reports ends writes the jobs at once, and its time with the others' a moment later: the
+    node stays up and shows that time, also on a server that did not hear it."""
+    other = ServerContext.create(ctx.settings, ctx.db)  # a second server on the same database, not scheduling
+    with serve(create_app(other, run_scheduler=False)) as second:
+        agent, j = _running_through(ctx, client, other, second)
+        later = time.time() + 600
+        other.clock = lambda: later
+        agent.exit(int(j["id"]))
+        agent.beat()  # reports its end, ten minutes on
+        assert job(client, j["id"])["state"] == "completed"  # at once
+        deadline = time.monotonic() + 30
+        while not _shows(client, "gpu-01", later):  # written within about a second
+            assert time.monotonic() < deadline, "the node's time of its last heartbeat was never written"
+            time.sleep(0.1)
+        nodes = client.get("/api/v1/nodes", headers=auth(ADMIN)).json()
+        assert [n["state"] for n in nodes] == ["up"]
+
+
+def test_a_node_that_comes_up_is_up_at_once_on_every_server(client: AsgiClient, ctx: ServerContext) -> None:
+    """Its first heartbeat writes its time with its state: the other servers see it up without waiting."""
+    other = ServerContext.create(ctx.settings, ctx.db)
+    with serve(create_app(other, run_scheduler=False)) as second:
+        agent = FakeAgent(second, "gpu-01", accounts.add_node(ctx, "gpu-01"), gpus=4)
+        later = time.time() + 600  # the first server has no time of its own for the node
+        other.clock = lambda: later
+        agent.beat()
+        assert _stored(ctx, "gpu-01") == later
+        ctx.clock = lambda: later
+        nodes = client.get("/api/v1/nodes", headers=auth(ADMIN)).json()
+        assert [n["state"] for n in nodes] == ["up"]

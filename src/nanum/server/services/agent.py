@@ -1,6 +1,7 @@
 """The agent endpoint's work: record what a node reports, and tell it which jobs it should run.
 
-One heartbeat, in one transaction: store the node's inventory and mark it up; for each job the agent reports,
+One heartbeat, in one transaction: store the node's inventory and mark it up (its time is written with others' a
+moment later, `nanum.server.lastseen`, unless it came up or changed); for each job the agent reports,
 record it running, keep a job that was requeued while its node was silent (`lifecycle.recover`), or process its
 exit (`lifecycle.parts_exited`) and acknowledge it; then build the node's desired list, and find which of the jobs
 it names run here. Log chunks are appended to `$HOME/logs/<job_id>.log` after the transaction. A heartbeat that
@@ -84,14 +85,14 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         node = s.get(NodeRow, who.id, with_for_update={"key_share": True})
         if node is None:  # removed while its token was cached
             raise Unauthorized(f"node {who.name} was removed; add it again with `nanum node add {who.name}`")
-        poke = _record_node(ctx, s, node, hb, now)
+        poke, written = _record_node(ctx, s, node, hb, now)
         if hb.gpu_problems and fleet.record_health(s, node, hb.gpu_problems, now):
             ctx.caches.nodes.clear()
             poke = True
         held, stored = _held_jobs(s, node.id)
         acks, woken, freed, ended = _record_jobs(s, node, hb, held, stored, now)
         poke = poke or bool(acks) or bool(woken) or freed
-        version = s.connection().execute(_DESIRED_VERSION, {"node": node.id}).scalar() or 0
+        version = lifecycle.desired_version(s, node)
         if ended is not None:  # the reports only ended jobs here: the others hold what they held
             held_now = {job_id: gpus for job_id, gpus in held.items() if job_id not in ended}
             jobs_now = {job_id: row for job_id, row in stored.items() if job_id not in ended}
@@ -113,7 +114,7 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
         settled = _settled(hb, following, node, held_now, jobs_now)
     # Once committed: a rolled-back transaction's list is never remembered (`remember`).
     _remember(ctx, who.id, version, held_now, desired)
-    ctx.last_seen.heard(who.id, now, written=True)
+    ctx.last_seen.heard(who.id, now, written=written)
     if settled:
         memo = _keep_quiet(ctx, who, generation, _next_report(hb, following, desired, held_now.keys()), desired,
                            version, jobs_now)
@@ -276,7 +277,6 @@ def _reported(hb: Heartbeat, reports: list[JobStatus]) -> tuple[Any, ...]:
 #: much as running it).
 _QUIET_NODE = select(NodeRow.id, NodeRow.state, NodeRow.accepted_gpus, NodeRow.unaccepted_gpus, NodeRow.gpu_health,
                      NodeRow.inventory, NodeRow.desired_version).where(NodeRow.id == bindparam("node"))
-_DESIRED_VERSION = select(NodeRow.desired_version).where(NodeRow.id == bindparam("node"))
 
 
 def _remember(ctx: ServerContext, node_id: int, version: int, held: dict[int, list[int]],
@@ -375,7 +375,7 @@ def woken_reply(ctx: ServerContext, s: Session, who: NodeCaller, known: list[Kno
     whose statements bypass the session's objects: they are read anew). `known` is given what was read, for
     `remember` once it is committed: the node's next heartbeat, which reports the jobs just started, then finds
     its desired jobs in memory instead of reading them again (a third of that heartbeat's CPU)."""
-    version = s.connection().execute(_DESIRED_VERSION, {"node": who.id}).scalar() or 0  # read before the jobs
+    version = s.connection().execute(lifecycle.DESIRED_VERSION, {"node": who.id}).scalar() or 0  # read before the jobs
     held = _held(s, who.id)
     desired = desired_jobs(ctx, s, who, held, fresh=True)
     if known is not None:
@@ -443,9 +443,11 @@ def _reply(ctx: ServerContext, desired: list[JobLaunch], acks: list[int], offset
     )
 
 
-def _record_node(ctx: ServerContext, s: Session, node: NodeRow, hb: Heartbeat, now: float) -> bool:
-    """Store inventory (its accepted GPUs only) and liveness. True when the scheduler should look again (node came
-    up, hardware changed)."""
+def _record_node(ctx: ServerContext, s: Session, node: NodeRow, hb: Heartbeat, now: float) -> tuple[bool, bool]:
+    """Store inventory (its accepted GPUs only) and liveness. Returns whether the scheduler should look again (node
+    came up, hardware changed), and whether the node's `last_seen` is written with it: otherwise its time waits for
+    the batched write (`nanum.server.lastseen`), as a quiet heartbeat's does, and this transaction leaves the node's
+    row as it was (a heartbeat reporting ends changes its jobs, not its node)."""
     inventory = hb.node.model_dump(exclude={"name"})
     inventory["gpus"] = nodeinventory.record(s, node, inventory["gpus"], now)
     changed = node.inventory != inventory
@@ -455,8 +457,10 @@ def _record_node(ctx: ServerContext, s: Session, node: NodeRow, hb: Heartbeat, n
         ctx.caches.nodes.clear()
     if came_up:
         node.state = "draining" if node.drain_reason is not None else "up"  # a drain lasts until resumed
-    node.last_seen = now
-    return changed or came_up
+    written = changed or came_up or ctx.last_seen.behind()  # a node coming up is up with its time, on every server
+    if written:
+        node.last_seen = now
+    return changed or came_up, written
 
 
 #: Built once (building it costs about as much as running it).

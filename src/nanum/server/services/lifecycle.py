@@ -76,10 +76,27 @@ def held_nodes(s: Session, job_id: int) -> list[tuple[int, str]]:
     return [(r.id, r.name) for r in rows]
 
 
+#: `Session.info` key: the nodes whose desired version the session's transaction bumped (`bump`, `desired_version`).
+BUMPED = "nanum_bumped_nodes"
+
+
 def bump(s: Session, node_ids: list[int]) -> None:
     """Record that these nodes' desired lists changed (a server holding their long poll looks at this)."""
     if node_ids:
         s.connection().execute(_BUMP, {"ids": node_ids})
+        s.info.setdefault(BUMPED, set()).update(node_ids)
+
+
+DESIRED_VERSION = select(_NODES.c.desired_version).where(_NODES.c.id == bindparam("node"))
+
+
+def desired_version(s: Session, node: NodeRow) -> int:
+    """`node`'s desired version as this transaction leaves it. `node` was loaded locked (FOR NO KEY UPDATE, or under
+    SQLite's one writer), so no other transaction bumps it meanwhile: its loaded version holds unless this one
+    bumped it, which is then read again."""
+    if node.id in s.info.get(BUMPED, ()):
+        return s.connection().execute(DESIRED_VERSION, {"node": node.id}).scalar() or 0
+    return node.desired_version or 0
 
 
 def request_stop(s: Session, job: JobRow, why: str, now: float, message: str) -> set[str]:
