@@ -36,20 +36,18 @@ def list_nodes(ctx: ServerContext) -> list[NodeOut]:
     now, timeout = ctx.clock(), ctx.settings.node_timeout_s
     with ctx.db.read() as s:
         nodes = s.scalars(select(NodeRow).order_by(NodeRow.name)).all()
-        holders = {
-            (node_id, gpu): (job_id, user)
-            for node_id, gpu, job_id, user in s.execute(
-                select(AllocationRow.node_id, AllocationRow.gpu_index, AllocationRow.job_id, UserRow.name)
-                .join(JobRow, JobRow.id == AllocationRow.job_id)
-                .join(UserRow, UserRow.id == JobRow.user_id)
-            )
-        }
+        held = s.execute(
+            select(AllocationRow.node_id, AllocationRow.gpu_index, AllocationRow.job_id, UserRow.name)
+            .join(JobRow, JobRow.id == AllocationRow.job_id)
+            .join(UserRow, UserRow.id == JobRow.user_id)
+        ).all()
         live = {r.node_id: r for r in s.scalars(select(NodeLiveRow).where(NodeLiveRow.time >= now - timeout))}
+    holders = {(node_id, gpu): (job_id, user) for node_id, gpu, job_id, user in held}
+    here: dict[int, set[int]] = defaultdict(set)  # every job holding a part of the node, with a GPU or without
+    for node_id, _, job_id, _ in held:
+        here[node_id].add(job_id)
     seen = ctx.last_seen.since
     out = [_node_out(n, seen(n.id, n.last_seen), holders, now, timeout) for n in nodes]
-    here: dict[int, set[int]] = defaultdict(set)
-    for (node_id, _), (job_id, _) in holders.items():
-        here[node_id].add(job_id)
     for node, row in zip(nodes, out, strict=True):
         if node.id in live and row.state != "down":
             _readings(row, live[node.id].gpus, here[node.id])
