@@ -1,20 +1,24 @@
 """On PostgreSQL, writing a node's readings (or anything whose foreign key names the node) takes a key-share lock on
-the node's row until it commits. A heartbeat and a scheduling tick lock the node's row to write it, FOR NO KEY
-UPDATE: neither waits for such a write. (FOR UPDATE waited, and at 1,000 nodes a tick so deadlocked with a node's
+the node's row until it commits. A heartbeat, a scheduling tick and the write of when nodes were last heard lock
+the node's row to write it, FOR NO KEY UPDATE: none waits for such a write, nor such a write for them. (FOR UPDATE waited, and at 1,000 nodes a tick so deadlocked with a node's
 readings.)"""
 
 from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, select, text
 
 from nanum.server.context import ServerContext
+from nanum.server.services import accounts
+from nanum.store import NodeRow
 from tests.server.asgiclient import AsgiClient
 from tests.server.conftest import submit, tick
 from tests.server.fakeagent import FakeAgent
+from tests.server.monitoredagent import MonitoredAgent
 
 pytestmark = pytest.mark.postgres
 
@@ -53,3 +57,36 @@ def test_an_uncommitted_write_of_a_nodes_readings_holds_up_neither_its_heartbeat
     while time.monotonic() < deadline and agent.exited:
         agent.beat()
     assert not agent.exited
+
+
+
+@pytest.mark.parametrize("database", ["postgres"], indirect=True)
+def test_a_write_of_when_nodes_were_heard_holds_up_no_write_of_their_readings(
+    client: AsgiClient, ctx: ServerContext
+) -> None:
+    """The heard times are written about once a second, for every node heard meanwhile; the readings too, in a
+    transaction of their own. Neither waits for the other."""
+    node = MonitoredAgent(client, "gpu-02", accounts.add_node(ctx, "gpu-02"), gpus=2)
+    node.beat()
+    locked, release = threading.Event(), threading.Event()
+
+    def pause(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if "SKIP LOCKED" in statement and threading.current_thread().name == "flush":
+            locked.set()  # the nodes' rows are locked: the flush stops here until the readings are written
+            release.wait(10)
+
+    event.listen(ctx.db.engine, "after_cursor_execute", pause)
+    flush = threading.Thread(target=lambda: ctx.last_seen.flush(ctx.db), name="flush", daemon=True)
+    try:
+        with ctx.db.read() as s:
+            node_id = s.scalar(select(NodeRow.id).where(NodeRow.name == "gpu-02"))
+        ctx.last_seen.heard(node_id, time.time())
+        flush.start()
+        assert locked.wait(10)
+        node.read(util=40.0)
+        FakeAgent.beat(node)
+        assert within(5.0, client.app.state.monitoring.flush), "the readings waited for the write of the heard times"
+    finally:
+        release.set()
+        flush.join(10)
+        event.remove(ctx.db.engine, "after_cursor_execute", pause)

@@ -119,7 +119,9 @@ class LastSeen:
             with db.write() as s:
                 ids = sorted(unwritten)
                 locked = select(NodeRow.id).where(NodeRow.id.in_(ids)).order_by(NodeRow.id)
-                written = list(s.scalars(locked.with_for_update(skip_locked=True)))
+                # FOR NO KEY UPDATE, as strong as the UPDATE needs: a write whose foreign key names the node (its
+                # readings, with a key-share lock on its row) does not wait for this one (tests/server/test_node_locks)
+                written = list(s.scalars(locked.with_for_update(skip_locked=True, key_share=True)))
                 if written:
                     s.connection().execute(_WRITE, [{"node_id": i, "at": unwritten[i]} for i in written])
                 count = len(written)
