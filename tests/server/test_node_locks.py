@@ -1,7 +1,7 @@
 """On PostgreSQL, writing a node's readings (or anything whose foreign key names the node) takes a key-share lock on
 the node's row until it commits. A heartbeat, a scheduling tick and the write of when nodes were last heard lock
-the node's row to write it, FOR NO KEY UPDATE: none waits for such a write, nor such a write for them. (FOR UPDATE waited, and at 1,000 nodes a tick so deadlocked with a node's
-readings.)"""
+the node's row to write it, FOR NO KEY UPDATE: none waits for such a write, nor such a write for them. (FOR
+UPDATE waited, and at 1,000 nodes a tick so deadlocked with a node's readings.)"""
 
 from __future__ import annotations
 
