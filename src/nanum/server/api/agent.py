@@ -15,15 +15,16 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Coroutine
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from nanum.protocol import Heartbeat, HeartbeatReply
-from nanum.server.auth import Context, NodeDep
+from nanum.server.api import rendering
+from nanum.server.auth import current_node, get_context
 from nanum.server.callers import NodeCaller
 from nanum.server.context import ServerContext
 from nanum.server.services import agent
@@ -57,11 +58,21 @@ HEARTBEAT_BODY = {
 }
 
 
-@router.post("/heartbeat", openapi_extra=HEARTBEAT_BODY)
-async def heartbeat(ctx: Context, node: NodeDep, request: Request,
-                    body: Annotated[Heartbeat, Depends(_read_heartbeat)]) -> HeartbeatReply:
+@router.post("/heartbeat", openapi_extra=HEARTBEAT_BODY, response_model=HeartbeatReply)
+async def heartbeat(request: Request) -> Response:
     """Record the node's report and reply with the jobs it should run. With `wait_s` > 0 and nothing to change,
     the reply is held until the node's jobs change or `wait_s` passes."""
+    # The node's token, then its body, read here rather than as FastAPI dependencies, and the reply rendered once by
+    # pydantic-core (`rendering.json`; the published schema is unchanged): a fleet's server answers a few hundred
+    # heartbeats a second, most of them from memory, and FastAPI's own handling of dependencies and of a returned
+    # model cost about a fifth of those (in-process with the test client, 0.74-0.77 ms of CPU each, 0.56-0.63 ms so).
+    ctx = await get_context(request)
+    node = await current_node(request, ctx)
+    return rendering.json(await _answer(ctx, node, request, await _read_heartbeat(request)))
+
+
+async def _answer(ctx: ServerContext, node: NodeCaller, request: Request, body: Heartbeat) -> HeartbeatReply:
+    """The reply to `node`'s heartbeat `body` (see `heartbeat`)."""
     signals = ctx.signals
     ticket = signals.arrive(node.name)  # an older heartbeat of this node still held returns now
     changed = signals.event(node.name)
