@@ -1,6 +1,8 @@
 """Noticing at once that a job's process ended: a pidfd per process in one epoll, and a pipe that wakes the wait
 early (a job started or stopped, so the next deadline changed). Where the kernel has no pidfds, the process is
-looked at every `POLL_S` instead.
+looked at every `POLL_S` instead. A process that is gone by the time it is to be watched (a job that ends within
+a millisecond or two: its waiter has exited and been reaped before the agent has read its pid) has no pidfd to
+give: its end is handled at the next wake, which it causes, not at a later look.
 
 The executor's watcher thread waits here, outside its lock, and handles what ended under it; this module holds
 only the file descriptors, so that the executor reads as what it does with jobs.
@@ -26,6 +28,7 @@ class ExitWatch:
 
     def __init__(self) -> None:
         self.polled: set[int] = set()
+        self._gone: set[int] = set()  # jobs whose process had ended before it could be watched
         self._fd_job: dict[int, int] = {}
         self._epoll = select.epoll()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -33,7 +36,12 @@ class ExitWatch:
 
     def watch(self, job_id: int, pid: int) -> None:
         """Wait for `pid`, the process of `job_id`, from now on (and wake the wait, which may be long)."""
-        fd = procs.open_pidfd(pid)
+        try:
+            fd = procs.open_pidfd(pid)
+        except ProcessLookupError:
+            self._gone.add(job_id)
+            self.wake()
+            return
         if fd is None:
             self.polled.add(job_id)
         else:
@@ -43,6 +51,7 @@ class ExitWatch:
 
     def unwatch(self, job_id: int) -> None:
         self.polled.discard(job_id)
+        self._gone.discard(job_id)
         for fd, watched in list(self._fd_job.items()):
             if watched == job_id:
                 del self._fd_job[fd]
@@ -54,12 +63,15 @@ class ExitWatch:
         return [fd for fd, _ in self._epoll.poll(timeout)]
 
     def ended(self, ready: Iterable[int]) -> Iterator[int]:
-        """The jobs whose process ended among `ready` (still watched when their turn comes); empties the wake pipe."""
+        """The jobs whose process ended among `ready`, and those whose process was gone when it was to be watched
+        (each still watched when its turn comes); empties the wake pipe."""
         for fd in ready:
             if fd == self._wake_r:
                 self._drain_wake()
             elif fd in self._fd_job:
                 yield self._fd_job[fd]
+        while self._gone:
+            yield self._gone.pop()
 
     def wake(self) -> None:
         """End the current `wait` early (from any thread)."""

@@ -83,9 +83,12 @@ def _leads(pid: int) -> bool:
 
 
 def open_pidfd(pid: int) -> int | None:
-    """A pidfd that becomes readable when `pid` exits, or None where the kernel offers none."""
+    """A pidfd that becomes readable when `pid` exits, or None where the kernel offers none. Raises
+    `ProcessLookupError` when there is no such process any more (it ended and was reaped)."""
     try:
         return os.pidfd_open(pid)
+    except ProcessLookupError:
+        raise
     except (AttributeError, OSError):
         return None
 
