@@ -5,11 +5,12 @@ used."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
 from nanum.agent.executor import Executor
-from nanum.agent.jobsdir import JOB_FILES, RECORD_FILES, SPARES
+from nanum.agent.jobsdir import JOB_FILES, RECORD_FILES, REFILL_AFTER_S, SPARES, Spares
 from tests.agent.conftest import NODE, make_launch
 
 OTHER_UID = 54321
@@ -128,3 +129,16 @@ def test_jobs_start_when_no_spare_is_ready(executor: Executor) -> None:
     for launch in launches:
         status = executor.wait(launch.job_id, 5)
         assert status is not None and status.exit_code == 0
+
+
+def test_an_agent_stopping_right_after_a_start_stops_at_once(tmp_path: Path) -> None:
+    jobs_dir = tmp_path / "jobs"
+    jobs_dir.mkdir()
+    made = Spares(jobs_dir, count=2)
+    wait_for_spares(jobs_dir, 2)
+    made.take(jobs_dir / "1")
+    time.sleep(REFILL_AFTER_S / 4)  # its thread, woken, now waits out the starts before it makes another
+    closing = threading.Thread(target=made.close, daemon=True)
+    closing.start()
+    closing.join(5)
+    assert not closing.is_alive(), "the agent's spares thread never ended"

@@ -133,6 +133,8 @@ class Spares:
         self._names = itertools.count()
         self._lock = threading.Lock()
         self._wanted = threading.Event()
+        #: When a start last took a spare (monotonic): the thread makes more once none has for `REFILL_AFTER_S`.
+        self._taken_at = 0.0
         self._closed = False
         self._wanted.set()
         self._thread = threading.Thread(target=self._run, name="nanum-spares", daemon=True)
@@ -144,7 +146,8 @@ class Spares:
         shutil.rmtree(job_dir, ignore_errors=True)
         with self._lock:
             spare = self._ready.pop() if self._ready else None
-        self._wanted.set()
+        self._taken_at = time.monotonic()
+        self._wanted.set()  # wakes the thread where it waits for work; while it waits out the starts, costs nothing
         if spare is not None:
             with contextlib.suppress(OSError):
                 os.rename(spare, job_dir)
@@ -162,11 +165,15 @@ class Spares:
         self._thread.join()
 
     def _run(self) -> None:
-        while self._wanted.wait() and not self._closed:
+        # `close` is looked at before each wait: its wake may be cleared below, after the look that would see it.
+        while not self._closed:
+            self._wanted.wait()
+            # Wait for the starts to be done: a job just asked of the launcher starts while the agent is here. By
+            # the clock, not by being woken at each start: a thread woken takes the interpreter from the one
+            # starting jobs, once for every start of a batch.
+            while not self._closed and (left := self._taken_at + REFILL_AFTER_S - time.monotonic()) > 0:
+                time.sleep(left)
             self._wanted.clear()
-            # Wait for the starts to be done: a job just asked of the launcher starts while the agent is here.
-            while self._wanted.wait(REFILL_AFTER_S) and not self._closed:
-                self._wanted.clear()
             while not self._closed and self.ready() < self.count:
                 try:
                     spare = self._make()
