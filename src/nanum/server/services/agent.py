@@ -375,7 +375,7 @@ def woken_reply(ctx: ServerContext, s: Session, who: NodeCaller, known: list[Kno
     whose statements bypass the session's objects: they are read anew). `known` is given what was read, for
     `remember` once it is committed: the node's next heartbeat, which reports the jobs just started, then finds
     its desired jobs in memory instead of reading them again (a third of that heartbeat's CPU)."""
-    version = s.connection().execute(lifecycle.DESIRED_VERSION, {"node": who.id}).scalar() or 0  # read before the jobs
+    version = lifecycle.stored_desired_version(s, who.id)  # read before the jobs
     held = _held(s, who.id)
     desired = desired_jobs(ctx, s, who, held, fresh=True)
     if known is not None:

@@ -87,7 +87,12 @@ def bump(s: Session, node_ids: list[int]) -> None:
         s.info.setdefault(BUMPED, set()).update(node_ids)
 
 
-DESIRED_VERSION = select(_NODES.c.desired_version).where(_NODES.c.id == bindparam("node"))
+_DESIRED_VERSION = select(_NODES.c.desired_version).where(_NODES.c.id == bindparam("node"))
+
+
+def stored_desired_version(s: Session, node_id: int) -> int:
+    """The node's desired version as the store holds it now (read past the session's objects)."""
+    return s.connection().execute(_DESIRED_VERSION, {"node": node_id}).scalar() or 0
 
 
 def desired_version(s: Session, node: NodeRow) -> int:
@@ -95,7 +100,7 @@ def desired_version(s: Session, node: NodeRow) -> int:
     SQLite's one writer), so no other transaction bumps it meanwhile: its loaded version holds unless this one
     bumped it, which is then read again."""
     if node.id in s.info.get(BUMPED, ()):
-        return s.connection().execute(DESIRED_VERSION, {"node": node.id}).scalar() or 0
+        return stored_desired_version(s, node.id)
     return node.desired_version or 0
 
 
