@@ -1,6 +1,6 @@
 """Job directories made ahead (`nanum.agent.jobsdir.Spares`): a start creates no file, a spare serves one job, a
-job's own files are never another job's (its record's are the agent's, kept), and an earlier agent's spares are never
-used."""
+job's own files are never another job's (its directory, exit file and record's files are the agent's, kept), and an
+earlier agent's spares are never used."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from nanum.agent.executor import Executor
-from nanum.agent.jobsdir import JOB_FILES, RECORD_FILES, REFILL_AFTER_S, SPARES, Spares
+from nanum.agent.jobsdir import JOB_FILES, KEPT_FILES, RECORD_FILES, REFILL_AFTER_S, SPARES, Spares
 from tests.agent.conftest import NODE, make_launch
 
 OTHER_UID = 54321
@@ -61,37 +61,44 @@ def run_jobs(executor: Executor, first: int, count: int) -> list[Path]:
     return [executor.jobs_dir / str(launch.job_id) for launch in launches]
 
 
-def test_a_forgotten_jobs_record_files_serve_later_jobs_but_its_own_files_never_do(executor: Executor) -> None:
+def test_a_forgotten_jobs_directory_and_agent_files_serve_later_jobs_but_its_own_files_never_do(
+        executor: Executor) -> None:
     wait_for_spares(executor.jobs_dir)
-    executor.start(allow_root=True, launch=make_launch(1, "sh", "-c", "echo secret"))
-    assert executor.wait(1, 5) is not None
+    executor.start(allow_root=True, launch=make_launch(1, "sh", "-c", "echo secret; exit 3"))
+    status = executor.wait(1, 5)
+    assert status is not None and status.exit_code == 3
     first = executor.jobs_dir / "1"
-    # What a process of job 1 that outlived it might hold open: its log. And the agent's own record of it.
-    log_fd = os.open(first / "output.log", os.O_WRONLY | os.O_APPEND)
-    record_fds = [os.open(first / name, os.O_RDONLY) for name in RECORD_FILES]
+    # What a process of job 1 that outlived it might hold open: its log and activity file. And what only the agent
+    # and the job's waiter open: its directory, exit file and record.
+    job_fds = [os.open(first / name, os.O_WRONLY | os.O_APPEND) for name in ("output.log", "activity")]
+    kept_fds = [os.open(first / name, os.O_RDONLY) for name in KEPT_FILES]
+    directory = first.stat().st_ino
     try:
         assert executor.forget(1)
         deadline = time.monotonic() + 10
-        while first.exists() or (executor.jobs_dir / ".trash-1").exists() or any(
-                p.name.startswith(".trash-") for p in executor.jobs_dir.iterdir()):
-            assert time.monotonic() < deadline, "the forgotten job's directory was never deleted"
+        while first.exists() or any(p.name.startswith(".trash-") for p in executor.jobs_dir.iterdir()):
+            assert time.monotonic() < deadline, "the forgotten job's directory was never cleared"
             time.sleep(0.01)
-        # The spares made before job 1 was forgotten go first; the ones made after hold its record's files.
+        # The spares made before job 1 was forgotten go first; the ones made after hold its directory and files.
         wait_for_spares(executor.jobs_dir)
         later = run_jobs(executor, 10, SPARES)
         wait_for_spares(executor.jobs_dir)
         later += run_jobs(executor, 20, SPARES)
 
-        records = {os.fstat(fd).st_ino for fd in record_fds}
-        reused = {(d / name).stat().st_ino for d in later for name in RECORD_FILES if (d / name).exists()} & records
-        assert reused == records, "job 1's record files were not kept for later jobs"
-        assert all(os.fstat(fd).st_nlink == 1 for fd in record_fds)
-        # Its log is in no later job: what a lingering process writes reaches no one else's log.
-        assert os.fstat(log_fd).st_nlink == 0
-        os.write(log_fd, b"written after the job ended\n")
+        kept = {os.fstat(fd).st_ino for fd in kept_fds}
+        reused = {(d / name).stat().st_ino for d in later for name in KEPT_FILES if (d / name).exists()} & kept
+        assert reused == kept, "job 1's exit and record files were not kept for later jobs"
+        assert all(os.fstat(fd).st_nlink == 1 for fd in kept_fds)
+        assert directory in {d.stat().st_ino for d in later}, "job 1's directory was not kept for a later job"
+        # every later job ended with its own status, not job 1's
+        assert all(executor.status(int(d.name)).exit_code == 0 for d in later)  # type: ignore[union-attr]
+        # Its log and activity file are in no later job: what a lingering process writes reaches no one else's.
+        assert all(os.fstat(fd).st_nlink == 0 for fd in job_fds)
+        os.write(job_fds[0], b"written after the job ended\n")
         assert all(executor.read_log(int(d.name), 0, 1 << 20)[0] == "" for d in later)
+        assert all((d / "activity").stat().st_size == 0 for d in later)
     finally:
-        for fd in (log_fd, *record_fds):
+        for fd in (*job_fds, *kept_fds):
             os.close(fd)
 
 

@@ -1,21 +1,27 @@
 """STATE/jobs/, where the executor keeps a directory per job it holds: open to the jobs' users where the agent
-runs as root, a fresh directory for each new job, made ahead of it, and a forgotten job's directory removed off the
+runs as root, a directory made ready ahead for each new job, and a forgotten job's directory cleared off the
 agent's path.
 
-A job's start needs its directory and files: its log, exit file and activity file, which are the job's (its
-processes write them, and may keep them open after it ends), and its record's two, which only the agent ever opens:
-`job.json` and a blank that `JobRecord.save` writes and renames over it, keeping the old record's file as the next
-blank. Creating a file can cost the kernel far more than writing one: at times 380-650 µs of system time each on the
-ext4 of the machines nanum is measured on, against 15-40 µs to truncate and write an existing one or to rename one.
+A job's start needs its directory and files: its log and activity file, which are the job's (its processes write
+them, and may keep them open after it ends), its exit file, which only the agent and the job's waiter open, and its
+record's two, which only the agent ever opens: `job.json` and a blank that `JobRecord.save` writes and renames over
+it, keeping the old record's file as the next blank. Creating a file or directory can cost the kernel far more than
+writing one: 380-650 µs of system time each at times on the ext4 of the machines nanum is measured on, against
+15-40 µs to truncate and write an existing one or to rename one. Where ext4 runs without a journal, each new inode
+is looked for past every inode freed in its block group in the last minutes (up to six), so that a node starting
+and forgetting short jobs pays more per file the more it has freed: up to a millisecond, a fifth of its agent's
+time in a queue of 1,000 short jobs.
+
 So `Spares` makes a few directories ahead, off the start's path, each with those files empty: a start renames one
-into place (`Spares.take`). A spare is made by the agent before any job is known and holds only the agent's own
-empty files. Its directory and the job's own files are new: a job never gets a directory, log, exit or activity
-file another job had. The record's two are the files of forgotten jobs' records, emptied (`Recycled`): never
-opened by any job, they cost no new file per job.
+into place (`Spares.take`), and forgetting a job frees as few inodes as it can. A spare is made by the agent before
+any job is known and holds only the agent's own empty files. The job's own files (log, activity) are always new: a
+job never gets a file another job's processes could still hold open. The directory, the exit file and the record's
+two are a forgotten job's, emptied (`Recycled`): none of them is ever held by a job's own processes (the directory
+is the agent's, and only it writes there), so none costs a new inode per job.
 
 Forgetting a job renames its directory to `.trash-*` (one quick call, while the agent waits); the executor's
-watcher thread deletes those later, keeping their records' files for the spares, and deletes any left by an agent
-that stopped first when the next one starts.
+watcher thread clears those later, keeping their directories and agent-only files for the spares and deleting the
+rest, and deletes any left by an agent that stopped first when the next one starts.
 """
 
 from __future__ import annotations
@@ -28,10 +34,11 @@ import shutil
 import stat
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["BLANK", "JOB_FILES", "RECORD", "RECORD_FILES", "RECYCLED", "SPARES", "Recycled", "Spares", "discard",
-           "empty_trash", "make_jobs_dir"]
+__all__ = ["BLANK", "JOB_FILES", "KEPT_FILES", "RECORD", "RECORD_FILES", "RECYCLED", "SPARES", "Recycled", "Spares",
+           "discard", "empty_trash", "make_jobs_dir"]
 
 log = logging.getLogger("nanum.agent")
 
@@ -45,8 +52,11 @@ RECORD_FILES = (RECORD, BLANK)
 #: its record's), and by `nanum.agent.launch.prepare` where missing. One table for both: an existing file keeps the
 #: mode it was made with. Always new files: the job's processes write them.
 JOB_FILES = {"output.log": 0o600, "exit": 0o600, "activity": 0o644}
+#: The files of a forgotten job that a later spare gets, emptied: no process of the job holds them once it ended.
+KEPT_FILES = (*RECORD_FILES, "exit")
 JOB_DIR_MODE = 0o711
-#: Where forgotten jobs' record files wait for a spare, and how many it keeps (the rest are deleted).
+#: Where forgotten jobs' directories and kept files wait for a spare, and how many of each it keeps (the rest are
+#: deleted).
 RECYCLED, RECYCLED_MAX = ".recycled", 4 * SPARES
 #: Spares are made again once no start took one for this long (seconds), not beside the starts themselves.
 REFILL_AFTER_S = 0.02
@@ -68,11 +78,11 @@ def make_jobs_dir(jobs_dir: Path, agent_uid: int) -> None:
 
 
 class Recycled:
-    """The record files of forgotten jobs (STATE/jobs/.recycled/), kept to be a new spare's, emptied.
+    """The directories and kept files (`KEPT_FILES`) of forgotten jobs (in STATE/jobs/.recycled/), for new spares,
+    emptied.
 
-    Only a regular file of the agent's own, 0600, with no other name is kept: a record's file, which no job opens (in
-    a directory the job's user cannot write to). Made anew by each agent: an earlier agent's is deleted with its
-    spares."""
+    Only what is the agent's own is kept: a regular file, 0600, with no other name, and an empty directory no one
+    else may write to. Made anew by each agent: an earlier agent's is deleted with its spares."""
 
     def __init__(self, jobs_dir: Path) -> None:
         self.dir = jobs_dir / RECYCLED
@@ -82,40 +92,67 @@ class Recycled:
         self._uid = os.geteuid()
         self._names = itertools.count()
         self._kept: list[str] = []
+        self._dirs: list[str] = []
         self._lock = threading.Lock()
 
     def keep(self, path: str) -> None:
-        """Keep the file at `path` (a forgotten job's record file) if it is one to keep and there is room."""
-        with self._lock:
-            if len(self._kept) >= RECYCLED_MAX:
-                return
-            name = str(next(self._names))
-        try:
-            info = os.lstat(path)
-            if (not stat.S_ISREG(info.st_mode) or stat.S_IMODE(info.st_mode) != 0o600 or info.st_uid != self._uid
-                    or info.st_nlink != 1):
-                return
-            os.rename(path, self.dir / name)
-        except OSError:
-            return
-        with self._lock:
-            self._kept.append(name)
+        """Keep the file at `path` (a forgotten job's kept file) if it is one to keep and there is room."""
+        self._keep(path, self._kept, lambda info: (stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o600
+                                                   and info.st_nlink == 1))
+
+    def keep_dir(self, path: str) -> bool:
+        """Keep the directory at `path` (a forgotten job's, its files deleted) if it is one to keep and there is
+        room; False when it was not kept."""
+        return self._keep(path, self._dirs, lambda info: stat.S_ISDIR(info.st_mode) and not info.st_mode & 0o7022)
 
     def take(self, path: Path) -> bool:
         """Put a kept file, emptied, at `path`; False when none is kept."""
-        with self._lock:
-            if not self._kept:
-                return False
-            name = self._kept.pop()
-        try:
-            os.rename(self.dir / name, path)
-        except OSError:
+        if not self._take(self._kept, path):
             return False
         try:
             os.close(os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC))
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(path)
+            return False
+        return True
+
+    def take_dir(self, path: Path) -> bool:
+        """Put a kept directory at `path`, which must not exist; False when none is kept."""
+        if not self._take(self._dirs, path):
+            return False
+        try:
+            os.chmod(path, JOB_DIR_MODE)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+            return False
+        return True
+
+    def _keep(self, path: str, pool: list[str], fits: Callable[[os.stat_result], bool]) -> bool:
+        with self._lock:
+            if len(pool) >= RECYCLED_MAX:
+                return False
+            name = str(next(self._names))
+        try:
+            info = os.lstat(path)
+            if info.st_uid != self._uid or not fits(info):
+                return False
+            os.rename(path, self.dir / name)
+        except OSError:
+            return False
+        with self._lock:
+            pool.append(name)
+        return True
+
+    def _take(self, pool: list[str], path: Path) -> bool:
+        with self._lock:
+            if not pool:
+                return False
+            name = pool.pop()
+        try:
+            os.rename(self.dir / name, path)
+        except OSError:
             return False
         return True
 
@@ -186,8 +223,11 @@ class Spares:
     def _make(self) -> Path:
         n = next(self._names)
         making, spare = self.jobs_dir / f".making-{n}", self.jobs_dir / f".spare-{n}"
-        os.mkdir(making, JOB_DIR_MODE)
-        made = [*JOB_FILES.items(), *((name, 0o600) for name in RECORD_FILES if not self.recycled.take(making / name))]
+        if not self.recycled.take_dir(making):
+            os.mkdir(making, JOB_DIR_MODE)
+        wanted = {**JOB_FILES, **dict.fromkeys(RECORD_FILES, 0o600)}
+        made = [(name, mode) for name, mode in wanted.items()
+                if name not in KEPT_FILES or not self.recycled.take(making / name)]
         for name, mode in made:
             os.close(os.open(making / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode))
         os.rename(making, spare)
@@ -201,22 +241,23 @@ def discard(jobs_dir: Path, job_dir: Path, job_id: int) -> None:
 
 
 def empty_trash(jobs_dir: Path, *, left_behind: bool = False, recycled: Recycled | None = None) -> None:
-    """Delete the forgotten jobs' directories, first giving their record files to `recycled`; `left_behind`: also
-    the spares (and kept files) of an agent that has stopped."""
+    """Clear the forgotten jobs' directories: their kept files and then the emptied directories go to `recycled`,
+    the rest is deleted; `left_behind`: also delete the spares (and kept files) of an agent that has stopped."""
     prefixes = (".trash-", ".spare-", ".making-", RECYCLED) if left_behind else (".trash-",)
     with os.scandir(jobs_dir) as entries:
         trash = [entry.path for entry in entries if entry.name.startswith(prefixes)]
     for path in trash:
         if recycled is not None:
-            for name in RECORD_FILES:
+            for name in KEPT_FILES:
                 recycled.keep(os.path.join(path, name))
-        _remove(path)
+        _remove(path, recycled)
 
 
-def _remove(path: str) -> None:
-    """Delete a job's directory. It holds files only (the agent's, and the job's log and activity file, which its
-    user owns but cannot add to: the directory is the agent's), unlinked through the directory's descriptor at a
-    third of `shutil.rmtree`'s cost; anything else (a directory, say) goes through `rmtree`."""
+def _remove(path: str, recycled: Recycled | None = None) -> None:
+    """Delete a job's directory, or empty it and give it to `recycled`. It holds files only (the agent's, and the
+    job's log and activity file, which its user owns but cannot add to: the directory is the agent's), unlinked
+    through the directory's descriptor at a third of `shutil.rmtree`'s cost; anything else (a directory, say) goes
+    through `rmtree`, and the directory with it."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
@@ -224,6 +265,7 @@ def _remove(path: str) -> None:
                 os.unlink(name, dir_fd=fd)
         finally:
             os.close(fd)
-        os.rmdir(path)
+        if recycled is None or not recycled.keep_dir(path):
+            os.rmdir(path)
     except OSError:
         shutil.rmtree(path, ignore_errors=True)
