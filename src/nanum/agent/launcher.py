@@ -163,12 +163,12 @@ def _reap(sock: socket.socket, spares: _Spares) -> None:
 
 class _Spares:
     """The next jobs' waiters, forked ahead (`_spare`): a start then costs a message to one, not a fork and a new
-    session (about 1.5 ms, and more while the machine is busy). `COUNT` wait at a time, one per GPU of an 8-GPU
-    node, so that the starts of one scheduling round (a node's GPUs freed at once) all find one. The missing ones
-    are forked `REFILL_MS` after the last start, so that the forks do not compete with the starts they follow. A
-    start that finds none left forks its waiter."""
+    session (about 1.5 ms, and more while the machine is busy). `COUNT` wait at a time, so that the starts of one
+    scheduling round (a node's GPUs freed at once) all find one. The missing ones are forked `REFILL_MS` after
+    the last start, so that the forks do not compete with the starts they follow. A start that finds none left
+    forks its waiter."""
 
-    COUNT = 8
+    COUNT = 4
     REFILL_MS = 5
 
     def __init__(self, own: tuple[int, ...]) -> None:
