@@ -50,9 +50,11 @@ RECORD, BLANK = "job.json", ".blank"
 RECORD_FILES = (RECORD, BLANK)
 #: The files of a job's directory that the agent makes for the job, with their modes: made ahead in a spare (beside
 #: its record's), and by `nanum.agent.launch.prepare` where missing. One table for both: an existing file keeps the
-#: mode it was made with. Always new files: the job's processes write them.
+#: mode it was made with. The log and activity file are always new (the job's processes write them); the exit file
+#: may be a forgotten job's (`KEPT_FILES`).
 JOB_FILES = {"output.log": 0o600, "exit": 0o600, "activity": 0o644}
-#: The files of a forgotten job that a later spare gets, emptied: no process of the job holds them once it ended.
+#: The files of a forgotten job that a later spare gets, emptied: once it ended, none is held by any process (the exit
+#: file only ever by its waiter, which does not pass it on to the job's command).
 KEPT_FILES = (*RECORD_FILES, "exit")
 JOB_DIR_MODE = 0o711
 #: Where forgotten jobs' directories and kept files wait for a spare, and how many of each it keeps (the rest are
