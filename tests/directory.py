@@ -24,16 +24,12 @@ from types import TracebackType
 
 import pytest
 
+from tests.ports import free_port
+
 SLAPD = "/usr/sbin/slapd"
 SCHEMAS = ("core", "cosine", "nis", "inetorgperson")
 BASE = "dc=uni,dc=example"
 ADMIN_DN = f"cn=admin,{BASE}"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Directory:
@@ -44,7 +40,7 @@ class Directory:
         if not Path(SLAPD).exists() or shutil.which("ldapmodify") is None:
             pytest.skip("needs OpenLDAP's slapd and ldap-utils (apt-get install slapd ldap-utils)")
         self.root, self.admin_password = root / "slapd", admin_password
-        self.port = _free_port()
+        self.port = free_port()
         self.base, self.admin_dn = BASE, ADMIN_DN
         self.proc: subprocess.Popen[bytes] | None = None
         #: (certificate, key) in PEM: slapd then speaks ldaps:// only.

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,6 +29,8 @@ from joserfc import jwt
 from joserfc.jwk import KeySet, RSAKey
 from markupsafe import escape
 from werkzeug.serving import make_server
+
+from tests.ports import free_port
 
 
 @dataclass
@@ -104,19 +105,13 @@ class Code:
         return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Provider:
     """One provider with one client; people are added with `add_user`. `host` is the name the issuer URL uses
     (e.g. `localhost`, so that a nanum at 127.0.0.1 is another site to the browser)."""
 
     def __init__(self, *, client_id: str = "nanum", client_secret: str | None = None, host: str = "127.0.0.1",
                  id_token_lifetime_s: int = 300) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.issuer = f"http://{host}:{self.port}"
         self.client = Client(client_id, client_secret)
         self.key = RSAKey.generate_key(2048, parameters={"kid": "test-key-1", "use": "sig", "alg": "RS256"})

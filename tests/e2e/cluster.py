@@ -9,7 +9,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.accounts import unix_account
+from tests.ports import free_port
 
 JOB_ACCOUNT = "nanum-e2e"
 
@@ -27,12 +27,6 @@ JOB_ACCOUNT = "nanum-e2e"
 def nanum_command() -> list[str]:
     exe = Path(sys.executable).with_name("nanum")
     return [str(exe)] if exe.exists() else [sys.executable, "-c", "from nanum.cli import main; main()"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def job_account() -> str:

@@ -22,6 +22,7 @@ from nanum.server.services import logins
 from nanum.server.settings import ServerSettings
 from nanum.store import Database
 from nanum.store.db import POOL_MAX
+from tests.ports import free_port
 from tests.store.databases import PG_URL
 
 
@@ -86,15 +87,9 @@ def test_an_unreachable_database_is_one_clear_line(tmp_path: Path) -> None:
     assert "secret" not in str(err.value)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.e2e
 def test_nanum_server_serves_until_sigterm(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "nanum.cli", "server", "--home", str(tmp_path / "home"), "--port", str(port)],
