@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+from nanum.agent import launcher as launcher_module
 from nanum.agent import procs
 from nanum.agent.executor import Executor
 from nanum.agent.launch import launcher
@@ -261,3 +262,56 @@ def test_the_process_holding_a_file_is_found_but_never_the_one_asking(tmp_path: 
             other.kill()
             other.wait()
         assert procs.opened_by_other(held, os.getpid()) is None
+
+
+def waiter_status(tmp_path: Path, argv: list[str], stop: str) -> tuple[str, int]:
+    """Run a job's waiter (`_run_job`, as the launcher runs it) in a process of its own, its group sent SIGTERM
+    `stop`: "before" its setup, "while-starting" (after the waiter's last look, before the command exists) or
+    "after-start" (the moment the command exists). Its exit file's text and the waiter's own exit status."""
+    log, exit_file = tmp_path / "log", tmp_path / "exit"
+    request = {"title": "test", "cgroup_files": [], "user": None, "cwd": str(tmp_path), "argv": argv,
+               "env": {"PATH": os.defpath}}
+    pid = os.fork()
+    if pid == 0:
+        code = 99
+        try:
+            log_fd = os.open(log, os.O_WRONLY | os.O_CREAT, 0o600)
+            exit_fd = os.open(exit_file, os.O_WRONLY | os.O_CREAT, 0o600)
+            launcher_module._lead_session(())
+            spawn = launcher_module._spawn
+
+            def spawn_and_stop(argv: list[str], env: dict[str, str]) -> int:
+                if stop == "while-starting":
+                    os.killpg(0, signal.SIGTERM)
+                child = spawn(argv, env)
+                if stop == "after-start":
+                    os.killpg(0, signal.SIGTERM)
+                return child
+
+            launcher_module._spawn = spawn_and_stop
+            if stop == "before":
+                os.killpg(0, signal.SIGTERM)
+            code = launcher_module._run_job(request, log_fd, exit_fd)
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 10
+    while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if ended[0] == 0:
+        os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return "still running after 10 s", -1
+    return exit_file.read_text(), os.waitstatus_to_exitcode(ended[1])
+
+
+def test_a_job_stopped_while_its_command_starts_is_stopped_and_its_waiter_says_how_it_ended(tmp_path: Path) -> None:
+    # The waiter must outlive a stop that comes the moment its command exists (else the job ends, its GPUs are
+    # handed on, while the command runs on), and pass on one the command missed (else it runs until its SIGKILL).
+    assert waiter_status(tmp_path, ["sleep", "30"], "after-start") == ("143\n", 0)
+    assert waiter_status(tmp_path, ["sleep", "30"], "while-starting") == ("143\n", 0)
+
+
+def test_a_job_stopped_before_its_command_starts_never_runs_it(tmp_path: Path) -> None:
+    ran = tmp_path / "ran"
+    assert waiter_status(tmp_path, ["touch", str(ran)], "before") == ("143\n", 0)
+    assert not ran.exists()

@@ -16,11 +16,16 @@ where it can be (`_Spares`: the start then costs a message, not a fork), which
    refused as the kernel refuses it to them, and the waiter writes `workdir: ` and the kernel's words to the
    exit file in place of a status;
 5. starts the command (`posix_spawn`) with the job's environment, every signal at its default and none blocked
-   (a shell would leave SIGINT and SIGQUIT ignored; Python leaves SIGPIPE ignored);
-6. only then blocks SIGTERM, SIGINT and SIGHUP, and waits: a signal sent to the group from here on stops the
-   command but not the waiter, which writes the command's status (`128 + N` for a signal N, as a shell says it)
-   to the exit file. One sent before ends the waiter too, and the command if it exists, as it should: a job
-   stopped the moment it starts is stopped, never left to run until its SIGKILL.
+   (a shell would leave SIGINT and SIGQUIT ignored; Python leaves SIGPIPE ignored), unless a stop came first;
+6. waits, and writes the command's status (`128 + N` for a signal N, as a shell says it) to the exit file.
+
+The waiter holds SIGTERM, SIGINT and SIGHUP blocked from its first step: a signal sent to the group stops the
+command but never the waiter, which must outlive the command to say how it ended (a waiter killed while the
+command still ran would end the job while its processes still hold their GPUs). A stop sent before the command
+starts waits, pending, in the waiter: the command is then never started, and its status says the signal. One sent
+while it was being started reached either both or the waiter alone (the kernel gives a new process none of its
+parent's pending signals), so the waiter passes on to the group what it holds once the command runs: a job stopped
+the moment it starts is stopped, never left to run until its SIGKILL, and at worst gets the signal twice.
 
 The exit file is how a restarted agent learns the status of a job that ended while it was down. A command that
 cannot be run (not found, not executable) is said in the job's log and ends the job with 127 or 126, as a shell
@@ -296,10 +301,11 @@ def _serve(request: Mapping[str, Any], fds: list[int], own: tuple[int, ...], spa
 
 def _lead_session(own: tuple[int, ...], led: int | None = None) -> None:
     """A waiter's first steps: its own session, the launcher's descriptors `own` closed, the job's stop signals
-    left blocked (`_run_job` unblocks them). Written to, `led` tells the launcher that it leads its session."""
+    blocked for good (the module docstring says why). Written to, `led` tells the launcher that it leads its
+    session."""
     # The launcher's dispositions (SIGTERM ignored, its SIGCHLD handler) are not the job's. They are reset before
-    # the job's group exists, with its stop signals blocked meanwhile: a SIGTERM sent to the group the moment the
-    # agent knows it must not meet an ignored disposition (lost) but wait, and end the waiter once unblocked.
+    # the job's group exists, with its stop signals blocked first: a SIGTERM sent to the group the moment the agent
+    # knows it must not meet an ignored disposition (lost) but wait, pending, for `_run_job` to find.
     signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
     signal.set_wakeup_fd(-1)
     for sig in DEFAULTED:
@@ -314,7 +320,6 @@ def _lead_session(own: tuple[int, ...], led: int | None = None) -> None:
 
 def _run_job(request: Mapping[str, Any], log_fd: int, exit_fd: int) -> int:
     """The rest of the waiter (module docstring), once it leads its session; returns its own exit status."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(log_fd, 1)
@@ -349,6 +354,10 @@ def _run_job(request: Mapping[str, Any], log_fd: int, exit_fd: int) -> int:
     env.pop("OLDPWD", None)
     with contextlib.suppress(OSError):
         env["PWD"] = os.getcwd()  # as a shell would set it, links resolved
+    stopped = signal.sigpending() & HELD
+    if stopped:  # stopped before its command started: it never runs
+        _status(str(128 + min(stopped)))
+        return 0
     try:
         child = _spawn(argv, env)
     except OSError as exc:
@@ -359,7 +368,8 @@ def _run_job(request: Mapping[str, Any], log_fd: int, exit_fd: int) -> int:
         _say(f"nanum: cannot run {argv[0]!r}: no program named")
         _status("127")
         return 0
-    signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+    for sig in signal.sigpending() & HELD:  # sent while the command was being started: it may have missed it
+        os.killpg(0, sig)
     _, status = os.waitpid(child, 0)
     code = os.waitstatus_to_exitcode(status)
     _status(str(128 - code if code < 0 else code))
