@@ -20,6 +20,7 @@ as the job's user, like any container job. Nodes need no port open to users.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import socket
@@ -38,6 +39,8 @@ SESSION_PYTHON = "NANUM_SESSION_PYTHON"
 RELAY_VARS = (RELAY_URL, RELAY_SECRET)
 #: The shell a container image runs for `nanum shell`: a login shell every image has.
 CONTAINER_SHELL = ("/bin/sh", "-l")
+#: How long the agent tries to connect to a notebook's port on its own address (`free_port`), in seconds.
+SELF_CONNECT_S = 1.0
 
 
 def prepared(launch: JobLaunch, *, address: str, server: str) -> JobLaunch:
@@ -94,11 +97,27 @@ def jupyter_command(launch: JobLaunch) -> list[str]:
 
 
 def free_port(address: str) -> int:
-    """A TCP port nothing listens on at `address` now."""
+    """A TCP port free at `address`, held for JupyterLab, which binds it seconds later.
+
+    A port merely found free could meanwhile become the local end of one of the node's outgoing connections, and
+    the notebook would then fail to start (it is told to take this port and no other). So the port is left in
+    TIME_WAIT for the kernel's minute: a connection to it is made and closed from its end, and until that minute
+    has passed the kernel gives it to no outgoing connection and to no plain bind, while JupyterLab, which binds
+    with SO_REUSEADDR as servers do, takes it. The port stays in the kernel's ephemeral range, as before. Where the
+    node's firewall keeps it from connecting to its own address, the port is only found free."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family) as s:
-        s.bind((address, 0))
-        return int(s.getsockname()[1])
+    with socket.socket(family) as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # so that its TIME_WAIT gives way to Jupyter
+        listener.bind((address, 0))
+        listener.listen(1)
+        listener.settimeout(SELF_CONNECT_S)
+        where = listener.getsockname()
+        with socket.socket(family) as client, contextlib.suppress(OSError):
+            client.settimeout(SELF_CONNECT_S)
+            client.connect(where)
+            accepted, _ = listener.accept()
+            accepted.close()  # the port's end closes first: the TIME_WAIT is on its side
+        return int(where[1])
 
 
 def reach_address(server: str) -> str:
