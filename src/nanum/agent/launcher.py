@@ -20,12 +20,13 @@ where it can be (`_Spares`: the start then costs a message, not a fork), which
 6. waits, and writes the command's status (`128 + N` for a signal N, as a shell says it) to the exit file.
 
 The waiter holds SIGTERM, SIGINT and SIGHUP blocked from its first step: a signal sent to the group stops the
-command but never the waiter, which must outlive the command to say how it ended (a waiter killed while the
-command still ran would end the job while its processes still hold their GPUs). A stop sent before the command
-starts waits, pending, in the waiter: the command is then never started, and its status says the signal. One sent
-while it was being started reached either both or the waiter alone (the kernel gives a new process none of its
-parent's pending signals), so the waiter passes on to the group what it holds once the command runs: a job stopped
-the moment it starts is stopped, never left to run until its SIGKILL, and at worst gets the signal twice.
+command but never the waiter, which must outlive the command to say how it ended (when a waiter ends, the agent
+takes its job as ended and kills what is left of it: a job whose waiter a stop killed lost its grace period and its
+status). A stop sent before the command starts waits, pending, in the waiter: the command is then never started, and
+its status says the signal. One sent while it was being started reached either both or the waiter alone (the kernel
+gives a new process none of its parent's pending signals), so the waiter passes on to the group what it holds once
+the command runs: a job stopped the moment it starts is stopped, never left to run until its SIGKILL, and at worst
+gets the signal twice.
 
 The exit file is how a restarted agent learns the status of a job that ended while it was down. A command that
 cannot be run (not found, not executable) is said in the job's log and ends the job with 127 or 126, as a shell
