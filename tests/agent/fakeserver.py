@@ -30,6 +30,9 @@ class FakeServer:
         self.log_when_seen: dict[tuple[int, str], bytes] = {}  # (job, state) → its log as that status arrived
         self.beats: list[Heartbeat] = []
         self.version = 0
+        #: How many of the next replies that acknowledge ends list the desired jobs as they were before those ends
+        #: were recorded (a list read before them, as a busy server's tick may hand a heartbeat).
+        self.stale_replies = 0
         self.allow_root, self.grace_s = allow_root, grace_s
         self._closing = False
         self.connections: set[socket.socket] = set()
@@ -87,13 +90,16 @@ class FakeServer:
         with self.cond:
             self.beats.append(beat)
             self.cond.notify_all()
+            before = list(self.desired.values())
             ack = self._record(beat, now)
+            stale = bool(ack) and self.stale_replies > 0
+            self.stale_replies -= stale
             start_version = self.version
             if beat.wait_s > 0 and not ack and not self._news(beat):
                 self.cond.wait_for(lambda: self.version != start_version or self._closing, beat.wait_s)
             offsets = {j: len(self.logs.get(j, b"")) for j in {s.job_id for s in beat.jobs}}
             return HeartbeatReply(
-                desired=list(self.desired.values()),
+                desired=before if stale else list(self.desired.values()),
                 ack=ack,
                 log_offsets=offsets,
                 grace_s=self.grace_s,

@@ -100,6 +100,23 @@ def test_start_and_exit_are_reported_promptly(server: FakeServer, state_dir: Pat
     assert statistics.median(starts) < 0.1 and statistics.median(exits) < 0.1
 
 
+def test_a_run_that_ended_is_never_started_again_by_a_list_read_before_its_end(
+        server: FakeServer, state_dir: Path, tmp_path: Path) -> None:
+    # A busy server may acknowledge a job's end in a reply whose list of jobs was read before that end was recorded:
+    # the job is still on it. Its agent must not run it a second time (on GPUs the server may have given away).
+    runs = tmp_path / "runs"
+    server.stale_replies = 1
+    with running(make_agent(server.url, state_dir)):
+        server.submit(make_launch(1, "sh", "-c", f"echo run >> {runs}", run=1))
+        server.wait_state(1, "exited")
+        server.wait_until(lambda: not (state_dir / "jobs" / "1").exists())  # forgotten, once acknowledged
+        held_long_poll(server)
+        server.submit(make_launch(2, "true", run=1))  # the agent goes on with other work
+        server.wait_state(2, "exited")
+    assert server.stale_replies == 0, "the stale reply was sent"
+    assert runs.read_text() == "run\n"
+
+
 def test_a_job_taken_off_the_list_is_stopped(server: FakeServer, state_dir: Path) -> None:
     with running(make_agent(server.url, state_dir)):
         server.submit(make_launch(1, "sleep", "60"))

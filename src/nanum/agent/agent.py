@@ -5,7 +5,8 @@ Each round the agent POSTs a `Heartbeat` (inventory, the status of every job it 
 
 1. forget exited jobs the server acknowledged (once the server holds their whole log);
 2. stop (SIGTERM, grace, SIGKILL) held running jobs that are no longer desired;
-3. start desired jobs it does not hold.
+3. start desired jobs it does not hold, but never a run that has ended here (a list read before its end was
+   recorded may still name it).
 
 When nothing is waiting to be reported the heartbeat asks the server to hold the reply (`wait_s`, a long
 poll), so a new job starts the moment the server decides it. If a job starts or ends meanwhile, the agent
@@ -69,6 +70,8 @@ CHATTY_WAIT_S = 1.0
 OUTPUT_CHECK_S = 0.5
 #: How often the agent looks again for the environments and datasets the server asks about.
 PATHS_CHECK_S = 30.0
+#: How many ended runs the agent remembers, so as never to start one again (`Agent._ended`).
+ENDED_KEPT = 10_000
 
 
 @dataclass(slots=True)
@@ -125,6 +128,9 @@ class Agent:
         self._logs = LogShipping(config.log_chunk_bytes, config.log_bytes_per_heartbeat)
         self._sent_version = -1
         self._reply = HeartbeatReply()
+        #: (job id, run) of the runs ended here and forgotten, newest last: a server's list read before one's end
+        #: was recorded may still name it, and it must not run twice (`_apply`).
+        self._ended: dict[tuple[int, int | None], None] = {}
         self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -331,15 +337,25 @@ class Agent:
         self._reply = reply
         self._logs.update(self.executor, reply, sent)
         self._check_paths(reply.check_paths)
-        self._logs.forget_acked(self.executor)
+        for ran in self._logs.forget_acked(self.executor):
+            self._ended[ran] = None
+            if len(self._ended) > ENDED_KEPT:
+                del self._ended[next(iter(self._ended))]
         held = self.executor.held()
         desired = {launch.job_id: launch for launch in reply.desired}
         for job_id, state in held.items():
             if state == "running" and job_id not in desired:
                 log.info("stopping job %d (no longer on the server's list)", job_id)
                 self.executor.stop(job_id)  # with the grace its launch carries (its lab's)
-        new = [sessions.prepared(launch, address=self._address(), server=self.server)
-               for job_id, launch in desired.items() if job_id not in held]
+        new = []
+        for job_id, launch in desired.items():
+            if job_id in held:
+                continue
+            if launch.run and (job_id, launch.run) in self._ended:
+                log.warning("job %d: its run %d has ended here already; not starting it again (the server's list "
+                            "was read before that end was recorded)", job_id, launch.run)
+                continue
+            new.append(sessions.prepared(launch, address=self._address(), server=self.server))
         for launch in new:
             self._logs.offsets[launch.job_id] = 0
         for launch, status in zip(new, self.executor.start_all(new, allow_root=reply.allow_root), strict=True):

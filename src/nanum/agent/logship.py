@@ -54,8 +54,9 @@ class LogShipping:
                 self.offsets.setdefault(job_id, 0)
         self.acked.update(reply.ack)
 
-    def forget_acked(self, executor: Executor) -> None:
-        """Drop the ended jobs the server acknowledged and holds the whole log of."""
+    def forget_acked(self, executor: Executor) -> list[tuple[int, int | None]]:
+        """Drop the ended jobs the server acknowledged and holds the whole log of; (job id, run) of each."""
+        forgotten = []
         for job_id in list(self.acked):
             status = executor.status(job_id)
             if status is None:
@@ -64,3 +65,5 @@ class LogShipping:
                 executor.forget(job_id)
                 self.acked.discard(job_id)
                 self.offsets.pop(job_id, None)
+                forgotten.append((job_id, status.run))
+        return forgotten

@@ -7,12 +7,14 @@ published to the others (`bus`, a `nanum.server.bus.Bus`), which act on them as 
 `poke_local`).
 
 Each wake also gives the node a new `generation` at once, in the thread that woke it: what was worked out for a node
-(a quiet heartbeat's answer, `nanum.server.services.agent`) holds only while its generation is the same.
+(a quiet heartbeat's answer, `nanum.server.services.agent`) holds only while its generation is the same. So does a
+heartbeat that changed its own node's jobs (`outdate`: it recorded their ends), without waking it.
 
 A wake may bring the woken heartbeat its reply (`wake(nodes, replies)`: the scheduler's tick, which has just
 written the node's jobs, reads them in the same transaction). The reply is kept for the generation that wake
-gives, and only if no other wake came between the reply's read and that wake (`ready`): otherwise the heartbeat
-reads the node's jobs itself.
+gives, and only if no other wake or change came between the reply's read and that wake (`ready`): otherwise the
+heartbeat reads the node's jobs itself. A reply read before the node's own heartbeat recorded a job's end would
+still list that job, and its agent, told in the same answer that the end is recorded, would start it again.
 """
 
 from __future__ import annotations
@@ -119,6 +121,18 @@ class Signals:
         if names and self._loop is not None and not self._loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop is shutting down
                 self._loop.call_soon_threadsafe(self.wake_now, names)
+
+    def outdate(self, node: str, since: tuple[int, int]) -> tuple[int, int] | None:
+        """`node`'s jobs were changed here without a wake (its own heartbeat recorded their ends): no reply read
+        before now may reach it. Gives the node a new generation, so that a reply a tick read before the change is
+        neither kept (`wake_local` checks the generation it was read at) nor handed out (`ready`). Returns the new
+        generation where it was still `since` until now, else None (a wake came meanwhile: what was worked out
+        from `since` is old). Safe from any thread."""
+        with self._stamping:
+            unchanged = self.generation(node) == since
+            self._generations[node] = next(self._count)
+            self._ready.pop(node, None)
+            return self.generation(node) if unchanged else None
 
     def ready(self, node: str) -> Any | None:
         """The reply the last wake of `node` brought, if nothing woke it since (once). Call on the event loop."""

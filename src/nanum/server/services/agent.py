@@ -115,8 +115,11 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
     # Once committed: a rolled-back transaction's list is never remembered (`remember`).
     _remember(ctx, who.id, version, held_now, desired)
     ctx.last_seen.heard(who.id, now, written=written)
-    if settled:
-        memo = _keep_quiet(ctx, who, generation, _next_report(hb, following, desired, held_now.keys()), desired,
+    kept_for: tuple[int, int] | None = generation
+    if acks or woken or freed:  # the node's jobs changed: a reply a tick read before is old (`Signals.outdate`)
+        kept_for = ctx.signals.outdate(who.name, generation)
+    if settled and kept_for is not None:
+        memo = _keep_quiet(ctx, who, kept_for, _next_report(hb, following, desired, held_now.keys()), desired,
                            version, jobs_now)
         _told(ctx, who, memo, offsets)
     return _outcome(ctx, hb, desired, acks, paths, woken, poke, version, offsets)
