@@ -14,7 +14,8 @@ Figures, each printed beside Slurm 22.05 (sbatch) and Debian's task-spooler (`ts
      `nanum submit` (beside `sbatch --wrap true` in the same loop where sbatch is installed), and a 1,000-task
      array submitted in one request (`--cli-only` prints just these);
   5. draining `--jobs` trivial jobs (`true`, 1 GPU each) on 8 GPUs: from the first submission until the last
-     job is recorded completed, all submitted at once; and a check that none was lost. Beside it, a job's run
+     job is recorded completed, all submitted at once; and a check that none was lost and none started twice
+     on its node (from the agent's log, where each start is a line). Beside it, a job's run
      and a GPU's idle time between two jobs as the server recorded them (medians: what is not `true`'s own few
      milliseconds is the pipeline's), the CPU time per job of the server, of its agent (with its job launcher)
      and of the jobs' own processes, and how busy the machine was: a drain that keeps every core busy is bound
@@ -34,6 +35,7 @@ import itertools
 import json
 import os
 import pwd
+import re
 import resource
 import shlex
 import shutil
@@ -44,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -333,6 +336,7 @@ class Drained(NamedTuple):
     seconds: float  # from the first submission to the last completion
     submitting: float  # seconds spent submitting
     lost: int  # jobs that did not complete
+    ids: frozenset[int]  # the drain's jobs
     run_ms: float  # median of a job's run as the server recorded it, from its start to its end
     idle_ms: float  # median of a GPU's wait between one job's end and the next one's start, as recorded
 
@@ -366,9 +370,16 @@ def drain(url: str, token: str, client: Client, n: int, clients: int, workdir: P
                 by_gpu.setdefault((part["node"], gpu), []).append((start, end))
     idle = [b[0] - a[1] for spans in by_gpu.values() for a, b in itertools.pairwise(sorted(spans))]
     ended = max(_at(j["end_time"]) for j in ours if j["end_time"])
-    return Drained(ended - started_at, submitted, n - len(done),
+    return Drained(ended - started_at, submitted, n - len(done), frozenset(j["id"] for j in ours),
                    statistics.median(end - start for start, end, _ in runs) * 1000 if runs else 0.0,
                    statistics.median(idle) * 1000 if idle else 0.0)
+
+
+def started_twice(agent_log: Path, ids: frozenset[int]) -> int:
+    """How many of the jobs `ids` the agent of `nanum up` started more than once (its log says `job N: started`
+    at each start)."""
+    starts = Counter(int(m) for m in re.findall(r"job (\d+): started", agent_log.read_text(errors="replace")))
+    return sum(1 for job_id in ids if starts[job_id] > 1)
 
 
 def _at(moment: str | None) -> float:
@@ -438,13 +449,15 @@ def main() -> None:
             drained, drain_cpus = drain_cpu(
                 server_pid, lambda: drain(url, token, client, args.jobs, args.clients, workdir), args.jobs)
             drain_s, submit_s, lost = drained.seconds, drained.submitting, drained.lost
+            twice = started_twice(Path(env["NANUM_HOME"]).parent / "up.log", drained.ids)
     shutil.rmtree(workdir, ignore_errors=True)
 
     figures = {
         "api_submissions_per_s": api, "cli_submissions_per_s": cli,
         "latency_median_s": statistics.median(latency), "latency_p99_s": percentile(latency, 0.99),
         "cli_help_s": help_s, "cli_ps_s": ps_s, "drain_s": drain_s, "drain_submit_s": submit_s,
-        "drain_jobs": args.jobs, "lost": lost, "drain_run_ms": drained.run_ms, "drain_gpu_idle_ms": drained.idle_ms,
+        "drain_jobs": args.jobs, "lost": lost, "started_twice": twice, "drain_run_ms": drained.run_ms,
+        "drain_gpu_idle_ms": drained.idle_ms,
         **drain_cpus, **cli_figs,
     }
     print()
@@ -456,6 +469,7 @@ def main() -> None:
     print(row(f"drain {args.jobs} x `true` on {args.gpus} GPUs", drain_s, "s", "drain", False))
     print(f"{'  of which submitting':<34} {submit_s:>9.2f} s")
     print(f"{'  jobs lost':<34} {lost:>11}")
+    print(f"{'  jobs started twice':<34} {twice:>11}")
     print(f"{'  a run, start to end recorded':<34} {drained.run_ms:>8.1f} ms median (`true` itself: a few ms)")
     print(f"{'  a GPU idle between two jobs':<34} {drained.idle_ms:>8.1f} ms median")
     cpus = {k.removeprefix("drain_"): v for k, v in drain_cpus.items()}
@@ -470,7 +484,8 @@ def main() -> None:
     print(f"{'  drain rate':<34} {rate:>7.0f} jobs/s")
     print(f"targets: API >= 500/s {'met' if api >= 500 else 'MISSED'}; "
           f"median start <= 10 ms {'met' if figures['latency_median_s'] <= 0.01 else 'MISSED'}; "
-          f"drain >= 250 jobs/s {'met' if rate >= 250 else 'MISSED'}; nothing lost {'yes' if not lost else 'NO'}")
+          f"drain >= 250 jobs/s {'met' if rate >= 250 else 'MISSED'}; nothing lost {'yes' if not lost else 'NO'}; "
+          f"nothing run twice {'yes' if not twice else 'NO'}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
 
