@@ -17,7 +17,8 @@ PROBE = textwrap.dedent("""
     import json, socket, subprocess
     from nanum.agent.sessions import free_port
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-    subprocess.run(["sysctl", "-q", "-w", "net.ipv4.ip_local_port_range=40000 40003"], check=True)
+    with open("/proc/sys/net/ipv4/ip_local_port_range", "w") as ports:  # this namespace's own
+        ports.write("40000 40003")
     port = free_port("127.0.0.1")
     server = socket.create_server(("127.0.0.1", 9000), backlog=16)
     outgoing = []
@@ -39,8 +40,8 @@ PROBE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                    reason="needs root and unshare(1) for a network namespace of its own")
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None,
+                    reason="needs root, unshare(1) and ip(8) for a network namespace of its own")
 def test_outgoing_connections_never_take_a_notebooks_port_before_jupyterlab_binds_it() -> None:
     done = subprocess.run(["unshare", "--net", sys.executable, "-c", PROBE], capture_output=True, text=True,
                           timeout=30, check=True)
