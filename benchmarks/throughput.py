@@ -1,9 +1,11 @@
-"""How fast nanum takes and starts work, beside Slurm and task-spooler measured on this same kind of machine.
+"""How fast nanum takes and starts work, beside task-spooler measured in the same run and Slurm measured before.
 
     .venv/bin/python benchmarks/throughput.py              # starts a fresh `nanum up --simulate-gpus 8`
     .venv/bin/python benchmarks/throughput.py --jobs 1000 --latency-jobs 50 --api-jobs 2000
 
-Figures, each printed beside Slurm 22.05 (sbatch) and Debian's task-spooler (`ts`):
+Figures, each printed beside Slurm 22.05 (sbatch, measured before on this same kind of machine) and Debian's
+task-spooler (`ts`): measured right after nanum's figures, in the same run, where it is installed (`apt-get
+install task-spooler`; `benchmarks/taskspooler.py` says how), else figures measured before:
   1. submit-to-start latency on an idle node: from the client sending `POST /jobs` to the job's own first
      instruction (`date +%s.%N`), median and p99 over `--latency-jobs` jobs run one after another;
   2. submissions per second through the API: `--api-jobs` submissions from `--clients` concurrent httpx
@@ -53,11 +55,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
+import taskspooler
 from load import cpu_seconds, free_port, nanum_exe  # the benchmarks' shared helpers
 
 from nanum.client import TERMINAL_STATES, ApiError, Client, NanumError
 
 SLURM = {"api": 260.0, "cli": 260.0, "latency_median": 1.6, "latency_p99": None, "drain": 265.0}
+#: task-spooler's figures measured before, printed where it is not installed here.
 TS = {"api": 430.0, "cli": 430.0, "latency_median": 0.004, "latency_p99": None, "drain": 2.3}
 BENCH_ACCOUNT = "nanum-bench"
 
@@ -388,7 +392,8 @@ def _at(moment: str | None) -> float:
 
 # -- report --------------------------------------------------------------------------------------------------
 
-def row(label: str, value: float | None, unit: str, key: str, higher_is_better: bool) -> str:
+def row(label: str, value: float | None, unit: str, key: str, higher_is_better: bool,
+        ts: dict[str, float | None]) -> str:
     def fmt(v: float | None) -> str:
         if v is None:
             return "-"
@@ -405,7 +410,7 @@ def row(label: str, value: float | None, unit: str, key: str, higher_is_better: 
         return f"({r:.2f}x)"
 
     return (f"{label:<34} {fmt(value):>11}   {fmt(SLURM[key]):>9} {ratio(SLURM[key]):>10}   "
-            f"{fmt(TS[key]):>9} {ratio(TS[key]):>9}")
+            f"{fmt(ts[key]):>9} {ratio(ts[key]):>9}")
 
 
 def main() -> None:
@@ -451,6 +456,7 @@ def main() -> None:
             drain_s, submit_s, lost = drained.seconds, drained.submitting, drained.lost
             twice = started_twice(Path(env["NANUM_HOME"]).parent / "up.log", drained.ids)
     shutil.rmtree(workdir, ignore_errors=True)
+    spooled = taskspooler.measure(args.gpus, args.api_jobs, args.latency_jobs, args.jobs)
 
     figures = {
         "api_submissions_per_s": api, "cli_submissions_per_s": cli,
@@ -460,13 +466,20 @@ def main() -> None:
         "drain_gpu_idle_ms": drained.idle_ms,
         **drain_cpus, **cli_figs,
     }
+    ts: dict[str, float | None] = dict(TS)
+    if spooled is not None:
+        ts = {"api": spooled.submissions_per_s, "cli": spooled.submissions_per_s,
+              "latency_median": statistics.median(spooled.latencies_s),
+              "latency_p99": percentile(spooled.latencies_s, 0.99), "drain": spooled.drain_s}
+        figures.update({f"ts_{key}": value for key, value in ts.items() if key != "cli"})
+        figures["ts_drain_lost"] = spooled.drain_lost
     print()
     print(f"{'':<34} {'nanum':>11}   {'Slurm':>9} {'':>10}   {'ts':>9} {'':>9}")
-    print(row(f"submissions via API ({args.clients} clients)", api, "rate", "api", True))
-    print(row("submissions via CLI (sequential)", cli, "rate", "cli", True))
-    print(row("submit-to-start, median", figures["latency_median_s"], "ms", "latency_median", False))
-    print(row("submit-to-start, p99", figures["latency_p99_s"], "ms", "latency_p99", False))
-    print(row(f"drain {args.jobs} x `true` on {args.gpus} GPUs", drain_s, "s", "drain", False))
+    print(row(f"submissions via API ({args.clients} clients)", api, "rate", "api", True, ts))
+    print(row("submissions via CLI (sequential)", cli, "rate", "cli", True, ts))
+    print(row("submit-to-start, median", figures["latency_median_s"], "ms", "latency_median", False, ts))
+    print(row("submit-to-start, p99", figures["latency_p99_s"], "ms", "latency_p99", False, ts))
+    print(row(f"drain {args.jobs} x `true` on {args.gpus} GPUs", drain_s, "s", "drain", False, ts))
     print(f"{'  of which submitting':<34} {submit_s:>9.2f} s")
     print(f"{'  jobs lost':<34} {lost:>11}")
     print(f"{'  jobs started twice':<34} {twice:>11}")
@@ -480,6 +493,12 @@ def main() -> None:
     print(f"{'nanum --help / nanum ps':<34} {help_s * 1000:>6.0f} ms / {ps_s * 1000:.0f} ms")
     print_cli(cli_figs, args.loop_jobs)
     print("(x: how many times nanum's figure beats the other; below 1 means slower)")
+    if spooled is None:
+        print("ts: figures measured before (task-spooler is not installed here)")
+    else:
+        print(f"ts: measured in this run, right after nanum ({spooled.drain_lost} of its drain's jobs lost; its "
+              f"submission rate over at most {taskspooler.QUEUED_MAX} queued jobs, its submit-to-start including "
+              "the `tsp` process's start); Slurm: measured before")
     rate = args.jobs / drain_s
     print(f"{'  drain rate':<34} {rate:>7.0f} jobs/s")
     print(f"targets: API >= 500/s {'met' if api >= 500 else 'MISSED'}; "
