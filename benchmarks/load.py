@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import platform
 import secrets
 import shutil
 import signal
@@ -71,6 +72,11 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+def interpreter() -> str:
+    """The Python nanum runs on here, for a run's header: builds differ in speed (docs/performance.md)."""
+    return f"Python {platform.python_version()} at {os.path.realpath(sys.executable)}"
 
 
 def nanum_exe() -> list[str]:

@@ -39,7 +39,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from load import cpu_seconds, nanum_exe, pg_schema, server  # the benchmarks' shared helpers
+from load import cpu_seconds, interpreter, nanum_exe, pg_schema, server  # the benchmarks' shared helpers
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -227,7 +227,7 @@ def main() -> None:
               f"({len(ids):,} accepted in {took:.0f} s: {len(ids) / took:.1f}/s), {'PostgreSQL' if db else 'SQLite'}, "
               f"runs of {mean_s:.0f} s on average, "
               + (f"{args.workers} serving server processes and one scheduling" if args.workers > 1
-                 else "1 server process"))
+                 else "1 server process") + f", {interpreter()}")
         rows = [
             ("scheduling cycle p50", f"{p50 * 1000:.0f} ms" if p50 is not None else "-", ""),
             ("scheduling cycle p99", f"{p99 * 1000:.0f} ms" if p99 is not None else "-", "< 500 ms"),

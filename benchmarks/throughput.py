@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import taskspooler
-from load import cpu_seconds, free_port, nanum_exe  # the benchmarks' shared helpers
+from load import cpu_seconds, free_port, interpreter, nanum_exe  # the benchmarks' shared helpers
 
 from nanum.client import TERMINAL_STATES, ApiError, Client, NanumError
 
@@ -436,7 +436,7 @@ def main() -> None:
             token = c.add_user("bench", ["bench"], unix_user=account)["token"]
         env = {**env, "NANUM_SERVER": url, "NANUM_TOKEN": token}
         with Client(url, token) as client:
-            print(f"nanum at {url}, {args.gpus} simulated GPUs, jobs run as {account}", flush=True)
+            print(f"nanum at {url}, {args.gpus} simulated GPUs, jobs run as {account}, {interpreter()}", flush=True)
             cli_figs: dict[str, float] = {}
             with_gpus_busy(client, workdir, args.gpus, lambda: cli_figs.update(
                 cli_figures(client, env, workdir, args.cli_runs, args.loop_jobs)) or 0.0)
