@@ -14,9 +14,28 @@ import httpx
 import nanum
 from nanum.protocol import Heartbeat, HeartbeatReply
 
-__all__ = ["HEARTBEAT_PATH", "AgentError", "Retry", "ServerLink"]
+__all__ = ["HEARTBEAT_PATH", "AgentError", "Retry", "ServerLink", "heartbeat_timeout", "no_answer"]
 
 HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
+#: How long a heartbeat waits for its answer beyond the wait it asked the server for (`Heartbeat.wait_s`), and for a
+#: connection: a third of the server's default lease (`lease_s`), so that a node retries well before its lease runs
+#: out.
+ANSWER_S, CONNECT_S = 10.0, 5.0
+
+
+def heartbeat_timeout(wait_s: float) -> httpx.Timeout:
+    """The timeouts of a heartbeat that asked the server to hold it up to `wait_s` seconds."""
+    return httpx.Timeout(ANSWER_S + wait_s, connect=CONNECT_S)
+
+
+def no_answer(exc: httpx.TransportError, server: str, wait_s: float) -> str:
+    """Why a heartbeat to `server` got no answer, for the log: a server that took the heartbeat but did not answer
+    in time is reachable and too busy (or stuck), not cut off, and the message says which."""
+    if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
+        within = round(ANSWER_S + wait_s, 1)
+        return (f"the server at {server} took the heartbeat but did not answer within {within:g} s "
+                f"({type(exc).__name__}): it is overloaded or stuck")
+    return f"cannot reach the server at {server} ({type(exc).__name__})"
 
 
 class AgentError(Exception):
@@ -59,13 +78,13 @@ class ServerLink:
             response = await client.post(
                 HEARTBEAT_PATH,
                 content=beat.model_dump_json(),
-                timeout=httpx.Timeout(10.0 + beat.wait_s, connect=5.0),
+                timeout=heartbeat_timeout(beat.wait_s),
             )
         except httpx.TransportError as exc:
             unreachable = self.server
             client.base_url = self.next_server()
             then = f"; trying {self.server} next" if self.server != unreachable else ""
-            raise Retry(f"cannot reach the server at {unreachable} ({type(exc).__name__}){then}") from None
+            raise Retry(no_answer(exc, unreachable, beat.wait_s) + then) from None
         if response.status_code in (401, 403):
             raise AgentError(
                 f"the server at {self.server} refused this node's token "

@@ -30,6 +30,7 @@ import httpx
 
 import nanum
 from nanum.agent.gpus import simulated_gpus
+from nanum.agent.link import HEARTBEAT_PATH, heartbeat_timeout, no_answer
 from nanum.protocol import (
     GpuInfo,
     GpuSample,
@@ -46,7 +47,6 @@ __all__ = ["SimulatedNode", "read_node_tokens", "run_nodes"]
 
 log = logging.getLogger("nanum.agent")
 
-HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
 #: Readings a node keeps while the server cannot be reached (the oldest go first).
 MAX_READINGS = 12
 SIGTERM = 15
@@ -136,10 +136,10 @@ class SimulatedNode:
             beat = Heartbeat(node=node, jobs=self._statuses(), samples=sent, wait_s=self._wait(now))
             try:
                 response = await client.post(HEARTBEAT_PATH, content=beat.model_dump_json(), headers=headers,
-                                             timeout=httpx.Timeout(10.0 + beat.wait_s, connect=5.0))
+                                             timeout=heartbeat_timeout(beat.wait_s))
             except httpx.TransportError as exc:
                 self.errors += 1
-                log.warning("node %s: cannot reach the server (%s)", self.name, type(exc).__name__)
+                log.warning("node %s: %s", self.name, no_answer(exc, str(client.base_url), beat.wait_s))
                 await _pause(stopping, 1.0)
                 continue
             if response.status_code != 200:

@@ -1,0 +1,82 @@
+"""What an agent's log says when a heartbeat gets no answer: a server that took it but did not answer in time
+(overloaded, stuck) is told apart from one that cannot be reached, over real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from nanum.agent import link
+from nanum.agent.link import Retry, ServerLink
+from nanum.protocol import Heartbeat, NodeInfo
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A server that accepts connections and reads what comes but never answers."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            held.append(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
+
+
+def closed_port() -> str:
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def beat() -> Heartbeat:
+    node = NodeInfo(name="n1", hostname="n1", gpus=[], cpus=1, memory_mb=1024, unix_user="nobody")
+    return Heartbeat(node=node, wait_s=0.2)
+
+
+def send(servers: tuple[str, ...]) -> tuple[str, str]:
+    """(the Retry message of one heartbeat to `servers`, the server the next one goes to)."""
+    server_link = ServerLink(servers, "n1", "token")
+
+    async def one() -> str:
+        async with httpx.AsyncClient(base_url=server_link.server, headers=server_link.headers()) as client:
+            with pytest.raises(Retry) as failed:
+                await server_link.post(client, beat())
+            return str(failed.value)
+
+    return asyncio.run(one()), server_link.server
+
+
+def test_a_server_that_takes_a_heartbeat_and_never_answers_is_said_to_be_overloaded(
+        silent_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(link, "ANSWER_S", 0.3)
+    message, _ = send((silent_server,))
+    assert message == (f"the server at {silent_server} took the heartbeat but did not answer within 0.5 s "
+                       "(ReadTimeout): it is overloaded or stuck")
+
+
+def test_a_server_that_cannot_be_reached_is_said_so_and_the_next_one_is_tried(silent_server: str) -> None:
+    down = closed_port()
+    message, next_server = send((down, silent_server))
+    assert message == f"cannot reach the server at {down} (ConnectError); trying {silent_server} next"
+    assert next_server == silent_server
