@@ -251,7 +251,7 @@ def main() -> None:
             print(out[-3000:], file=sys.stderr)
         elif int(beats.group(4)):
             said = [line for line in out.splitlines() if "node sim" in line]
-            kinds = Counter(re.sub(r"node sim\d+", "node simN", line.split(": ", 1)[-1])[:100] for line in said)
+            kinds = Counter(re.sub(r"node sim\d+", "node simN", line.split(": ", 1)[-1])[:160] for line in said)
             print("  heartbeat errors by kind:", *(f"    {n} x {k}" for k, n in kinds.most_common(5)), sep="\n")
 
 
