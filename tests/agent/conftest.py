@@ -1,4 +1,5 @@
-"""Fixtures for the agent tests: an executor over a temporary state directory and a launch builder."""
+"""Fixtures for the agent tests: an executor over a temporary state directory, a launch builder, and a server that
+never answers."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import contextlib
 import os
 import pwd
 import signal
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,47 @@ from nanum.agent.launch import launcher
 from nanum.protocol import JobLaunch
 
 NODE = "test-node"
+
+
+class SilentServer:
+    """Accepts connections on a loopback port and reads what comes, but never answers: a server too busy (or stuck)
+    to answer a heartbeat it took."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.05)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.requests = 0  # connections on which something arrived
+        self._held: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                conn, _ = self.listener.accept()
+                conn.settimeout(5)
+                with contextlib.suppress(OSError):
+                    if conn.recv(65536):
+                        self.requests += 1
+                self._held.append(conn)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        for conn in self._held:
+            conn.close()
+        self.listener.close()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[SilentServer]:
+    server = SilentServer()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 def make_launch(job_id: int, *command: str, **fields: Any) -> JobLaunch:

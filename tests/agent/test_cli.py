@@ -8,6 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.agent.conftest import SilentServer
 from tests.agent.fakeserver import TOKEN, FakeServer
 from tests.e2e.cluster import free_port, nanum_command
 
@@ -93,6 +94,23 @@ def test_without_a_server_it_waits_and_stops_cleanly_on_sigterm(tmp_path: Path) 
     assert proc.returncode == 0, err
     assert f"cannot reach the server at {url}" in err and "jobs keep running" in err
     assert "Traceback" not in err
+
+
+def test_an_agent_stopped_while_its_heartbeat_waits_for_an_answer_never_says_it_connected(
+        tmp_path: Path, silent_server: SilentServer) -> None:
+    proc = subprocess.Popen(
+        agent_cmd("--server", silent_server.url, "--name", "n1", "--state-dir", str(tmp_path), "--simulate-gpus", "1"),
+        stderr=subprocess.PIPE, text=True, env=env(),
+    )
+    deadline = time.monotonic() + 30
+    while silent_server.requests == 0 and time.monotonic() < deadline:  # its first heartbeat is in, unanswered
+        time.sleep(0.05)
+    assert silent_server.requests == 1
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "agent stopped" in err
+    assert "connected to" not in err, err
 
 
 def run_agent(*args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -14,34 +12,7 @@ import pytest
 from nanum.agent import link
 from nanum.agent.link import Retry, ServerLink
 from nanum.protocol import Heartbeat, NodeInfo
-
-
-@pytest.fixture
-def silent_server() -> Iterator[str]:
-    """A server that accepts connections and reads what comes but never answers."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def serve() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            held.append(conn)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join()
-        for conn in held:
-            conn.close()
-        listener.close()
+from tests.agent.conftest import SilentServer
 
 
 def closed_port() -> str:
@@ -68,15 +39,15 @@ def send(servers: tuple[str, ...]) -> tuple[str, str]:
 
 
 def test_a_server_that_takes_a_heartbeat_and_never_answers_is_said_to_be_overloaded(
-        silent_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        silent_server: SilentServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(link, "ANSWER_S", 0.3)
-    message, _ = send((silent_server,))
-    assert message == (f"the server at {silent_server} took the heartbeat but did not answer within 0.5 s "
+    message, _ = send((silent_server.url,))
+    assert message == (f"the server at {silent_server.url} took the heartbeat but did not answer within 0.5 s "
                        "(ReadTimeout): it is overloaded or stuck")
 
 
-def test_a_server_that_cannot_be_reached_is_said_so_and_the_next_one_is_tried(silent_server: str) -> None:
+def test_a_server_that_cannot_be_reached_is_said_so_and_the_next_one_is_tried(silent_server: SilentServer) -> None:
     down = closed_port()
-    message, next_server = send((down, silent_server))
-    assert message == f"cannot reach the server at {down} (ConnectError); trying {silent_server} next"
-    assert next_server == silent_server
+    message, next_server = send((down, silent_server.url))
+    assert message == f"cannot reach the server at {down} (ConnectError); trying {silent_server.url} next"
+    assert next_server == silent_server.url

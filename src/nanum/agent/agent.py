@@ -197,7 +197,7 @@ class Agent:
         failures, connected = 0, False
         while not self._stopping:
             try:
-                await self._round(client)
+                answered = await self._round(client)
             except Retry as exc:
                 failures += 1
                 # Retry well within the lease, so that a server back from a restart hears from this node (and
@@ -212,6 +212,8 @@ class Agent:
                     raise
                 log.error("the server refused this node's token; retrying (jobs keep running)")
                 await self._sleep(self.config.backoff_max_s, wake_on_events=False)
+                continue
+            if not answered:  # dropped for news (or the agent's stop) before any answer: says nothing of the server
                 continue
             if failures or not connected:
                 log.info("connected to %s as node %s", self.server, self.config.name)
