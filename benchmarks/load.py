@@ -74,6 +74,13 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
 
 
+def stamped(stamp: Path) -> float:
+    """The time a job wrote into `stamp` with `date +%s.%N` as its first instruction, once it has (polled)."""
+    while not stamp.exists() or not stamp.read_text().strip():
+        time.sleep(0.001)
+    return float(stamp.read_text())
+
+
 def interpreter() -> str:
     """The Python nanum runs on here, for a run's header: builds differ in speed (docs/performance.md)."""
     return f"Python {platform.python_version()} at {os.path.realpath(sys.executable)}"

@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from load import stamped  # the benchmarks' shared helpers
+
 #: The most jobs queued for the submission rate (see above).
 QUEUED_MAX = 500
 
@@ -110,9 +112,7 @@ def latencies(exe: str, slots: int, n: int) -> list[float]:
             stamp = s.root / f"lat-{i}"
             sent = time.time()
             job = s.submit("sh", "-c", f"date +%s.%N > {stamp}")
-            while not stamp.exists() or not stamp.read_text().strip():
-                time.sleep(0.001)
-            delays.append(float(stamp.read_text()) - sent)
+            delays.append(stamped(stamp) - sent)
             s.run("-w", str(job))
     return delays
 

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import taskspooler
-from load import cpu_seconds, free_port, interpreter, nanum_exe  # the benchmarks' shared helpers
+from load import cpu_seconds, free_port, interpreter, nanum_exe, stamped  # the benchmarks' shared helpers
 
 from nanum.client import TERMINAL_STATES, ApiError, Client, NanumError
 
@@ -141,9 +141,7 @@ def measure_latency(client: Client, n: int, workdir: Path) -> list[float]:
         stamp = workdir / f"lat-{i}"
         sent = time.time()
         job = client.submit(["sh", "-c", f"date +%s.%N > {stamp}"], gpus=1, cpus=0, workdir=str(workdir))
-        while not stamp.exists() or not stamp.read_text().strip():
-            time.sleep(0.001)
-        delays.append(float(stamp.read_text()) - sent)
+        delays.append(stamped(stamp) - sent)
         client.wait(job["id"], timeout=30, poll_s=0.005)
     return delays
 
