@@ -34,6 +34,8 @@ class FakeServer:
         #: were recorded (a list read before them, as a busy server's tick may hand a heartbeat).
         self.stale_replies = 0
         self.allow_root, self.grace_s = allow_root, grace_s
+        #: The node token heartbeats must bear (a test changes it to see the agent refused, as a removed node is).
+        self.token = TOKEN
         self._closing = False
         self.connections: set[socket.socket] = set()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
@@ -148,7 +150,7 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             if self.path != "/api/v1/agent/heartbeat":
                 return self._send(404, b'{"detail": "not found"}')
-            if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+            if self.headers.get("Authorization") != f"Bearer {server.token}":
                 return self._send(401, b'{"detail": "unknown node token"}')
             reply = server.heartbeat(Heartbeat.model_validate_json(body))
             self._send(200, reply.model_dump_json().encode())

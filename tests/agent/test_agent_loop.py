@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import statistics
 import threading
 import time
@@ -178,6 +179,24 @@ def test_a_refused_token_is_a_clear_error(server: FakeServer, state_dir: Path) -
     agent = make_agent(server.url, state_dir, token="wrong")
     with pytest.raises(AgentError, match="refused this node's token"):  # at its first heartbeat, however slow
         asyncio.run(asyncio.wait_for(agent.run(), timeout=60))
+
+
+def test_a_token_refused_after_connecting_says_why_and_the_job_runs_on(
+    server: FakeServer, state_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A node removed (or its token replaced) while its agent runs: the agent says what to do, and keeps its job."""
+    with caplog.at_level(logging.INFO, logger="nanum.agent"), running(make_agent(server.url, state_dir)):
+        server.submit(make_launch(1, "sleep", "30"))
+        server.wait_state(1, "running")
+        server.token = "another"
+        server.submit(make_launch(2, "sleep", "30"))  # wakes the held heartbeat: the next one is refused
+        server.wait_until(lambda: any("refused this node" in m for m in caplog.messages))
+        server.token = TOKEN
+        server.wait_state(2, "running")
+        assert (1, "exited") not in server.seen
+    refused = [m for m in caplog.messages if "refused this node" in m]
+    assert refused[0] == (f"the server at {server.url} refused this node's token (401); get one with "
+                          f"`nanum node add {NODE}`; retrying in 0.5s (jobs keep running)")
 
 
 def test_two_agents_cannot_share_a_state_directory(server: FakeServer, state_dir: Path) -> None:

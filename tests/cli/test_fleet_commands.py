@@ -22,6 +22,10 @@ def test_node_set_sends_only_what_was_given_and_says_what_the_node_is_now(api: F
     assert api.sent("PATCH", "/nodes/gpu-01")[0].body == {"owner": "vision", "labels": ["net=ib"], "gpu_model": None}
     nothing = nanum("node", "set", "gpu-01")
     assert nothing.exit_code == 2 and "nothing to set" in nothing.stderr
+    unreadable = nanum("node", "set", "gpu-01", "--label", "net")
+    assert unreadable.exit_code == 2
+    assert "--label: cannot read 'net'; give a node label KEY=VALUE, e.g. net=ib" in unreadable.stderr
+    assert len(api.sent("PATCH", "/nodes/gpu-01")) == 1  # the mistake never reached the server
 
 
 def test_nodes_shows_drains_owners_labels_and_gpus_out_of_service(api: FakeApi, nanum: Nanum) -> None:
@@ -92,7 +96,11 @@ def test_header_options_and_their_mistakes() -> None:
         "A100,H100", 40960, ["net=ib", "rack=r1"], True]
     for words, said in ((["--constraint", "ib"], "give a node label KEY=VALUE"),
                         (["--gpu-model", "A100,,H100"], "give a model such as A100"),
-                        (["--gpu-mem", "lots"], "--gpu-mem: cannot read 'lots'")):
+                        (["--gpu-mem", "lots"], "--gpu-mem: cannot read 'lots'"),
+                        (["--constraint", "net=" + "x" * 5000], r"'net=x+'\.\.\. \(5004 characters\) is too long; "
+                                                                "a label's key and its value have at most 63"),
+                        (["--gpu-model", "A" * 65],
+                         r"'A+'\.\.\. \(65 characters\) is too long; give at most 64 characters")):
         with pytest.raises(UsageProblem, match=said) as err:
             parse_header_args(words, "t.sh line 2")
         assert str(err.value).startswith("t.sh line 2: ") and "\n" not in str(err.value)

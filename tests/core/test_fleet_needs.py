@@ -84,4 +84,6 @@ def test_a_job_is_refused_at_submit_exactly_when_too_few_nodes_could_ever_hold_i
 def test_a_job_asking_for_more_nodes_than_exist_is_refused_however_many_it_asks_for() -> None:
     for count in (3, 2**64):
         reason = impossible(job(1, gpus=1, nodes=count), (node("a"), node("b")), {}, True)
-        assert reason is not None and f"needs {count} nodes with 1 GPUs each; only 2 such nodes exist" in reason.message
+        assert reason is not None and f"needs {count} nodes with 1 GPU each; only 2 such nodes exist" in reason.message
+    reason = impossible(job(2, gpus=2, nodes=2), (node("a", gpus=2), node("b", gpus=1)), {}, True)
+    assert reason is not None and "needs 2 nodes with 2 GPUs each; only 1 such node exists" in reason.message

@@ -88,6 +88,9 @@ def test_gang_is_placed_on_all_its_nodes_or_not_at_all() -> None:
     blocked = schedule(snap(cluster, (job(1, gpus=4, nodes=3),), (hold,)), Policy())
     assert blocked.starts == ()
     assert "needs 3 nodes with 4 free GPUs each; 2 have that now" in str(reason(blocked, 1))
+    busier = (hold, running(job(51, gpus=4), {"n1": (0, 1, 2, 3)}), running(job(52, gpus=2), {"n2": (2, 3)}))
+    one = schedule(snap(cluster, (job(1, gpus=1, nodes=3),), busier), Policy())
+    assert "needs 3 nodes with 1 free GPU each; 1 has that now" in str(reason(one, 1))
 
 
 def test_reason_names_the_largest_free_block() -> None:

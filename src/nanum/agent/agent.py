@@ -207,10 +207,10 @@ class Agent:
                     log.warning("%s; retrying in %.1fs (jobs keep running)", exc, pause)
                 await self._sleep(pause, wake_on_events=False)
                 continue
-            except AgentError:
+            except AgentError as exc:
                 if not connected:
                     raise
-                log.error("the server refused this node's token; retrying (jobs keep running)")
+                log.error("%s; retrying in %.1fs (jobs keep running)", exc, self.config.backoff_max_s)
                 await self._sleep(self.config.backoff_max_s, wake_on_events=False)
                 continue
             if not answered:  # dropped for news (or the agent's stop) before any answer: says nothing of the server

@@ -10,6 +10,7 @@ import typer
 
 from nanum.cli.common import Command, JsonOpt, ServerOpt, TokenOpt, clean_errors, connect, fail, print_json
 from nanum.cli.groups import NameArg, node_app
+from nanum.cli.jobspec import parse_label
 
 _Opt = typer.Option
 
@@ -44,7 +45,8 @@ def node_set(
     if lab is None and not label and model is None:
         fail("nothing to set; give --lab LAB, --label K=V or --model MODEL", 2)
     with connect(server, token) as client:
-        node = client.set_node(name, owner=lab, labels=label or (), gpu_model=model)
+        node = client.set_node(name, owner=lab, labels=[parse_label(x, "--label") for x in label or ()],
+                               gpu_model=model)
     _said(node, json)
 
 

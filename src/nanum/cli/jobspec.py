@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from nanum import units
@@ -104,18 +105,30 @@ _MODELS = re.compile(r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,62}=[A-Za-z0-9_./-]{0,63}$")
 
 
+def _quoted(text: str, most: int = 40) -> str:
+    """`text` as an error message shows it: quoted, and cut short where it is long."""
+    return repr(text) if len(text) <= most else f"{text[:most]!r}... ({len(text)} characters)"
+
+
 def parse_models(text: str) -> str:
     """'A100, H100' -> 'A100,H100': one GPU model, or several of which any will do."""
     models = ",".join(m.strip() for m in text.split(","))
-    if not _MODELS.match(models) or len(models) > 64:
+    if len(models) > 64:
+        raise UsageProblem(f"--gpu-model: {_quoted(text)} is too long; give at most 64 characters")
+    if not _MODELS.match(models):
         raise UsageProblem(f"--gpu-model: cannot read {text!r}; give a model such as A100, or several: A100,H100")
     return models
 
 
-def parse_constraint(text: str) -> str:
-    """'net=ib' -> 'net=ib': a node label a job needs."""
+def parse_label(text: str, option: str = "--constraint") -> str:
+    """'net=ib' -> 'net=ib': a node label, as a job asks for it (`--constraint`) or a node is given it (`--label`)."""
+    key, _, value = text.strip().partition("=")
+    if len(key) > 63 or len(value) > 63:
+        raise UsageProblem(f"{option}: {_quoted(text)} is too long; a label's key and its value have at most "
+                           "63 characters each")
     if not _LABEL.match(text.strip()):
-        raise UsageProblem(f"--constraint: cannot read {text!r}; give a node label KEY=VALUE, e.g. net=ib")
+        raise UsageProblem(f"{option}: cannot read {text!r}; give a node label KEY=VALUE, e.g. net=ib (letters, "
+                           "digits and _ . / -)")
     return text.strip()
 
 
@@ -178,8 +191,10 @@ FLAGS = {"--no-preempt": ("preemptible", False), "--requeue": ("requeue", True),
          "--keep-if-unmet": ("keep_if_unmet", True),
          "--torchrun": ("torchrun", True)}
 #: Options that may be given more than once, each adding a value.
-REPEATED = {"--constraint": ("constraints", parse_constraint),
-            "--dataset": ("datasets", lambda t: parse_name(t, "--dataset"))}
+REPEATED: dict[str, tuple[str, Callable[[str], str]]] = {
+    "--constraint": ("constraints", parse_label),
+    "--dataset": ("datasets", lambda t: parse_name(t, "--dataset")),
+}
 
 
 def parse_header_args(args: list[str], where: str) -> SubmitOptions:

@@ -118,3 +118,8 @@ def pending(job_id: JobId, why: Reason, estimated_start: float | None, ahead: in
     _set_start(made, estimated_start)
     _set_ahead(made, ahead)
     return made
+
+
+def gpus(count: int) -> str:
+    """'1 GPU', '8 GPUs': a count of GPUs as reasons word it."""
+    return "1 GPU" if count == 1 else f"{count} GPUs"

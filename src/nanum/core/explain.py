@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from nanum.core.backfill import Reservation
 from nanum.core.cycle import CycleState, Keys, Partition, Shape
-from nanum.core.decision import Code, Reason, pending, reason
+from nanum.core.decision import Code, Reason, gpus, pending, reason
 from nanum.core.model import Job
 from nanum.core.placement import fits
 
@@ -61,7 +61,8 @@ def no_room(c: CycleState, job: Job, keys: Keys) -> str:
     model = f" of model {wanted}" if wanted else ""
     if job.nodes > 1:
         have = sum(1 for nf in c.state.candidates(keys, job.gpus, True) if fits(nf, job, None))
-        return f"needs {job.nodes} nodes with {job.gpus} free GPUs{model} each; {have} have that now"
+        free = f"{job.gpus} free GPU" + ("" if job.gpus == 1 else "s")
+        return f"needs {job.nodes} nodes with {free}{model} each; {have} {'has' if have == 1 else 'have'} that now"
     block, where = c.state.largest_block(keys)
     if block >= job.gpus:
         return (f"needs {gpus(job.gpus)}{model} with {job.cpus} CPUs and {job.memory_mb} MiB on one node; "
@@ -70,10 +71,6 @@ def no_room(c: CycleState, job: Job, keys: Keys) -> str:
         return f"needs {gpus(job.gpus)}{model} on one node; no GPU{model} is free"
     return (f"needs {gpus(job.gpus)}{model} on one node; the largest free block is {block} "
             f"(node {where.node.name}); with --gpus {block} it would fit now")
-
-
-def gpus(count: int) -> str:
-    return "1 GPU" if count == 1 else f"{count} GPUs"
 
 
 def human(seconds: float) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import islice
 
-from nanum.core.decision import Code, Reason
+from nanum.core.decision import Code, Reason, gpus
 from nanum.core.model import Job, Lab, Limits, Node, Running, Snapshot, User, serves, takes_model
 
 NO_LIMITS = Limits()
@@ -215,7 +215,8 @@ def _could_ever_fit(node: Node, job: Job) -> bool:
 
 def _never_fits_message(job: Job, usable: list[Node], fitting: int) -> str:
     if job.nodes > 1:
-        return f"needs {job.nodes} nodes with {job.gpus} GPUs each; only {fitting} such nodes exist"
+        exist = "1 such node exists" if fitting == 1 else f"{fitting} such nodes exist"
+        return f"needs {job.nodes} nodes with {gpus(job.gpus)} each; only {exist}"
     if not usable:
         return "no node this job may use exists"
     biggest = max(usable, key=lambda n: len(n.gpus))
