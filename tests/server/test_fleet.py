@@ -56,6 +56,10 @@ def test_a_drained_node_finishes_its_jobs_takes_no_new_ones_and_comes_back_when_
     assert job(client, second)["state"] == "pending"
     page = get(client, "/nodes", login(client, ALICE)).text  # the dashboard's Nodes page says so too
     assert ">drained</span>" in page and "Drained: new fans on Thursday" in page
+    # Its GPUs are drained, not down: a planned drain is no outage, and alerts on GPUs down must not fire for it.
+    totals = get(client, "/ui/cluster.json", login(client, ALICE)).json()["totals"]
+    assert (totals["drained"], totals["down"], totals["free"]) == (4, 0, 0), totals
+    assert 'nanum_gpus{state="drained"} 4.0' in client.get("/metrics").text
 
     agent.beat()  # a drain outlives the agent's heartbeats (and the node going silent and coming back)
     assert _node(client, "gpu-01")["state"] == "drained"
@@ -159,6 +163,9 @@ def test_a_gpu_with_a_health_problem_leaves_service_with_the_evidence_until_resu
                                                    "3 uncorrectable ECC errors", None]
     assert "out of service: Xid 79 (fallen off the bus)" in get(client, "/nodes", login(client, ADMIN)).text
     assert job(client, on_gpu0)["state"] == "running"  # its job runs on
+    grid = get(client, "/ui/cluster.json", login(client, ADMIN)).json()
+    assert [t["cls"].split()[1] for t in grid["nodes"][0]["tiles"]] == ["busy", "free", "drained", "free"]
+    assert (grid["totals"]["free"], grid["totals"]["drained"]) == (2, 1)  # GPU 2 is not free: nothing starts there
     wide = submit(client, gpus=3)["id"]
     two = [submit(client, gpus=1)["id"] for _ in range(2)]
     _run(client, agent)

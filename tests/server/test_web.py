@@ -112,7 +112,7 @@ def test_every_page_renders(client: AsgiClient, node: MonitoredAgent) -> None:
         r = get(client, path, cookies)
         assert r.status_code == 200 and expect in r.text, path
     grid = get(client, "/ui/cluster.json", cookies).json()
-    assert grid["totals"] == {"total": 4, "busy": 2, "idle": 0, "free": 2, "rogue": 0, "down": 0}
+    assert grid["totals"] == {"total": 4, "busy": 2, "idle": 0, "free": 2, "rogue": 0, "drained": 0, "down": 0}
     tiles = {t["key"]: t for t in grid["nodes"][0]["tiles"]}
     assert tiles["gpu-01:0"]["who"] == f"#{j['id']} alice" and tiles["gpu-01:0"]["cls"] == "gpu busy u6"
     queue = get(client, "/ui/queue.json", cookies).json()

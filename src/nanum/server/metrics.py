@@ -8,7 +8,7 @@ by the first process), so whichever answers a scrape reports the cycles of all o
 - `nanum_gpu_utilization_percent`, `nanum_gpu_memory_used_bytes`, `nanum_gpu_memory_total_bytes`,
   `nanum_gpu_power_watts`, `nanum_gpu_temperature_celsius` {node, gpu, model}: the latest reading;
 - `nanum_gpu_allocated` {node, gpu[, lab, user]}: 1 while a job holds the GPU (lab and user name the holder);
-- `nanum_gpu_state` {node, gpu, state}: 1 for the GPU's state (busy, idle, free, rogue, down);
+- `nanum_gpu_state` {node, gpu, state}: 1 for the GPU's state (busy, idle, free, rogue, drained, down);
 - `nanum_gpus` {state}: GPUs per state; `nanum_node_up` {node};
 - `nanum_jobs` {state}: jobs per state; `nanum_queue_length` {[lab]}: pending jobs per lab;
 - `nanum_job_wait_seconds` {[lab]}: histogram of the time jobs waited before they (last) started;
@@ -32,7 +32,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import case, func, select
 
 from nanum.server.context import ServerContext
-from nanum.server.services.cluster import cluster
+from nanum.server.services.cluster import Totals, cluster
 from nanum.store import JobRow, JobStatsRow, LabRow
 
 WAIT_BUCKETS = (10.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 86400.0, 3 * 86400.0, 7 * 86400.0)
@@ -108,7 +108,7 @@ class ClusterCollector(Collector):
                 alloc.add_metric([node.name, str(g.index), *holder], 0.0 if g.job_id is None else 1.0)
                 state.add_metric([node.name, str(g.index), g.state], 1.0)
         states = GaugeMetricFamily("nanum_gpus", "GPUs per state", labels=["state"])
-        for name in ("busy", "idle", "free", "rogue", "down"):
+        for name in Totals.STATES:
             states.add_metric([name], getattr(view.totals, name))
         yield from (util, used, total, power, temp, alloc, state, up, states)
 

@@ -3,10 +3,15 @@
 Read by the dashboard's Cluster and Nodes pages, their live JSON, and `/metrics`, in four queries whatever the
 cluster's size. A GPU is, in this order of precedence:
 
-- `down`: its node is down or draining and no job holds it (nothing new can start there);
 - `busy` / `idle`: a job holds it; `idle` while that job is in an idle streak (see `nanum.monitor.idle`);
+- `down`: its node is down (silent past the timeout, or not yet back);
+- `drained`: out of service, by an admin's `nanum node drain` or by its own health (Xid, ECC, retired pages):
+  nothing new starts there until `nanum node resume`, though it works;
 - `rogue`: a process that no nanum job owns runs on it: it is not handed out;
 - `free`.
+
+Down and drained are told apart as Slurm tells them: a drain is planned, and alerts on GPUs down should not fire
+for one.
 """
 
 from __future__ import annotations
@@ -70,7 +75,11 @@ class Totals:
     idle: int = 0
     free: int = 0
     down: int = 0
+    drained: int = 0
     rogue: int = 0
+
+    #: the GPU states, each a field
+    STATES = ("busy", "idle", "free", "rogue", "drained", "down")
 
 
 @dataclass(slots=True)
@@ -142,8 +151,8 @@ def _node(row: Any, last_seen: float | None, live: Any, holders: dict[tuple[int,
         view = GpuView(index, str(g.get("model", "")), int(g.get("memory_mb", 0)))
         _reading(view, readings.get(index))
         _holder(view, holders.get((row.id, index)))
-        view.state = _gpu_state(view, state, index in rogue)
         view.health = (row.gpu_health or {}).get(str(index), {}).get("problem")
+        view.state = _gpu_state(view, state, index in rogue)
         gpus.append(view)
     model = gpus[0].model if gpus else ""
     if state == "draining" and all(g.job_id is None for g in gpus):
@@ -185,6 +194,8 @@ def _holder(view: GpuView, holder: Any) -> None:
 def _gpu_state(view: GpuView, node_state: str, rogue: bool) -> str:
     if view.job_id is not None:
         return "idle" if view.idle_stage in ("idle", "flagged", "released") else "busy"
-    if node_state != "up":
+    if node_state == "down":
         return "down"
+    if node_state != "up" or view.health:
+        return "drained"
     return "rogue" if rogue else "free"

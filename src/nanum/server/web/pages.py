@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from nanum.server.callers import Caller
-from nanum.server.services.cluster import ClusterView, GpuView, NodeView, cluster
+from nanum.server.services.cluster import ClusterView, GpuView, NodeView, Totals, cluster
 from nanum.server.web import charts, data
 from nanum.server.web.render import ago, duration, page
 from nanum.server.web.session import caller
@@ -18,7 +18,8 @@ from nanum.server.web.session import caller
 router = APIRouter(include_in_schema=False)
 WebCaller = Annotated[Caller, Depends(caller)]
 
-STATE_WORDS = {"busy": "in use", "idle": "idle", "free": "free", "rogue": "outside nanum", "down": "down"}
+STATE_WORDS = {"busy": "in use", "idle": "idle", "free": "free", "rogue": "outside nanum", "drained": "drained",
+               "down": "down"}
 
 
 def tile(node: NodeView, g: GpuView, now: float) -> dict[str, Any]:
@@ -60,7 +61,7 @@ def _title(node: NodeView, g: GpuView) -> str:
 def cluster_json(view: ClusterView) -> dict[str, Any]:
     return {
         "time": view.time,
-        "totals": {k: getattr(view.totals, k) for k in ("total", "busy", "idle", "free", "rogue", "down")},
+        "totals": {k: getattr(view.totals, k) for k in ("total", *Totals.STATES)},
         "nodes": [
             {"name": n.name, "state": n.state, "tiles": [tile(n, g, view.time) for g in n.gpus]} for n in view.nodes
         ],
