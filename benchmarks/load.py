@@ -108,8 +108,9 @@ def pg_schema(url: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def server(db: str | None, *more: str) -> Iterator[tuple[str, str, str]]:
-    """`nanum server [MORE]` on a free loopback port; yields (url, admin token, database URL)."""
+def server(db: str | None, *more: str, keep: Path | None = None) -> Iterator[tuple[str, str, str]]:
+    """`nanum server [MORE]` on a free loopback port; yields (url, admin token, database URL). `keep`: a folder
+    to copy the server's log into (as server.log) once it has stopped."""
     root = Path(tempfile.mkdtemp(prefix="nanum-load-"))
     home, port = root / "home", free_port()
     db_url = db or f"sqlite:///{home / 'nanum.db'}"
@@ -130,6 +131,9 @@ def server(db: str | None, *more: str) -> Iterator[tuple[str, str, str]]:
             proc.kill()
             proc.wait()
         said = log.read_text(errors="replace")
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            (keep / "server.log").write_text(said)
         if "Traceback" in said or "ERROR" in said:
             print(f"--- the server's output (end):\n{said[-3000:]}", file=sys.stderr)
         shutil.rmtree(root, ignore_errors=True)

@@ -78,12 +78,13 @@ def mean_run_s(gpus: int, rate: float, busy: float = 0.7) -> float:
 
 
 async def submit_all(url: str, token: str, jobs: int, rate: float, clients: int,
-                     mean_s: float) -> tuple[list[float], list[int], int]:
-    """Open-loop submissions: the k-th is due at k / rate; returns latencies, job ids and errors."""
+                     mean_s: float) -> tuple[list[tuple[float, float]], list[int], int]:
+    """Open-loop submissions: the k-th is due at k / rate; returns (when each was sent, counted from the first
+    one's due time, and its latency), job ids and errors."""
     rng = random.Random(7)
     bodies = [{"command": ["sleep", f"{rng.uniform(0.5 * mean_s, 1.5 * mean_s):.1f}"],
                "gpus": rng.choice(GPU_CHOICES), "workdir": "/tmp", "time_limit_s": 600} for _ in range(jobs)]
-    latencies: list[float] = []
+    latencies: list[tuple[float, float]] = []
     ids: list[int] = []
     errors = 0
     queue: asyncio.Queue[int] = asyncio.Queue()
@@ -105,7 +106,7 @@ async def submit_all(url: str, token: str, jobs: int, rate: float, clients: int,
                 except httpx.HTTPError:
                     errors += 1
                     continue
-                latencies.append(time.monotonic() - sent)
+                latencies.append((sent - began, time.monotonic() - sent))
                 if r.status_code == 201:
                     ids.append(int(r.json()["id"]))
                 else:
@@ -113,6 +114,29 @@ async def submit_all(url: str, token: str, jobs: int, rate: float, clients: int,
 
     await asyncio.gather(*(client() for _ in range(clients)))
     return latencies, ids, errors
+
+
+def timeline(latencies: list[tuple[float, float]], width: int = 5) -> list[str]:
+    """Submissions accepted a second and their p99, by `width`-second window of when they were sent. Overload
+    comes in stretches (a wave of ends, a rollup): where one falls says what to look for in the server's log
+    (`--keep`)."""
+    windows: dict[int, list[float]] = {}
+    for sent, latency in latencies:
+        windows.setdefault(int(sent // width), []).append(latency)
+    got = [sorted(windows.get(w, [])) for w in range(max(windows, default=-1) + 1)]
+    return [f"by {width}-second window from the first submission:",
+            "  accepted/s " + " ".join(f"{len(g) / width:.0f}" for g in got),
+            "  p99 (ms)   " + " ".join(f"{g[int(0.99 * (len(g) - 1))] * 1000:.0f}" if g else "-" for g in got)]
+
+
+def error_seconds(lines: list[str], wall: float) -> list[tuple[int, int]]:
+    """(seconds after `wall`, errors logged in that second) of the fleet's timestamped error lines, the busiest
+    seconds first."""
+    seconds: Counter[int] = Counter()
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            seconds[int(datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S").timestamp() - wall)] += 1
+    return seconds.most_common()
 
 
 def cycle_quantiles(url: str) -> tuple[float | None, float | None, int]:
@@ -185,11 +209,13 @@ def main() -> None:
                         help="seconds between each node's readings of its GPUs, as a real agent's default (0: none)")
     parser.add_argument("--workers", type=int, default=1,
                         help="serving server processes (`nanum server --workers`); above 1, one more schedules")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="keep the server's log and the fleet's output in DIR (server.log, fleet.log)")
     args = parser.parse_args()
 
     with contextlib.ExitStack() as stack:
         db = None if args.db == "sqlite" else stack.enter_context(pg_schema(args.db))
-        url, admin, _ = stack.enter_context(server(db, "--workers", str(args.workers)))
+        url, admin, _ = stack.enter_context(server(db, "--workers", str(args.workers), keep=args.keep))
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="nanum-scale-")))
         began = time.monotonic()
         token = register(url, admin, args.nodes, root / "tokens")
@@ -204,7 +230,7 @@ def main() -> None:
             print(f"{args.nodes} nodes up in {up:.1f} s", flush=True)
             cpu0, _ = server_usage(url)
             fleet0, own0 = cpu_seconds(agents.pid)[0], time.process_time()
-            began = time.monotonic()
+            began, wall = time.monotonic(), time.time()
             mean_s = mean_run_s(args.nodes * args.gpus, args.rate)
             latencies, ids, errors = asyncio.run(submit_all(url, token, args.jobs, args.rate, args.clients, mean_s))
             took = time.monotonic() - began
@@ -220,8 +246,11 @@ def main() -> None:
         finally:
             agents.send_signal(signal.SIGTERM)
             out = agents.communicate(timeout=120)[0].decode(errors="replace")
+            if args.keep is not None:
+                args.keep.mkdir(parents=True, exist_ok=True)
+                (args.keep / "fleet.log").write_text(out)
         beats = re.search(r"(\d+) heartbeats in ([0-9.]+) s \(([0-9.]+)/s\), (\d+) failed", out)
-        lat = sorted(latencies)
+        lat = sorted(latency for _, latency in latencies)
         api50, api99 = statistics.median(lat), lat[int(0.99 * (len(lat) - 1))]
         print(f"\n{args.nodes} nodes x {args.gpus} GPUs, {args.jobs:,} jobs offered at {args.rate:g}/s "
               f"({len(ids):,} accepted in {took:.0f} s: {len(ids) / took:.1f}/s), {'PostgreSQL' if db else 'SQLite'}, "
@@ -253,6 +282,12 @@ def main() -> None:
             said = [line for line in out.splitlines() if "node sim" in line]
             kinds = Counter(re.sub(r"node sim\d+", "node simN", line.split(": ", 1)[-1])[:160] for line in said)
             print("  heartbeat errors by kind:", *(f"    {n} x {k}" for k, n in kinds.most_common(5)), sep="\n")
+            print("  heartbeat errors by second (from the first submission):",
+                  ", ".join(f"+{t} s: {n}" for t, n in error_seconds(said, wall)[:8]))
+        for line in timeline(latencies):
+            print(f"  {line}")
+        if args.keep is not None:
+            print(f"  the server's log and the fleet's output are in {args.keep}/")
 
 
 if __name__ == "__main__":
