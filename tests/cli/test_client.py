@@ -96,11 +96,24 @@ def test_job_filters_become_query_parameters() -> None:
                      "needs 64 GPUs on one node; the largest node has 4 (local)", id="refused"),
         pytest.param(422, {"detail": [{"loc": ["body", "gpus"], "msg": "Input should be >= 0"}]},
                      "gpus: Input should be >= 0", id="validation-list"),
-        pytest.param(500, None, "Internal Server Error", id="no-json"),
+        pytest.param(500, None, "the server at http://nanum.test:8470 answered 500 Internal Server Error to GET "
+                     "/api/v1/jobs/1; its log, or that of a proxy in front of it, says why", id="no-json"),
+        pytest.param(502, "<html><body><h1>502 Bad Gateway</h1></body></html>",
+                     "the server at http://nanum.test:8470 answered 502 Bad Gateway to GET /api/v1/jobs/1; its log, "
+                     "or that of a proxy in front of it, says why", id="a-proxy's-page"),
+        pytest.param(503, "upstream connect error", "the server at http://nanum.test:8470 answered 503 Service "
+                     "Unavailable to GET /api/v1/jobs/1 (upstream connect error); its log, or that of a proxy in "
+                     "front of it, says why", id="a-proxy's-line"),
+        pytest.param(404, "", "the server at http://nanum.test:8470 answered 404 Not Found to GET /api/v1/jobs/1, "
+                     "which is not how nanum answers; is http://nanum.test:8470 a nanum server? (NANUM_SERVER, "
+                     "`nanum login`)", id="not-nanum"),
+        pytest.param(404, {"detail": "no job 1"}, "no job 1", id="nanum's-404"),
     ],
 )
 def test_refusals_raise_api_error_with_one_line(status: int, body: object, detail: str) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
+        if isinstance(body, str):
+            return httpx.Response(status, text=body)
         return httpx.Response(status, json=body) if body is not None else httpx.Response(status)
 
     with client(handler) as nanum, pytest.raises(ApiError) as err:

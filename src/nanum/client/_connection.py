@@ -49,9 +49,13 @@ def resolve_settings(server: str | None = None, token: str | None = None) -> tup
     return server, token
 
 
+#: Where the API lives under a server's URL.
+API_PATH = "/api/v1"
+
+
 def _transport(url: str, headers: dict[str, str], timeout: float,
                transport: httpx.BaseTransport | None) -> HttpTransport:
-    base = f"{url}/api/v1"
+    base = f"{url}{API_PATH}"
     if transport is not None:
         from nanum._http import HttpxTransport
 
@@ -118,7 +122,7 @@ class Connection:
         except Timeout as exc:
             raise _NoAnswer(f"the nanum server at {self.server} did not answer in time") from exc
         if response.status >= 400:
-            raise ApiError(response.status, _detail(response))
+            raise ApiError(response.status, _detail(response) or _unexplained(response, self.server, method, path))
         return response
 
     def _retrying(self, call: Callable[[], _T], deadline: float | None = None, outage_s: float = 60.0) -> _T:
@@ -138,7 +142,8 @@ class Connection:
 
 
 def _detail(response: Response) -> str:
-    """The server's `detail` as one line (FastAPI validation errors are lists of {loc, msg})."""
+    """The server's `detail` as one line (FastAPI validation errors are lists of {loc, msg}); "" where the answer
+    carries none."""
     try:
         detail = response.json().get("detail")
     except (ValueError, AttributeError):
@@ -149,6 +154,17 @@ def _detail(response: Response) -> str:
             loc = [str(p) for p in item.get("loc", ()) if p not in ("body", "query", "path")]
             parts.append(f"{'.'.join(loc)}: {item.get('msg', '')}" if loc else str(item.get("msg", item)))
         detail = "; ".join(parts)
-    if not detail:
-        detail = response.text.strip() or response.reason
-    return f"{detail}".replace("\n", " ")
+    return f"{detail or ''}".replace("\n", " ")
+
+
+def _unexplained(response: Response, server: str, method: str, path: str) -> str:
+    """A refusal without a nanum error message: from something other than nanum at `server` (another web server, a
+    proxy in front of nanum), or from nanum failing. Its body is shown only where it is one short line of text (a
+    proxy's or server's HTML error page is not)."""
+    said = f"the server at {server} answered {response.status} {response.reason} to {method} {API_PATH}{path}"
+    text = response.text.strip()
+    if text and len(text) <= 200 and "\n" not in text and not text.startswith("<"):
+        said += f" ({text})"
+    if response.status >= 500:
+        return f"{said}; its log, or that of a proxy in front of it, says why"
+    return f"{said}, which is not how nanum answers; is {server} a nanum server? (NANUM_SERVER, `nanum login`)"
