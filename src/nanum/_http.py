@@ -50,6 +50,19 @@ class Response(NamedTuple):
         return jsonlib.loads(self.content)
 
 
+def unexplained(said: str, status: int, text: str, server: str, option: str) -> str:
+    """`said` ("the server at URL answered 404 Not Found to ...") completed for an error answer that carries no
+    nanum message: from something other than nanum at `server` (another web server, a proxy in front of nanum)
+    or from nanum failing. `text`, the answer's body, is shown only where it is one short line (a proxy's HTML
+    error page is not); `option` is where the user gave the server's URL."""
+    text = text.strip()
+    if text and len(text) <= 200 and "\n" not in text and not text.startswith("<"):
+        said += f" ({text})"
+    if status >= 500:
+        return f"{said}; its log, or that of a proxy in front of it, says why"
+    return f"{said}, which is not how nanum answers; is {server} a nanum server? ({option})"
+
+
 class HttpTransport(Protocol):
     """Sends one request to `path` under the base URL it was made for and returns the whole response."""
 

@@ -51,3 +51,50 @@ def test_a_server_that_cannot_be_reached_is_said_so_and_the_next_one_is_tried(si
     message, next_server = send((down, silent_server.url))
     assert message == f"cannot reach the server at {down} (ConnectError); trying {silent_server.url} next"
     assert next_server == silent_server.url
+
+
+class Answering:
+    """A real HTTP server on a free port that answers every request with `status` and `body`: another web server
+    at the agent's --server URL, or a proxy in front of nanum that cannot reach it."""
+
+    def __init__(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize(("status", "body", "content_type", "tail"), [
+    (404, b"", "text/plain", "answered the heartbeat with 404 Not Found, which is not how nanum answers; is {url} "
+                             "a nanum server? (--server)"),
+    (502, b"<html><body><h1>502 Bad Gateway</h1>\n<hr>proxy</body></html>", "text/html",
+     "answered the heartbeat with 502 Bad Gateway; its log, or that of a proxy in front of it, says why"),
+    (409, b'{"detail": "node n1 is another node\'s name"}', "application/json",
+     "answered the heartbeat with 409 Conflict: node n1 is another node's name"),
+])
+def test_an_error_answer_says_what_answered_and_never_shows_a_page_of_html(
+        status: int, body: bytes, content_type: str, tail: str) -> None:
+    server = Answering(status, body, content_type)
+    try:
+        message, _ = send((server.url,))
+    finally:
+        server.close()
+    assert message == f"the server at {server.url} " + tail.format(url=server.url)

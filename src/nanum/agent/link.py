@@ -12,6 +12,7 @@ from __future__ import annotations
 import httpx
 
 import nanum
+from nanum._http import unexplained
 from nanum.protocol import Heartbeat, HeartbeatReply
 
 __all__ = ["HEARTBEAT_PATH", "AgentError", "Retry", "ServerLink", "heartbeat_timeout", "no_answer"]
@@ -91,15 +92,21 @@ class ServerLink:
                 f"({response.status_code}); get one with `nanum node add {self.node}`"
             )
         if response.status_code != 200:
-            raise Retry(f"the server answered the heartbeat with {response.status_code}: {_detail(response)}")
+            raise Retry(_refusal(response, self.server))
         try:
             return HeartbeatReply.model_validate_json(response.content)
         except ValueError as exc:
             raise Retry(f"the server sent a reply this agent does not understand: {exc}") from None
 
 
-def _detail(response: httpx.Response) -> str:
+def _refusal(response: httpx.Response, server: str) -> str:
+    """What a heartbeat's error answer says: nanum's message, else what answered (another web server at the URL,
+    a proxy in front of nanum, nanum failing), with a line of text it sent but never a page of HTML."""
+    said = f"the server at {server} answered the heartbeat with {response.status_code} {response.reason_phrase}"
     try:
-        return str(response.json().get("detail", response.text))[:300]
-    except ValueError:
-        return response.text[:300]
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    if detail:
+        return f"{said}: {str(detail)[:300]}"
+    return unexplained(said, response.status_code, response.text, server, "--server")

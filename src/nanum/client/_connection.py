@@ -11,7 +11,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 from urllib.parse import quote
 
-from nanum._http import ConnectFailed, FailoverTransport, HttpTransport, Response, StdlibTransport, Timeout
+from nanum._http import (
+    ConnectFailed,
+    FailoverTransport,
+    HttpTransport,
+    Response,
+    StdlibTransport,
+    Timeout,
+    unexplained,
+)
 from nanum.client._errors import ApiError, NanumError, ServerUnreachable, _NoAnswer, _Refused
 from nanum.servers import server_urls
 
@@ -158,13 +166,5 @@ def _detail(response: Response) -> str:
 
 
 def _unexplained(response: Response, server: str, method: str, path: str) -> str:
-    """A refusal without a nanum error message: from something other than nanum at `server` (another web server, a
-    proxy in front of nanum), or from nanum failing. Its body is shown only where it is one short line of text (a
-    proxy's or server's HTML error page is not)."""
     said = f"the server at {server} answered {response.status} {response.reason} to {method} {API_PATH}{path}"
-    text = response.text.strip()
-    if text and len(text) <= 200 and "\n" not in text and not text.startswith("<"):
-        said += f" ({text})"
-    if response.status >= 500:
-        return f"{said}; its log, or that of a proxy in front of it, says why"
-    return f"{said}, which is not how nanum answers; is {server} a nanum server? (NANUM_SERVER, `nanum login`)"
+    return unexplained(said, response.status, response.text, server, "NANUM_SERVER, `nanum login`")
