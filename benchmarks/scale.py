@@ -13,7 +13,9 @@ the scheduling cycle (median and p99, from the server's `nanum_scheduler_cycle_s
 within buckets as Prometheus does), submit latency (p50, p99), heartbeats handled per second, errors, whether every
 job started, how long jobs waited from submission to start (p50, p99: with 70 % of the GPUs busy some queueing is
 expected, an 8-GPU job waits for a whole node), the server's CPU time and peak memory, and the CPU the simulated
-fleet's process and this submitting client took beside it (all share the machine).
+fleet's process and this submitting client took beside it (all share the machine); then the submissions accepted
+a second and their p99 by 5-second window, which show when in the run the latency came (and, where heartbeats
+failed, the seconds they failed in). `--keep DIR` keeps the server's log and the fleet's output for a closer look.
 Targets: no errors, every job started, API p99 < 200 ms, cycle p99 < 500 ms.
 """
 
