@@ -10,8 +10,7 @@ cluster's size. A GPU is, in this order of precedence:
 - `rogue`: a process that no nanum job owns runs on it: it is not handed out;
 - `free`.
 
-Down and drained are told apart as Slurm tells them: a drain is planned, and alerts on GPUs down should not fire
-for one.
+Down and drained are told apart: a drain is planned, and an alert on GPUs down should not fire for one.
 """
 
 from __future__ import annotations
