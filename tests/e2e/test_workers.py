@@ -6,6 +6,7 @@ if it is killed. On SQLite the option is refused."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -47,13 +48,23 @@ def listening(pids: list[int], port: int) -> list[int]:
                 inodes.add(f"socket:[{fields[9]}]")
     found = []
     for pid in pids:
-        try:
-            links = {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
-        except OSError:
-            continue
+        links = set()
+        with contextlib.suppress(OSError):  # the process ended
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):  # closed while looked at: a worker starting opens and closes many
+                    links.add(os.readlink(fd))
         if links & inodes:
             found.append(pid)
     return found
+
+
+def roles(pid: int, port: int) -> tuple[list[int], list[int]] | None:
+    """(the serving workers, the scheduling one) of the server `pid` once it has four workers, three of them taking
+    connections on `port`; None until then (a worker just forked may not have settled into its role)."""
+    workers = workers_of(pid)
+    serving = listening(workers, port)
+    others = sorted(set(workers) - set(serving))
+    return (serving, others) if len(workers) == 4 and len(serving) == 3 and len(others) == 1 else None
 
 
 def _cycles(url: str) -> float:
@@ -70,11 +81,10 @@ def test_three_workers_share_the_port_and_run_every_job_once(tmp_path: Path, dat
     try:
         server.start()
         assert server.proc is not None
-        wait_until("four workers", lambda: len(workers_of(server.proc.pid)) == 4, 30)  # type: ignore[union-attr]
         port = int(server.url.rsplit(":", 1)[1])
-        serving = listening(workers_of(server.proc.pid), port)
-        (scheduling,) = set(workers_of(server.proc.pid)) - set(serving)
-        assert len(serving) == 3
+        pid = server.proc.pid
+        wait_until("three serving workers and one scheduling", lambda: roles(pid, port) is not None, 30)
+        serving, (scheduling,) = roles(pid, port) or ([], [0])
         token = server.api("POST", "/nodes", {"name": "node-a"})["token"]
         agent = AgentProc("node-a", server.url, token, tmp_path, gpus="2")
         alice = server.api("POST", "/users", {"name": "alice", "labs": ["vision"], "unix_user": job_account()})
@@ -86,9 +96,9 @@ def test_three_workers_share_the_port_and_run_every_job_once(tmp_path: Path, dat
         for victim in victims:
             os.kill(victim, signal.SIGKILL)
         ids += submit_many(server.url, alice["token"], workdir, 10, JOB)  # the others answer meanwhile
-        wait_until("workers in their place", lambda: len(workers_of(server.proc.pid)) == 4  # type: ignore[union-attr]
-              and not set(victims) & set(workers_of(server.proc.pid)), 30, server.log_tail())  # type: ignore[union-attr]
-        assert len(listening(workers_of(server.proc.pid), port)) == 3  # type: ignore[union-attr]
+        wait_until("workers in their place, three serving and one scheduling",
+                   lambda: roles(pid, port) is not None and not set(victims) & set(workers_of(pid)), 30,
+                   server.log_tail())
         done = lambda: all(server.api("GET", f"/jobs/{j}")["state"] == "completed" for j in ids)  # noqa: E731
         wait_until("every job completed", done, 90, server.log_tail(), agent.log_text()[-2000:])
         ran = Counter(int(line) for line in (workdir / "runs.log").read_text().split())

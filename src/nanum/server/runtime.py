@@ -355,12 +355,13 @@ class Workers:
         try:  # the worker: nothing of the supervisor's handlers or connections
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # the first process stops the workers (`_stop`)
-            ctx = ServerContext.create(self.settings)
             host, port = self.sock.getsockname()[:2]
+            if number == self.count:
+                self.sock.close()  # at once: the scheduling worker never takes a connection
+            ctx = ServerContext.create(self.settings)
             url = f"http://{_connect_host(host)}:{port}"
             with asyncio.Runner(loop_factory=_loop_factory()) as runner:
                 if number == self.count:
-                    self.sock.close()
                     runner.run(_schedule(ctx, parent))
                 else:
                     runner.run(_serve(ctx, host, port, url, None, None, sock=self.sock, parent=parent))
