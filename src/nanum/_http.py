@@ -50,6 +50,11 @@ class Response(NamedTuple):
         return jsonlib.loads(self.content)
 
 
+#: What a proxy in front of a server answers when the server behind it is down or does not answer (bad gateway,
+#: unavailable, gateway timeout): for failing over, as good as no answer.
+GATEWAY_FAILURES = frozenset({502, 503, 504})
+
+
 def unexplained(said: str, status: int, text: str, server: str, option: str) -> str:
     """`said` ("the server at URL answered 404 Not Found to ...") completed for an error answer that carries no
     nanum message: from something other than nanum at `server` (another web server, a proxy in front of nanum)
@@ -295,8 +300,10 @@ class PlainResponse(NamedTuple):
 
 class FailoverTransport:
     """Several servers, in turn (`--server URL1,URL2`, two servers on one database): requests go to the one that
-    answered last; when no server answers there (`ConnectFailed`), the others are tried in order and the first
-    that answers is kept. A `Timeout` is not failed over: that server took the request."""
+    answered last; when no server answers there (`ConnectFailed`, or a proxy in front of it answers that it cannot
+    reach it: `GATEWAY_FAILURES`), the others are tried in order and the first that answers is kept. A `Timeout` is
+    not failed over: that server took the request. (A request a proxy dropped may have reached its server, as one
+    whose connection dropped may have: a submission is sent again with its request id, which makes it once.)"""
 
     def __init__(self, transports: Sequence[HttpTransport]) -> None:
         self._transports = list(transports)
@@ -312,6 +319,8 @@ class FailoverTransport:
             except ConnectFailed:
                 if step == count - 1:
                     raise
+                continue
+            if response.status in GATEWAY_FAILURES and step < count - 1:
                 continue
             self.current = index
             return response

@@ -98,3 +98,15 @@ def test_an_error_answer_says_what_answered_and_never_shows_a_page_of_html(
     finally:
         server.close()
     assert message == f"the server at {server.url} " + tail.format(url=server.url)
+
+
+def test_a_proxy_whose_server_is_down_sends_the_next_heartbeat_to_the_next_server(
+        silent_server: SilentServer) -> None:
+    proxy = Answering(502, b"<html><body>502 Bad Gateway</body></html>", "text/html")
+    try:
+        message, next_server = send((proxy.url, silent_server.url))
+    finally:
+        proxy.close()
+    assert message == (f"the server at {proxy.url} answered the heartbeat with 502 Bad Gateway; its log, or that of "
+                       f"a proxy in front of it, says why; trying {silent_server.url} next")
+    assert next_server == silent_server.url

@@ -121,6 +121,31 @@ def test_refusals_raise_api_error_with_one_line(status: int, body: object, detai
     assert (err.value.status, err.value.detail) == (status, detail)
 
 
+def test_a_proxy_whose_server_is_down_is_failed_over_like_a_server_that_does_not_answer() -> None:
+    asked: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.host)
+        if request.url.host == "head1":  # nginx in front of a stopped nanum
+            return httpx.Response(502, text="<html><body><h1>502 Bad Gateway</h1></body></html>")
+        return httpx.Response(200, json=job(id=1))
+
+    with Client("http://head1:8765,http://head2:8765", "tok", transport=httpx.MockTransport(handler)) as nanum:
+        assert nanum.job(1)["id"] == 1 and nanum.server == "http://head2:8765"
+        nanum.job(1)  # the one that answered keeps the requests
+    assert asked == ["head1", "head2", "head2"]
+
+    def both_down(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, text="no healthy upstream")
+
+    with (Client("http://head1:8765,http://head2:8765", "tok", transport=httpx.MockTransport(both_down)) as nanum,
+          pytest.raises(ApiError) as err):
+        nanum.job(1)
+    assert err.value.detail == ("the server at http://head2:8765 answered 503 Service Unavailable to GET "
+                                "/api/v1/jobs/1 (no healthy upstream); its log, or that of a proxy in front of it, "
+                                "says why")
+
+
 def test_an_unreachable_server_says_how_to_start_one() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused", request=request)

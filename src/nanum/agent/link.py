@@ -1,10 +1,11 @@
 """The agent's line to the server: which server its heartbeats go to, with what credentials, and what an answer
 means for the round that sent it.
 
-Several servers may share one database (`URL1,URL2`); a heartbeat that cannot reach one goes to the next in the
-following round. A refused token ends the agent before it ever connected (`AgentError`: the message says how to
-fix it) and is retried after; any other failure (no answer, an error status, a reply this agent does not
-understand) fails only the round (`Retry`), and the jobs keep running.
+Several servers may share one database (`URL1,URL2`); a heartbeat that cannot reach one, or that a proxy in front
+of it answers with "bad gateway", "unavailable" or "gateway timeout", goes to the next in the following round. A
+refused token ends the agent before it ever connected (`AgentError`: the message says how to fix it) and is
+retried after; any other failure (no answer, an error status, a reply this agent does not understand) fails only
+the round (`Retry`), and the jobs keep running.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import httpx
 
 import nanum
-from nanum._http import unexplained
+from nanum._http import GATEWAY_FAILURES, unexplained
 from nanum.protocol import Heartbeat, HeartbeatReply
 
 __all__ = ["HEARTBEAT_PATH", "AgentError", "Retry", "ServerLink", "heartbeat_timeout", "no_answer"]
@@ -66,6 +67,13 @@ class ServerLink:
         self._at = (self._at + 1) % len(self.servers)
         return self.server
 
+    def _move_on(self, client: httpx.AsyncClient) -> tuple[str, str]:
+        """Send `client`'s next heartbeats to the next server; (the server left, "; trying URL next" or "" when
+        there is no other)."""
+        left = self.server
+        client.base_url = self.next_server()
+        return left, (f"; trying {self.server} next" if self.server != left else "")
+
     def headers(self) -> dict[str, str]:
         return {
             "Authorization": f"Bearer {self.token}",
@@ -82,15 +90,16 @@ class ServerLink:
                 timeout=heartbeat_timeout(beat.wait_s),
             )
         except httpx.TransportError as exc:
-            unreachable = self.server
-            client.base_url = self.next_server()
-            then = f"; trying {self.server} next" if self.server != unreachable else ""
+            unreachable, then = self._move_on(client)
             raise Retry(no_answer(exc, unreachable, beat.wait_s) + then) from None
         if response.status_code in (401, 403):
             raise AgentError(
                 f"the server at {self.server} refused this node's token "
                 f"({response.status_code}); get one with `nanum node add {self.node}`"
             )
+        if response.status_code in GATEWAY_FAILURES:  # a proxy whose server is down: as good as no answer
+            failed, then = self._move_on(client)
+            raise Retry(_refusal(response, failed) + then)
         if response.status_code != 200:
             raise Retry(_refusal(response, self.server))
         try:
