@@ -158,12 +158,14 @@ def test_an_unreachable_server_says_how_to_start_one() -> None:
 
 
 def test_wait_returns_the_finished_job_and_rides_out_a_restart() -> None:
-    answers = iter(["running", "down", "running", "completed"])
+    answers = iter(["running", "down", "proxy", "running", "completed"])
 
     def handler(request: httpx.Request) -> httpx.Response:
         state = next(answers)
         if state == "down":
             raise httpx.ConnectError("refused", request=request)
+        if state == "proxy":  # a proxy in front of the server, while it restarts
+            return httpx.Response(502, text="<html>502 Bad Gateway</html>")
         return httpx.Response(200, json=job(state=state, exit_code=0 if state == "completed" else None))
 
     with client(handler) as nanum:

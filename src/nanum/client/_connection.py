@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from urllib.parse import quote
 
 from nanum._http import (
+    GATEWAY_FAILURES,
     ConnectFailed,
     FailoverTransport,
     HttpTransport,
@@ -134,7 +135,8 @@ class Connection:
         return response
 
     def _retrying(self, call: Callable[[], _T], deadline: float | None = None, outage_s: float = 60.0) -> _T:
-        """Run `call`, retrying while the server is unreachable (a restart) for up to `outage_s` seconds."""
+        """Run `call`, retrying while the server is unreachable, or its proxy says so (`GATEWAY_FAILURES`), as
+        during a restart, for up to `outage_s` seconds."""
         give_up = time.monotonic() + outage_s
         if deadline is not None:
             give_up = min(give_up, deadline)
@@ -142,8 +144,8 @@ class Connection:
         while True:
             try:
                 return call()
-            except ServerUnreachable:
-                if time.monotonic() >= give_up:
+            except (ServerUnreachable, ApiError) as exc:
+                if (isinstance(exc, ApiError) and exc.status not in GATEWAY_FAILURES) or time.monotonic() >= give_up:
                     raise
                 time.sleep(pause)
                 pause = min(pause * 2, 2.0)
