@@ -55,6 +55,25 @@ class Response(NamedTuple):
 GATEWAY_FAILURES = frozenset({502, 503, 504})
 
 
+def error_detail(body: bytes) -> str:
+    """The `detail` of an error answer's JSON `body` as one line (FastAPI validation errors are lists of
+    {loc, msg}); "" where it carries none (not JSON, or from something other than nanum)."""
+    try:
+        detail = jsonlib.loads(body).get("detail")
+    except (ValueError, AttributeError):
+        return ""
+    if isinstance(detail, list):
+        parts = []
+        for item in detail:
+            if not isinstance(item, dict):
+                parts.append(str(item))
+                continue
+            loc = [str(p) for p in item.get("loc", ()) if p not in ("body", "query", "path")]
+            parts.append(f"{'.'.join(loc)}: {item.get('msg', '')}" if loc else str(item.get("msg", item)))
+        detail = "; ".join(parts)
+    return f"{detail or ''}".replace("\n", " ")
+
+
 def unexplained(said: str, status: int, text: str, server: str, option: str) -> str:
     """`said` ("the server at URL answered 404 Not Found to ...") completed for an error answer that carries no
     nanum message: from something other than nanum at `server` (another web server, a proxy in front of nanum)

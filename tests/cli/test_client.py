@@ -108,6 +108,7 @@ def test_job_filters_become_query_parameters() -> None:
                      "which is not how nanum answers; is http://nanum.test:8470 a nanum server? (NANUM_SERVER, "
                      "`nanum login`)", id="not-nanum"),
         pytest.param(404, {"detail": "no job 1"}, "no job 1", id="nanum's-404"),
+        pytest.param(400, {"detail": ["odd", 3]}, "odd; 3", id="a-list-of-anything"),
     ],
 )
 def test_refusals_raise_api_error_with_one_line(status: int, body: object, detail: str) -> None:

@@ -84,7 +84,9 @@ def test_three_workers_share_the_port_and_run_every_job_once(tmp_path: Path, dat
         port = int(server.url.rsplit(":", 1)[1])
         pid = server.proc.pid
         wait_until("three serving workers and one scheduling", lambda: roles(pid, port) is not None, 30)
-        serving, (scheduling,) = roles(pid, port) or ([], [0])
+        found = roles(pid, port)
+        assert found is not None
+        serving, (scheduling,) = found
         token = server.api("POST", "/nodes", {"name": "node-a"})["token"]
         agent = AgentProc("node-a", server.url, token, tmp_path, gpus="2")
         alice = server.api("POST", "/users", {"name": "alice", "labs": ["vision"], "unix_user": job_account()})

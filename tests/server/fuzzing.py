@@ -164,8 +164,8 @@ class Fuzzer:
         if case.path == HEARTBEAT and isinstance(case.body, dict) and "wait_s" in case.body:
             case.body["wait_s"] = 0
         _spare_the_fuzzers(case)
-        # What is checked is each answer, not its speed: on a loaded machine (the suite beside two CPU hogs) one
-        # request took longer than schemathesis's 10 s, and Hypothesis called the test flaky.
+        # What is checked is each answer, not its speed: on a loaded machine (the suite beside CPU hogs) one request
+        # took longer than schemathesis's 10 s, and Hypothesis called the test flaky.
         return {"headers": headers, "timeout": REQUEST_TIMEOUT_S}
 
     def check(self, case: Any, response: Any, headers: dict[str, str]) -> None:

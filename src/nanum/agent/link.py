@@ -13,7 +13,7 @@ from __future__ import annotations
 import httpx
 
 import nanum
-from nanum._http import GATEWAY_FAILURES, unexplained
+from nanum._http import GATEWAY_FAILURES, error_detail, unexplained
 from nanum.protocol import Heartbeat, HeartbeatReply
 
 __all__ = ["HEARTBEAT_PATH", "AgentError", "Retry", "ServerLink", "heartbeat_timeout", "no_answer"]
@@ -112,10 +112,7 @@ def _refusal(response: httpx.Response, server: str) -> str:
     """What a heartbeat's error answer says: nanum's message, else what answered (another web server at the URL,
     a proxy in front of nanum, nanum failing), with a line of text it sent but never a page of HTML."""
     said = f"the server at {server} answered the heartbeat with {response.status_code} {response.reason_phrase}"
-    try:
-        detail = response.json().get("detail")
-    except (ValueError, AttributeError):
-        detail = None
+    detail = error_detail(response.content)
     if detail:
-        return f"{said}: {str(detail)[:300]}"
+        return f"{said}: {detail[:300]}"
     return unexplained(said, response.status_code, response.text, server, "--server")

@@ -19,6 +19,7 @@ from nanum._http import (
     Response,
     StdlibTransport,
     Timeout,
+    error_detail,
     unexplained,
 )
 from nanum.client._errors import ApiError, NanumError, ServerUnreachable, _NoAnswer, _Refused
@@ -131,7 +132,8 @@ class Connection:
         except Timeout as exc:
             raise _NoAnswer(f"the nanum server at {self.server} did not answer in time") from exc
         if response.status >= 400:
-            raise ApiError(response.status, _detail(response) or _unexplained(response, self.server, method, path))
+            raise ApiError(response.status, error_detail(response.content)
+                           or _unexplained(response, self.server, method, path))
         return response
 
     def _retrying(self, call: Callable[[], _T], deadline: float | None = None, outage_s: float = 60.0) -> _T:
@@ -149,22 +151,6 @@ class Connection:
                     raise
                 time.sleep(pause)
                 pause = min(pause * 2, 2.0)
-
-
-def _detail(response: Response) -> str:
-    """The server's `detail` as one line (FastAPI validation errors are lists of {loc, msg}); "" where the answer
-    carries none."""
-    try:
-        detail = response.json().get("detail")
-    except (ValueError, AttributeError):
-        detail = None
-    if isinstance(detail, list):
-        parts = []
-        for item in detail:
-            loc = [str(p) for p in item.get("loc", ()) if p not in ("body", "query", "path")]
-            parts.append(f"{'.'.join(loc)}: {item.get('msg', '')}" if loc else str(item.get("msg", item)))
-        detail = "; ".join(parts)
-    return f"{detail or ''}".replace("\n", " ")
 
 
 def _unexplained(response: Response, server: str, method: str, path: str) -> str:
