@@ -71,7 +71,13 @@ def error_detail(body: bytes) -> str:
             loc = [str(p) for p in item.get("loc", ()) if p not in ("body", "query", "path")]
             parts.append(f"{'.'.join(loc)}: {item.get('msg', '')}" if loc else str(item.get("msg", item)))
         detail = "; ".join(parts)
-    return f"{detail or ''}".replace("\n", " ")
+    return _printable(f"{detail or ''}")
+
+
+def _printable(text: str) -> str:
+    """`text` on one line with nothing a terminal would act on: an answer may come from something that is not
+    nanum, and ends up in a terminal or a log."""
+    return "".join(c if c.isprintable() else " " for c in text)
 
 
 def unexplained(said: str, status: int, text: str, server: str, option: str) -> str:
@@ -80,7 +86,7 @@ def unexplained(said: str, status: int, text: str, server: str, option: str) -> 
     or from nanum failing. `text`, the answer's body, is shown only where it is one short line (a proxy's HTML
     error page is not); `option` is where the user gave the server's URL."""
     text = text.strip()
-    if text and len(text) <= 200 and "\n" not in text and not text.startswith("<"):
+    if text and len(text) <= 200 and text.isprintable() and not text.startswith("<"):
         said += f" ({text})"
     if status >= 500:
         return f"{said}; its log, or that of a proxy in front of it, says why"

@@ -109,6 +109,11 @@ def test_job_filters_become_query_parameters() -> None:
                      "`nanum login`)", id="not-nanum"),
         pytest.param(404, {"detail": "no job 1"}, "no job 1", id="nanum's-404"),
         pytest.param(400, {"detail": ["odd", 3]}, "odd; 3", id="a-list-of-anything"),
+        pytest.param(400, {"detail": "two\nlines and \x1b[2J a terminal escape"},
+                     "two lines and  [2J a terminal escape", id="control-characters"),
+        pytest.param(404, "not\x1b[31m nanum", "the server at http://nanum.test:8470 answered 404 Not Found to GET "
+                     "/api/v1/jobs/1, which is not how nanum answers; is http://nanum.test:8470 a nanum server? "
+                     "(NANUM_SERVER, `nanum login`)", id="escapes-are-not-quoted"),
     ],
 )
 def test_refusals_raise_api_error_with_one_line(status: int, body: object, detail: str) -> None:

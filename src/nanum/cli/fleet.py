@@ -44,9 +44,9 @@ def node_set(
     """Set a node's owner lab, labels or GPU model name."""
     if lab is None and not label and model is None:
         fail("nothing to set; give --lab LAB, --label K=V or --model MODEL", 2)
+    labels = [parse_label(x, "--label") for x in label or ()]
     with connect(server, token) as client:
-        node = client.set_node(name, owner=lab, labels=[parse_label(x, "--label") for x in label or ()],
-                               gpu_model=model)
+        node = client.set_node(name, owner=lab, labels=labels, gpu_model=model)
     _said(node, json)
 
 
