@@ -257,6 +257,39 @@ def test_nanum_run_streams_the_output_and_exits_with_the_commands_code(cluster: 
     assert ok.returncode == 0 and ok.stdout == ""
 
 
+def test_run_shell_and_notebook_take_submits_options(cluster: Cluster, workdir: Path) -> None:
+    """What `nanum submit` takes for where and on what a job runs, `nanum run`, `shell` and `notebook` take too,
+    read the same way; `nanum run SCRIPT` reads the script's #NANUM lines, as `nanum submit SCRIPT` does."""
+    (workdir / "sub").mkdir()
+    (workdir / "sub").chmod(0o777)
+    result = cluster.nanum("run", "-D", "sub", "-c", "1", "--mem", "512M", "-J", "where", "--", "sh", "-c", "pwd",
+                           user="alice", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{workdir / 'sub'}\n"
+    job = cluster.job(int(re.search(r"Submitted job (\d+)", result.stderr).group(1)))  # type: ignore[union-attr]
+    assert (job["name"], job["cpus"], job["memory_mb"], job["workdir"]) == ("where", 1, 512, str(workdir / "sub"))
+
+    script = workdir / "two.sh"  # not executable: run through its #! line, as `nanum submit` runs it
+    script.write_text("#!/bin/sh\n#NANUM --gpus 2 --name from-header\necho on $CUDA_VISIBLE_DEVICES\n")
+    result = cluster.nanum("run", str(script), user="alice", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert re.fullmatch(r"on \d,\d\n", result.stdout), result.stdout
+    job = cluster.job(int(re.search(r"Submitted job (\d+)", result.stderr).group(1)))  # type: ignore[union-attr]
+    assert (job["name"], job["gpus"]) == ("from-header", 2)
+
+    before = len(cluster.api("GET", "/jobs", query="all=true", token=cluster.tokens["alice"]))
+    for command, words, said in (
+        ("shell", ["--constraint", "net"], "--constraint: cannot read 'net'"),
+        ("notebook", ["--constraint", "net=ib"], "needs node label net=ib; no node has it"),
+        ("shell", ["--gpu-mem", "4000G"], "needs GPUs with at least 4096000 MiB each"),
+        ("run", ["--gpu-model", "H100,B200", "--", "true"], "needs GPU model B200 or H100"),
+    ):
+        refused = cluster.nanum(command, *words, user="alice", cwd=workdir)
+        assert refused.returncode == 2 and said in refused.stderr, (command, words, refused.stderr)
+        assert "Traceback" not in refused.stderr
+    assert len(cluster.api("GET", "/jobs", query="all=true", token=cluster.tokens["alice"])) == before
+
+
 CHROMIUM = "/usr/bin/chromium"
 SHOTS = Path(os.environ.get("NANUM_SCREENSHOTS", Path(__file__).parent / "screenshots"))
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 from nanum.cli.base import UsageProblem, clean_errors, connect, note, print_json
 
 if TYPE_CHECKING:
+    from nanum.cli.jobspec import SubmitOptions
     from nanum.client import Client
 
 #: `--tier` of `nanum submit` and `nanum modify`.
@@ -19,27 +20,46 @@ TIER_HELP = ("Admins only: tier 0..9 (default: 0). Every queue order puts a high
 
 
 @clean_errors
-def submit(
-    command: list[str] | None = None, gpus: int | None = None, nodes: int | None = None,
-    gpu_model: str | None = None, gpu_mem: str | None = None, constraint: list[str] | None = None,
-    torchrun: bool = False, cpus: int | None = None, mem: str | None = None, time: str | None = None,
-    priority: int | None = None, tier: int | None = None, lab: str | None = None, name: str | None = None,
-    workdir: str | None = None,
-    env: list[str] | None = None, no_preempt: bool = False, requeue: bool = False, no_requeue: bool = False,
-    array: str | None = None,
-    after: list[str] | None = None, after_ok: list[str] | None = None, after_failed: list[str] | None = None,
-    after_any: list[str] | None = None, keep_if_unmet: bool = False, retries: int | None = None,
-    output: str | None = None, error: str | None = None, environment: str | None = None,
-    dataset: list[str] | None = None, json: bool = False, server: str | None = None, token: str | None = None,
-) -> None:
+def submit(command: list[str] | None = None, json: bool = False, server: str | None = None, token: str | None = None,
+           **given: Any) -> None:
     """Queue a job: `nanum submit --gpus 2 --time 4h -- python train.py`, or `nanum submit train.sh` (its
-    #NANUM lines take these options; #SBATCH and #BSUB lines are read too)."""
+    #NANUM lines take these options; #SBATCH and #BSUB lines are read too). `given`: the options of its command
+    line (`submit_options`)."""
     import os
 
+    from nanum.cli.jobspec import build_request
+
+    options = submit_options(**given)
+    notes: list[str] = []
+    body = build_request(list(command or []), options, os.getcwd(), notes)
+    for line in notes:
+        note(line)
+    with connect(server, token) as client:
+        job = client.submit(body.pop("command"), **body)
+    if json:
+        print_json(job)
+    elif job.get("array_id") is not None:
+        print(f"Submitted array job {job['array_id']} ({options.get('array') or 'from the script'})")
+    else:
+        print(f"Submitted job {job['id']}")
+
+
+
+def submit_options(
+    gpus: int | None = None, nodes: int | None = None, gpu_model: str | None = None, gpu_mem: str | None = None,
+    constraint: list[str] | None = None, torchrun: bool = False, cpus: int | None = None, mem: str | None = None,
+    time: str | None = None, priority: int | None = None, tier: int | None = None, lab: str | None = None,
+    name: str | None = None, workdir: str | None = None, env: list[str] | None = None, no_preempt: bool = False,
+    requeue: bool = False, no_requeue: bool = False, array: str | None = None, after: list[str] | None = None,
+    after_ok: list[str] | None = None, after_failed: list[str] | None = None, after_any: list[str] | None = None,
+    keep_if_unmet: bool = False, retries: int | None = None, output: str | None = None, error: str | None = None,
+    environment: str | None = None, dataset: list[str] | None = None,
+) -> SubmitOptions:
+    """The options of `nanum submit`'s command line, each read as a `#NANUM` line reads it; `nanum run`, `shell`
+    and `notebook` give those they take."""
     from nanum.cli.jobspec import (
         HEADER_OPTIONS,
         SubmitOptions,
-        build_request,
         parse_env,
         parse_label,
         parse_mem,
@@ -53,7 +73,7 @@ def submit(
     def refs(values: list[str] | None, option: str) -> list[str] | None:
         return [r for v in values for r in HEADER_OPTIONS[option][1](v)] if values else None
 
-    options = SubmitOptions(
+    return SubmitOptions(
         gpus=gpus, nodes=nodes, cpus=cpus,
         gpu_model=HEADER_OPTIONS["--gpu-model"][1](gpu_model) if gpu_model is not None else None,
         gpu_memory_mb=parse_mem(gpu_mem, "--gpu-mem") if gpu_mem is not None else None,
@@ -72,19 +92,6 @@ def submit(
         environment=parse_name(environment, "--environment") if environment is not None else None,
         datasets=[parse_name(d, "--dataset") for d in dataset] if dataset else None,
     )
-    notes: list[str] = []
-    body = build_request(list(command or []), options, os.getcwd(), notes)
-    for line in notes:
-        note(line)
-    with connect(server, token) as client:
-        job = client.submit(body.pop("command"), **body)
-    if json:
-        print_json(job)
-    elif job.get("array_id") is not None:
-        print(f"Submitted array job {job['array_id']} ({options.get('array') or 'from the script'})")
-    else:
-        print(f"Submitted job {job['id']}")
-
 
 @clean_errors
 def ps(

@@ -289,10 +289,10 @@ def script_command(script: StrPath, args: list[str]) -> list[str]:
     return ["bash", path, *args]
 
 
-def build_request(command: list[str], cli: SubmitOptions, cwd: StrPath, notes: list[str] | None = None
-                  ) -> dict[str, Any]:
-    """The `POST /jobs` body for `command` (a script path or an argv) with the command line's options. What was
-    made of a script's `#SBATCH` and `#BSUB` lines is added to `notes`."""
+def build_request(command: list[str], cli: SubmitOptions, cwd: StrPath, notes: list[str] | None = None, *,
+                  script: bool = True) -> dict[str, Any]:
+    """The `POST /jobs` body for `command` (a script path, where `script`, or an argv) with the command line's
+    options. What was made of a script's `#SBATCH` and `#BSUB` lines is added to `notes`."""
     if not command:
         raise UsageProblem("nothing to run; give a command after `--` or a script, e.g. "
                            "`nanum submit --gpus 1 -- python train.py`")
@@ -300,7 +300,7 @@ def build_request(command: list[str], cli: SubmitOptions, cwd: StrPath, notes: l
     cwd = os.fspath(cwd)
     default_name = os.path.basename(command[0].rstrip("/")) or command[0]
     first = command[0] if os.path.isabs(command[0]) else os.path.join(cwd, command[0])
-    if os.path.isfile(first) and ("/" in command[0] or not _on_path(command[0])):
+    if script and os.path.isfile(first) and ("/" in command[0] or not _on_path(command[0])):
         header, found = read_script(first)
         options = merged(cli, header)
         (notes if notes is not None else []).extend(found)

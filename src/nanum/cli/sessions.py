@@ -6,26 +6,36 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from nanum.cli.app import app
 from nanum.cli.common import Command, Group, ServerOpt, TokenOpt, clean_errors, connect, fail, note
+from nanum.cli.jobs import (
+    ConstraintOpt,
+    CpusOpt,
+    DatasetOpt,
+    EnvironmentOpt,
+    EnvOpt,
+    GpuMemOpt,
+    GpusOpt,
+    LabOpt,
+    MemOpt,
+    ModelOpt,
+    NameOpt,
+    NodesOpt,
+    NoPreemptOpt,
+    PriorityOpt,
+    TimeOpt,
+    TorchrunOpt,
+    WorkdirOpt,
+)
 
 if TYPE_CHECKING:
     from nanum.client import Client, Job
 
 _Opt = typer.Option
-GpusOpt = Annotated[int, _Opt("--gpus", "-g", metavar="N", help="GPUs (default: 1).", show_default=False)]
-TimeOpt = Annotated[str | None, _Opt("--time", "-t", metavar="DURATION",
-                                     help="Time limit: 30m, 8h, 2d (default: your lab's).")]
-LabOpt = Annotated[str | None, _Opt("--lab", metavar="LAB", help="Lab to charge (default: your default lab).")]
-ModelOpt = Annotated[str | None, _Opt("--gpu-model", metavar="MODEL", help="Only GPUs of this model, e.g. A100.")]
-EnvOpt = Annotated[list[str] | None, _Opt("--env", "-e", metavar="K=V",
-                                          help="Environment variable (K alone copies yours); repeat.")]
-EnvironmentOpt = Annotated[str | None, _Opt("--environment", "-E", metavar="NAME", help=(
-    "Run in this environment: a Python environment, setup line or container image (`nanum environment list`)."))]
 PreemptibleOpt = Annotated[bool, _Opt("--preemptible", help=(
     "Allow preempting it, so it may also borrow idle GPUs beyond your lab's share (default: never preempted)."))]
 #: How long `nanum notebook` waits for JupyterLab to answer once the job runs.
@@ -36,16 +46,18 @@ notebook_app = typer.Typer(cls=Group, help="JupyterLab on the cluster's GPUs, in
 app.add_typer(notebook_app, name="notebook")
 
 
-def _session_request(kind: str, gpus: int, time_limit: str | None, lab: str | None, gpu_model: str | None,
-                     env: list[str] | None, preemptible: bool, environment: str | None) -> dict[str, object]:
-    from nanum.cli.jobspec import parse_env, parse_time
+def _session_request(kind: str, command: list[str], preemptible: bool | None = None, **given: Any
+                     ) -> dict[str, Any]:
+    """The `POST /jobs` body of a notebook, shell or `nanum run` job: `given` are the options it took, each read
+    as `nanum submit` reads it (`nanum.cli.jobcmds.submit_options`); a notebook's or shell's command is never a
+    script."""
+    from nanum.cli.jobcmds import submit_options
+    from nanum.cli.jobspec import build_request
 
-    body: dict[str, object] = {"kind": kind, "gpus": gpus, "name": kind, "workdir": os.getcwd(),
-                               "env": parse_env(env or []), "preemptible": preemptible}
-    if time_limit is not None:
-        body["time_limit_s"] = parse_time(time_limit)
-    body.update({k: v for k, v in (("lab", lab), ("gpu_model", gpu_model), ("environment", environment))
-                 if v is not None})
+    body = build_request(command, submit_options(**given), os.getcwd(), script=kind == "batch")
+    body["kind"] = kind
+    if preemptible is not None:
+        body["preemptible"] = preemptible
     return body
 
 
@@ -53,23 +65,33 @@ def _session_request(kind: str, gpus: int, time_limit: str | None, lab: str | No
 @clean_errors
 def notebook(
     ctx: typer.Context,
-    gpus: GpusOpt = 1,
+    gpus: GpusOpt = None,
+    gpu_model: ModelOpt = None,
+    gpu_mem: GpuMemOpt = None,
+    constraint: ConstraintOpt = None,
+    cpus: CpusOpt = None,
+    mem: MemOpt = None,
     time: TimeOpt = None,
     lab: LabOpt = None,
-    gpu_model: ModelOpt = None,
+    workdir: WorkdirOpt = None,
     env: EnvOpt = None,
     environment: EnvironmentOpt = None,
+    dataset: DatasetOpt = None,
     preemptible: PreemptibleOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Start JupyterLab as a job in the current directory and print its address: open it in a browser
-    where you are logged in to the dashboard (only you can). Idle notebooks are released by the idle rules."""
+    """Start JupyterLab as a job in the current directory (or --workdir) and print its address: open it in a
+    browser where you are logged in to the dashboard (only you can). Idle notebooks are released by the idle
+    rules."""
     if ctx.invoked_subcommand is not None:
         return
-    body = _session_request("notebook", gpus, time, lab, gpu_model, env, preemptible, environment)
+    body = _session_request(
+        "notebook", ["jupyter", "lab"], preemptible, name="notebook", gpus=gpus, gpu_model=gpu_model,
+        gpu_mem=gpu_mem, constraint=constraint, cpus=cpus, mem=mem, time=time, lab=lab, workdir=workdir, env=env,
+        environment=environment, dataset=dataset)
     with connect(server, token) as client:
-        job = client.submit(["jupyter", "lab"], **body)  # type: ignore[arg-type]
+        job = client.submit(body.pop("command"), **body)
         note(f"Submitted notebook {job['id']}")
         job = _wait_until_running(client, job["id"], "notebook")
         url = f"{client.server}/notebooks/{job['id']}/"
@@ -120,12 +142,18 @@ def notebook_stop(
 @app.command(cls=Command)
 @clean_errors
 def shell(
-    gpus: GpusOpt = 1,
+    gpus: GpusOpt = None,
+    gpu_model: ModelOpt = None,
+    gpu_mem: GpuMemOpt = None,
+    constraint: ConstraintOpt = None,
+    cpus: CpusOpt = None,
+    mem: MemOpt = None,
     time: TimeOpt = None,
     lab: LabOpt = None,
-    gpu_model: ModelOpt = None,
+    workdir: WorkdirOpt = None,
     env: EnvOpt = None,
     environment: EnvironmentOpt = None,
+    dataset: DatasetOpt = None,
     preemptible: PreemptibleOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
@@ -135,11 +163,14 @@ def shell(
     from nanum.cli.terminal import attach
     from nanum.client import resolve_settings
 
-    body = _session_request("shell", gpus, time, lab, gpu_model, env, preemptible, environment)
+    body = _session_request(
+        "shell", ["shell"], preemptible, name="shell", gpus=gpus, gpu_model=gpu_model, gpu_mem=gpu_mem,
+        constraint=constraint, cpus=cpus, mem=mem, time=time, lab=lab, workdir=workdir, env=env,
+        environment=environment, dataset=dataset)
     if os.environ.get("TERM"):  # the remote terminal is this one: full-screen programs need its type
-        body["env"] = {"TERM": os.environ["TERM"], **body["env"]}  # type: ignore[dict-item]
+        body["env"] = {"TERM": os.environ["TERM"], **body["env"]}
     with connect(server, token) as client:
-        job = client.submit(["shell"], **body)  # type: ignore[arg-type]
+        job = client.submit(body.pop("command"), **body)
         note(f"Submitted shell {job['id']}")
         job = _wait_until_running(client, job["id"], "shell", ended=True)
         if job["state"] == "running":
@@ -221,16 +252,23 @@ def _where(job: Job) -> str:
 def run(
     command: Annotated[list[str], typer.Argument(metavar="COMMAND [ARG...]", show_default=False,
                                                  help="What to run (put `--` before it).")],
-    gpus: GpusOpt = 1,
-    nodes: Annotated[int, _Opt("--nodes", "-N", metavar="K", help="Nodes, started together (default: 1).",
-                               show_default=False)] = 1,
-    time: TimeOpt = None,
-    lab: LabOpt = None,
+    gpus: GpusOpt = None,
+    nodes: NodesOpt = None,
     gpu_model: ModelOpt = None,
+    gpu_mem: GpuMemOpt = None,
+    constraint: ConstraintOpt = None,
+    torchrun: TorchrunOpt = False,
+    cpus: CpusOpt = None,
+    mem: MemOpt = None,
+    time: TimeOpt = None,
+    priority: PriorityOpt = None,
+    lab: LabOpt = None,
+    name: NameOpt = None,
+    workdir: WorkdirOpt = None,
     env: EnvOpt = None,
     environment: EnvironmentOpt = None,
-    name: Annotated[str | None, _Opt("--name", "-J", metavar="NAME", help="Job name (default: the program's).")]
-    = None,
+    dataset: DatasetOpt = None,
+    no_preempt: NoPreemptOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
@@ -238,11 +276,12 @@ def run(
     with its exit code (like `srun`). Ctrl-C cancels the job."""
     from nanum.cli.jobs import wait_exit_code
 
-    body = _session_request("batch", gpus, time, lab, gpu_model, env, True, environment)
-    body.update(kind="batch", nodes=nodes, name=name or command[0].rsplit("/", 1)[-1])
-    body.pop("preemptible")
+    body = _session_request(
+        "batch", command, gpus=gpus, nodes=nodes, gpu_model=gpu_model, gpu_mem=gpu_mem, constraint=constraint,
+        torchrun=torchrun, cpus=cpus, mem=mem, time=time, priority=priority, lab=lab, name=name, workdir=workdir,
+        env=env, environment=environment, dataset=dataset, no_preempt=no_preempt)
     with connect(server, token) as client:
-        job = client.submit(command, **body)  # type: ignore[arg-type]
+        job = client.submit(body.pop("command"), **body)
         note(f"Submitted job {job['id']}")
         _wait_until_running(client, job["id"], "job", ended=True)
         try:
