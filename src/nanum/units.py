@@ -1,14 +1,19 @@
-"""Sizes and durations as people write them, for every front end (the CLI's flags and `#NANUM` lines, the
-dashboard's submit form): `parse_mem` reads 512M, 32G, 1.5T (a bare number is MiB) into MiB; `parse_time` reads
-the forms sbatch knows (90 = 90 minutes, 30:00, 1:30:00, 2-00:00:00, 2-12) or a unit suffix (90s, 30m, 4h, 2d)
-into seconds. A value they cannot read raises `ValueError` with one sentence naming `what`, the value and an
-example that works. No I/O and nothing from the CLI or the server."""
+"""Sizes, durations and node labels as people write them, for every front end (the CLI's flags and `#NANUM` lines,
+the dashboard's submit form): `parse_mem` reads 512M, 32G, 1.5T (a bare number is MiB) into MiB; `parse_time`
+reads the forms sbatch knows (90 = 90 minutes, 30:00, 1:30:00, 2-00:00:00, 2-12) or a unit suffix (90s, 30m, 4h,
+2d) into seconds; `parse_label` checks a node label (net=ib). A value they cannot read raises `ValueError` with
+one sentence naming `what`, the value (cut short where it is long: `quoted`) and an example that works. No I/O
+and nothing from the CLI or the server."""
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["parse_mem", "parse_time"]
+from nanum.jobfields import LABEL_PATTERN
+
+__all__ = ["parse_label", "parse_mem", "parse_time", "quoted"]
+
+_LABEL = re.compile(LABEL_PATTERN)
 
 _MEM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _MEM_FACTOR = {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024 * 1024}
@@ -61,3 +66,20 @@ def _parse_duration(text: str) -> int | None:
         nums = [int(p) for p in parts]
         h, m, s = (0, nums[0], 0) if len(nums) == 1 else (0, nums[0], nums[1]) if len(nums) == 2 else nums
     return days * 86400 + h * 3600 + m * 60 + s
+
+
+def parse_label(text: str, what: str) -> str:
+    """'net=ib' -> 'net=ib': a node label, as a job asks for it or a node is given it."""
+    key, _, value = text.strip().partition("=")
+    if len(key) > 63 or len(value) > 63:
+        raise ValueError(f"{what}: {quoted(text)} is too long; a label's key and its value have at most 63 "
+                         "characters each")
+    if not _LABEL.match(text.strip()):
+        raise ValueError(f"{what}: cannot read {quoted(text)}; give a node label KEY=VALUE, e.g. net=ib (letters, "
+                         "digits and _ . / -)")
+    return text.strip()
+
+
+def quoted(text: str, most: int = 40) -> str:
+    """`text` as an error message shows it: quoted, and cut short where it is long."""
+    return repr(text) if len(text) <= most else f"{text[:most]!r}... ({len(text)} characters)"

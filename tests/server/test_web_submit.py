@@ -46,7 +46,8 @@ def test_a_batch_job_from_the_form_is_the_job_the_api_makes(client: AsgiClient, 
     assert '<option value="torch">torch (lab vision)</option>' in page and "coco (everyone)" in page
     assert '<option value="vision" selected>vision</option>' in page and '"nlp"' not in page  # alice's labs only
     fields = form(client, alice, command="python train.py --note 'two words'", name="resnet", gpus="2",
-                  nodes="1", gpu_model="A100", cpus="8", memory="32G", time="1-00:00:00", lab="vision",
+                  nodes="1", gpu_model="A100", gpu_memory="40G", constraints="net=ib, rack=b2", cpus="8",
+                  memory="32G", time="1-00:00:00", lab="vision",
                   priority="7", environment="torch", workdir="/home/alice/exp", env="SEED=1\r\nWANDB_MODE=offline\r\n",
                   no_preempt="on")  # fmt: skip
     r = post(client, "/submit", fields | {"datasets": ["coco", "imagenet"]}, alice)  # type: ignore[dict-item]
@@ -55,13 +56,16 @@ def test_a_batch_job_from_the_form_is_the_job_the_api_makes(client: AsgiClient, 
     j = job(client, job_id)
     assert j["command"] == ["python", "train.py", "--note", "two words"] and j["name"] == "resnet"
     assert (j["gpus"], j["nodes"], j["gpu_model"], j["cpus"]) == (2, 1, "A100", 8)
+    assert (j["gpu_memory_mb"], j["constraints"]) == (40960, ["net=ib", "rack=b2"])
     assert (j["memory_mb"], j["time_limit_s"], j["priority"]) == (32768, 86400, 7)
     assert (j["lab"], j["environment"], j["workdir"], j["kind"]) == ("vision", "torch", "/home/alice/exp", "batch")
     assert j["env"] == {"SEED": "1", "WANDB_MODE": "offline"} and j["preemptible"] is False
     assert j["datasets"] == {"coco": "/data/coco", "imagenet": "/data/imagenet"}
     again = post(client, "/submit", fields | {"datasets": ["coco", "imagenet"]}, alice)  # type: ignore[dict-item]
     assert again.headers["location"] == f"/jobs/{job_id}"  # the same form sent twice makes one job
-    assert get(client, r.headers["location"], alice).status_code == 200
+    shown = get(client, r.headers["location"], alice)
+    assert shown.status_code == 200
+    assert "2 GPUs (A100) with at least 40 GiB each, on nodes labelled net=ib, rack=b2, 8 CPUs" in shown.text
 
 
 @pytest.mark.parametrize(
@@ -72,6 +76,10 @@ def test_a_batch_job_from_the_form_is_the_job_the_api_makes(client: AsgiClient, 
         ({"time": "4x"}, 422, "time limit: cannot read '4x'; give e.g. 90s, 30m, 4h, 2d, 1:30:00 or 2-00:00:00 "
                               "(a bare number is minutes)"),
         ({"memory": "lots"}, 422, "memory: cannot read 'lots'; give a size such as 512M, 32G or 1T"),
+        ({"gpu_memory": "-5G"}, 422, "GPU memory: cannot read '-5G'; give a size such as 512M, 32G or 1T"),
+        ({"constraints": "net=ib rack"}, 422, "node labels: cannot read 'rack'; give a node label KEY=VALUE, e.g. "
+                                              "net=ib"),
+        ({"constraints": "k=" + "v" * 500}, 422, f"node labels: {'k=' + 'v' * 38!r}... (502 characters) is too long"),
         ({"env": "SEED"}, 422, "environment variables: 'SEED' is not NAME=VALUE with a valid name, e.g. SEED=1"),
         ({"command": "python train.py > log"}, 422, "command: '>' needs a shell"),
         ({"command": "python 'train.py"}, 422, "command: no closing quotation; close the quote"),

@@ -102,19 +102,13 @@ def _int(option: str, lo: int, hi: int | None = None) -> Any:
 
 
 _MODELS = re.compile(r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$")
-_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,62}=[A-Za-z0-9_./-]{0,63}$")
-
-
-def _quoted(text: str, most: int = 40) -> str:
-    """`text` as an error message shows it: quoted, and cut short where it is long."""
-    return repr(text) if len(text) <= most else f"{text[:most]!r}... ({len(text)} characters)"
 
 
 def parse_models(text: str) -> str:
     """'A100, H100' -> 'A100,H100': one GPU model, or several of which any will do."""
     models = ",".join(m.strip() for m in text.split(","))
     if len(models) > 64:
-        raise UsageProblem(f"--gpu-model: {_quoted(text)} is too long; give at most 64 characters")
+        raise UsageProblem(f"--gpu-model: {units.quoted(text)} is too long; give at most 64 characters")
     if not _MODELS.match(models):
         raise UsageProblem(f"--gpu-model: cannot read {text!r}; give a model such as A100, or several: A100,H100")
     return models
@@ -122,14 +116,10 @@ def parse_models(text: str) -> str:
 
 def parse_label(text: str, option: str = "--constraint") -> str:
     """'net=ib' -> 'net=ib': a node label, as a job asks for it (`--constraint`) or a node is given it (`--label`)."""
-    key, _, value = text.strip().partition("=")
-    if len(key) > 63 or len(value) > 63:
-        raise UsageProblem(f"{option}: {_quoted(text)} is too long; a label's key and its value have at most "
-                           "63 characters each")
-    if not _LABEL.match(text.strip()):
-        raise UsageProblem(f"{option}: cannot read {text!r}; give a node label KEY=VALUE, e.g. net=ib (letters, "
-                           "digits and _ . / -)")
-    return text.strip()
+    try:
+        return units.parse_label(text, option)
+    except ValueError as exc:
+        raise UsageProblem(str(exc)) from None
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

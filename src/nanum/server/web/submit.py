@@ -36,8 +36,8 @@ router = APIRouter(include_in_schema=False)
 WebCaller = Annotated[Caller, Depends(session.caller)]
 
 #: The form's text fields (datasets, a multi-select, and the no-preempt checkbox aside).
-FIELDS = ("kind", "command", "name", "gpus", "nodes", "gpu_model", "cpus", "memory", "time", "lab", "priority",
-          "environment", "workdir", "env", "request")
+FIELDS = ("kind", "command", "name", "gpus", "nodes", "gpu_model", "gpu_memory", "constraints", "cpus", "memory",
+          "time", "lab", "priority", "environment", "workdir", "env", "request")
 #: Passed to `JobSubmit` as typed, so a bad one gets the API's own sentence (`invalid gpus: ...`).
 AS_TYPED = ("gpus", "nodes", "cpus", "priority", "name", "gpu_model", "lab", "environment", "workdir")
 #: What a shell would do with these, unquoted: the form runs no shell, so it refuses them rather than pass them on.
@@ -59,6 +59,11 @@ def request_body(form: Mapping[str, str], datasets: list[str]) -> dict[str, Any]
         body.setdefault("name", kind)
     if kind == "shell":  # the browser's terminal is an xterm
         body["env"] = {"TERM": "xterm-256color"}
+    if form.get("gpu_memory"):
+        body["gpu_memory_mb"] = units.parse_mem(form["gpu_memory"], "GPU memory")
+    if form.get("constraints"):  # a label holds neither a comma nor a space (`nanum node set --label`)
+        body["constraints"] = [units.parse_label(label, "node labels")
+                               for label in form["constraints"].replace(",", " ").split()]
     if form.get("memory"):
         body["memory_mb"] = units.parse_mem(form["memory"], "memory")
     if form.get("time"):
