@@ -40,6 +40,7 @@ from nanum.server.limits import (
 )
 
 __all__ = [
+    "CLEARED_BY_NULL",
     "LABEL_PATTERN",
     "MAX_TIER",
     "NAME_PATTERN",
@@ -154,6 +155,11 @@ class SubmitFields(TypedDict, total=False):
 
 class _Command(TypedDict):
     command: Annotated[Command, Spec(..., "the program and its arguments", min_length=1, max_length=MAX_ARGS)]
+
+
+#: The fields a change to a waiting job (`PATCH /jobs/{id}`, `nanum modify`) sets to none with `null`: any model,
+#: any memory, no limit. `null` leaves any other field as it is.
+CLEARED_BY_NULL = frozenset({"gpu_model", "gpu_memory_mb", "memory_mb"})
 
 
 class JobRequest(_Command, SubmitFields):

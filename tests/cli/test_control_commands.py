@@ -31,6 +31,27 @@ def test_modify_sends_only_what_was_given(nanum: Nanum, api: FakeApi) -> None:
     assert nothing.exit_code == 2 and "nothing to change; give --time" in nothing.stderr
 
 
+def test_modify_changes_where_a_job_runs_and_empty_means_any(nanum: Nanum, api: FakeApi) -> None:
+    api.on("PATCH", "/jobs/12", JOB)
+    result = nanum("modify", "12", "-N", "2", "--gpu-model", "A100, H100", "--gpu-mem", "40G", "--constraint",
+                   "net=ib", "--constraint", "rack=b", "-c", "4", "--mem", "16G")
+    assert result.exit_code == 0, result.output
+    assert api.sent("PATCH", "/jobs/12")[0].body == {
+        "nodes": 2, "gpu_model": "A100,H100", "gpu_memory_mb": 40960, "constraints": ["net=ib", "rack=b"],
+        "cpus": 4, "memory_mb": 16384}
+    cleared = nanum("modify", "12", "--gpu-model", "", "--gpu-mem", "", "--constraint", "", "--mem", "")
+    assert cleared.exit_code == 0, cleared.output
+    assert api.sent("PATCH", "/jobs/12")[1].body == {
+        "gpu_model": None, "gpu_memory_mb": None, "constraints": [], "memory_mb": None}
+    assert cleared.stdout == "Modified job 12: gpu_model=any, gpu_memory_mb=any, constraints=none, memory_mb=any\n"
+    for words, said in ((["--constraint", "net"], "--constraint: cannot read 'net'"),
+                        (["--gpu-mem", "lots"], "--gpu-mem: cannot read 'lots'"),
+                        (["--gpu-model", "A100;rm"], "--gpu-model: cannot read 'A100;rm'")):
+        refused = nanum("modify", "12", *words)
+        assert refused.exit_code == 2 and said in refused.stderr, refused.output
+    assert len(api.sent("PATCH", "/jobs/12")) == 2
+
+
 def test_modify_sends_a_tier_within_0_to_9(nanum: Nanum, api: FakeApi) -> None:
     api.on("PATCH", "/jobs/12", {**JOB, "tier": 3})
     result = nanum("modify", "12", "--tier", "3")

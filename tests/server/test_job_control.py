@@ -58,6 +58,43 @@ def test_modify_a_pending_job_within_limits(client: AsgiClient, agent: FakeAgent
     assert r.status_code == 409
 
 
+def test_modify_what_and_where_a_waiting_job_runs(client: AsgiClient, ctx: ServerContext, agent: FakeAgent) -> None:
+    """A job that waits for a node label no node has any more is changed to run without it, keeping its place; a
+    request no node could meet is refused as at submission; null makes the GPU model and memory any again."""
+    label = client.patch(f"/api/v1/nodes/{agent.name}", json={"labels": ["net=ib"]}, headers=auth(ADMIN))
+    assert label.status_code == 200, label.text
+    blocker = submit(client, gpus=4)["id"]
+    cycle(client, agent)
+    j = submit(client, gpus=1, constraints=["net=ib"], gpu_model="A100", gpu_memory_mb=40960)["id"]
+    for body, said in (({"constraints": ["net=roce"]}, "needs node label net=roce"),
+                       ({"gpu_model": "H100"}, "needs GPU model H100"),
+                       ({"gpu_memory_mb": 163840}, "at least 163840 MiB"),
+                       ({"nodes": 2}, "2 nodes"),
+                       ({"constraints": ["bad label"]}, "string should match pattern")):
+        r = client.patch(f"/api/v1/jobs/{j}", json=body, headers=auth(ALICE))
+        assert r.status_code in (400, 422) and said in r.json()["detail"], (body, r.text)
+    unchanged = job(client, j)
+    assert (unchanged["constraints"], unchanged["gpu_model"], unchanged["nodes"]) == (["net=ib"], "A100", 1)
+    client.patch(f"/api/v1/nodes/{agent.name}", json={"labels": ["net="]}, headers=auth(ADMIN))
+    cycle(client, agent)
+    assert "net=ib" in str(job(client, j)["reason"])
+    r = client.patch(f"/api/v1/jobs/{j}", json={"priority": 5}, headers=auth(ALICE))  # still needs the label
+    assert r.status_code == 400 and "needs node label net=ib" in r.json()["detail"]
+    r = client.patch(f"/api/v1/jobs/{j}", json={"constraints": [], "gpu_model": None, "gpu_memory_mb": None,
+                                                 "cpus": 2, "memory_mb": 2048}, headers=auth(ALICE))
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert (got["constraints"], got["gpu_model"], got["gpu_memory_mb"]) == ([], None, None)
+    assert (got["cpus"], got["memory_mb"], got["state"]) == (2, 2048, "pending")
+    with ctx.db.read() as s:
+        said = s.scalar(select(EventRow.message).where(EventRow.job_id == j, EventRow.kind == "modified"))
+    assert said == "by alice: gpu_model any, gpu_memory_mb any, constraints none, cpus 2, memory_mb 2048"
+    agent.exit(int(blocker))  # type: ignore[call-overload]
+    agent.beat()
+    cycle(client, agent)
+    assert job(client, j)["state"] == "running"
+
+
 def top_after_a_blocker(client: AsgiClient, agent: FakeAgent, first_tier: int = 0) -> tuple[object, object]:
     """Two 4-GPU jobs wait behind a running one; the first is put in `first_tier` by an admin, the second is moved
     to the top by its owner, and the running one ends: (first, second)."""

@@ -5,7 +5,8 @@ An ID is a job's (`12`), which for an array means all its tasks, or one task's (
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
@@ -58,6 +59,17 @@ def modify(
     time: Annotated[str | None, _Opt("--time", "-t", metavar="DURATION", help="New time limit: 30m, 4h, 1:30:00.")]
     = None,
     gpus: Annotated[int | None, _Opt("--gpus", "-g", metavar="N", help="New GPUs per node.")] = None,
+    nodes: Annotated[int | None, _Opt("--nodes", "-N", metavar="K", help="New number of nodes.")] = None,
+    gpu_model: Annotated[str | None, _Opt("--gpu-model", metavar="MODEL[,MODEL]", help=(
+        "Only GPUs of this model, or of any of these; \"\" for any model."))] = None,
+    gpu_mem: Annotated[str | None, _Opt("--gpu-mem", metavar="SIZE", help=(
+        "Only GPUs with at least this much memory each: 40G; \"\" for any."))] = None,
+    constraint: Annotated[list[str] | None, _Opt("--constraint", metavar="K=V", help=(
+        "Only nodes with these labels, in place of those asked for before (repeat for several); \"\" for none."))]
+    = None,
+    cpus: Annotated[int | None, _Opt("--cpus", "-c", metavar="C", help="New CPU cores per node.")] = None,
+    mem: Annotated[str | None, _Opt("--mem", metavar="SIZE", help="New memory per node: 32G; \"\" for no limit.")]
+    = None,
     priority: Annotated[int | None, _Opt("--priority", metavar="P", help="New priority, 0..100.")] = None,
     tier: Annotated[int | None, _Opt("--tier", metavar="N", help=(
         "New tier, 0..9 (admins only): every queue order puts a higher tier first."))] = None,
@@ -67,16 +79,35 @@ def modify(
     token: TokenOpt = None,
 ) -> None:
     """Change a job while it waits (pending or held): yours within your limits, anyone's (and its tier) as an
-    admin."""
-    from nanum.cli.jobspec import HEADER_OPTIONS, parse_time
+    admin. Options are read as `nanum submit` reads them."""
+    from nanum.cli.jobspec import HEADER_OPTIONS, parse_label, parse_mem, parse_models, parse_time
+    from nanum.jobfields import CLEARED_BY_NULL
 
-    changes = {"time_limit_s": parse_time(time) if time is not None else None, "gpus": gpus, "priority": priority,
-               "tier": HEADER_OPTIONS["--tier"][1](str(tier)) if tier is not None else None, "lab": lab,
-               "name": name}
-    changes = {k: v for k, v in changes.items() if v is not None}
+    def cleared(text: str | None, parse: Callable[[str], Any]) -> Any:
+        return _UNSET if text is None else None if not text.strip() else parse(text)
+
+    changes = {
+        "time_limit_s": parse_time(time) if time is not None else _UNSET, "gpus": gpus, "nodes": nodes,
+        "gpu_model": cleared(gpu_model, parse_models),
+        "gpu_memory_mb": cleared(gpu_mem, lambda t: parse_mem(t, "--gpu-mem")),
+        "constraints": _UNSET if constraint is None else [parse_label(c) for c in constraint if c.strip()],
+        "cpus": cpus, "memory_mb": cleared(mem, parse_mem), "priority": priority,
+        "tier": HEADER_OPTIONS["--tier"][1](str(tier)) if tier is not None else None, "lab": lab, "name": name,
+    }
+    changes = {k: v for k, v in changes.items() if v is not _UNSET and (v is not None or k in CLEARED_BY_NULL)}
     if not changes:
-        raise UsageProblem("nothing to change; give --time, --gpus, --priority, --tier, --lab or --name")
+        raise UsageProblem("nothing to change; give --time, --gpus, --nodes, --gpu-model, --gpu-mem, --constraint, "
+                           "--cpus, --mem, --priority, --tier, --lab or --name")
     with connect(server, token) as client:
         job_id_, _ = resolve(client, job_id)
         client.modify(job_id_, **changes)
-    print(f"Modified job {job_id}: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
+    print(f"Modified job {job_id}: " + ", ".join(f"{k}={_shown(v)}" for k, v in changes.items()))
+
+
+_UNSET: Any = object()
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(value) or "none"
+    return "any" if value is None else str(value)

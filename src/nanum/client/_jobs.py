@@ -88,7 +88,9 @@ class JobCalls(Connection):
         return self._act(job_id, "requeue", False)
 
     def modify(self, job_id: int, **changes: Any) -> Job:
-        """Change a waiting job: time_limit_s, gpus, priority, lab, name; as an admin, tier."""
+        """Change a waiting job: time_limit_s, gpus, nodes, gpu_model, gpu_memory_mb, constraints, cpus, memory_mb,
+        priority, lab, name; as an admin, tier. None makes gpu_model, gpu_memory_mb and memory_mb any model, any
+        memory, no limit."""
         return self._call("PATCH", f"/jobs/{job_id}", json=changes).json()  # type: ignore[no-any-return]
 
     def array_tasks(self, array_id: int) -> list[Job]:

@@ -19,6 +19,7 @@ from nanum.server import fieldmodels
 from nanum.server.arrays import parse_array
 from nanum.server.inputs import ApiIn
 from nanum.server.limits import MAX_COMMAND_BYTES, MAX_ENV_BYTES
+from nanum.server.schemas import Constraint
 
 __all__ = ["ACTIVE_STATES", "FINISHED_STATES", "JOB_STATES", "AllocationOut", "JobOut", "JobPatch", "JobSubmit",
            "SegmentOut", "SubmitChecks"]
@@ -81,10 +82,18 @@ def _changed(name: str, **more: Any) -> Any:
 
 
 class JobPatch(ApiIn):
-    """`nanum modify`: what may change while a job waits. Only the fields present change."""
+    """`nanum modify`: what may change while a job waits. Only the fields present change; `null` makes
+    `gpu_model`, `gpu_memory_mb` and `memory_mb` any model, any memory and no limit
+    (`nanum.jobfields.CLEARED_BY_NULL`), and `constraints: []` drops every label asked for."""
 
     time_limit_s: float | None = _changed("time_limit_s")
     gpus: int | None = _changed("gpus")
+    nodes: int | None = _changed("nodes")
+    gpu_model: str | None = _changed("gpu_model")
+    gpu_memory_mb: int | None = _changed("gpu_memory_mb")
+    constraints: list[Constraint] | None = _changed("constraints")
+    cpus: int | None = _changed("cpus")
+    memory_mb: int | None = _changed("memory_mb")
     priority: int | None = _changed("priority")
     tier: int | None = _changed("tier")
     lab: str | None = _changed("lab")

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from nanum.jobfields import CLEARED_BY_NULL
 from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import Conflict
@@ -59,8 +60,8 @@ def _refuse_unless(targets: list[JobRow], states: tuple[str, ...], job_id: int, 
 
 
 def modify(ctx: ServerContext, caller: Caller, job_id: int, patch: JobPatch) -> dict[str, Any]:
-    """Change a waiting (pending or held) job's time limit, GPUs, priority, lab or name, and as an admin its
-    tier (`jobs.refuse_tier`)."""
+    """Change a waiting (pending or held) job's time limit, request (GPUs, nodes, GPU model and memory, node
+    labels, CPUs, memory), priority, lab or name, and as an admin its tier (`jobs.refuse_tier`)."""
     changes = patch.model_dump(exclude_unset=True)
     lab = jobs.lab_for(ctx, caller, patch.lab) if patch.lab is not None else None
     now = ctx.clock()
@@ -75,18 +76,29 @@ def modify(ctx: ServerContext, caller: Caller, job_id: int, patch: JobPatch) -> 
             _apply(job, changes, lab.id if lab is not None else None)
             if not caller.admin:
                 jobs.refuse_impossible(ctx, job, caller, lab.lab.name if lab is not None else _lab_name(ctx, job))
-            words = ", ".join(f"{k} {v}" for k, v in changes.items())
-            lifecycle.event(s, job.id, now, "modified", f"by {caller.name}: {words}")
+            lifecycle.event(s, job.id, now, "modified", f"by {caller.name}: {_said(changes)}")
     ctx.signals.poke()
     return jobs.get_job(ctx, caller, job_id)
 
 
 def _apply(job: JobRow, changes: dict[str, Any], lab_id: int | None) -> None:
-    for key in ("time_limit_s", "gpus", "priority", "tier", "name"):
-        if key in changes and changes[key] is not None:
-            setattr(job, key, changes[key])
+    for key, value in changes.items():
+        if key == "constraints":
+            job.constraints = sorted(set(value or ())) or None  # as a submission stores them
+        elif key != "lab" and (value is not None or key in CLEARED_BY_NULL):
+            setattr(job, key, value)
     if lab_id is not None:
         job.lab_id = lab_id
+
+
+def _said(changes: dict[str, Any]) -> str:
+    """The changes as the job's event says them: `gpus 2, gpu_model any, constraints net=ib`."""
+    def value(key: str, v: Any) -> str:
+        if isinstance(v, list):
+            return ",".join(v) or "none"
+        return "any" if v is None and key in CLEARED_BY_NULL else str(v)
+
+    return ", ".join(f"{k} {value(k, v)}" for k, v in changes.items())
 
 
 def _lab_name(ctx: ServerContext, job: JobRow) -> str:
