@@ -55,6 +55,22 @@ def test_a_nul_byte_is_refused_in_every_input(client: AsgiClient) -> None:
         assert r.status_code == 422 and r.json() == {"detail": "the URL contains a NUL byte; remove it"}
 
 
+def test_a_field_the_api_does_not_know_is_refused_not_dropped(client: AsgiClient) -> None:
+    """A misspelt field would otherwise run a job other than the one asked for (1 GPU for `gpu: 3`)."""
+    r = post_job(client, gpu=3, time_limit="1h")
+    assert r.status_code == 422, r.text
+    assert r.json() == {"detail": "unknown field 'gpu'; docs/api.md lists the fields this request takes"}
+    assert client.get("/api/v1/jobs", headers=auth(ALICE)).json() == []
+    job_id = submit(client, gpus=1)["id"]
+    r = client.patch(f"/api/v1/jobs/{job_id}", json={"gpus": 2, "x" * 5000: 1}, headers=auth(ALICE))
+    assert r.status_code == 422 and r.json()["detail"].startswith(f"unknown field {'x' * 40!r}... (5000 characters)")
+    assert client.get(f"/api/v1/jobs/{job_id}", headers=auth(ALICE)).json()["gpus"] == 1
+    for method, path, body in (("POST", "/api/v1/users", {"name": "carol", "unix_user": "carol", "lab": "vision"}),
+                               ("PATCH", "/api/v1/labs/vision", {"guaranteed_gpu": 4})):
+        r = client.request(method, path, json=body, headers=auth(ADMIN))
+        assert r.status_code == 422 and r.json()["detail"].startswith("unknown field"), r.text
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

@@ -14,6 +14,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from nanum.units import quoted
+
 
 class ApiError(Exception):
     status = 400
@@ -61,6 +63,8 @@ def validation_message(errors: Sequence[Any]) -> str:
         return str(err.get("msg"))
     loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path", "header")]
     field = ".".join(loc) or "request body"
+    if err.get("type") == "extra_forbidden":
+        return f"unknown field {quoted(field)}; docs/api.md lists the fields this request takes"
     msg = str(err.get("msg", "is invalid"))
     msg = msg[:1].lower() + msg[1:]
     return f"invalid {field}: {msg}"

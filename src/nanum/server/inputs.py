@@ -30,9 +30,12 @@ JobIdPath = Annotated[int, Depends(_job_id)]
 
 
 class ApiIn(BaseModel):
-    """The base of every input model: no NaN or Infinity, and no NUL byte in any string it holds."""
+    """The base of every input model: no NaN or Infinity, no NUL byte in any string it holds, and no field it does
+    not know: a misspelt one (`gpu` for `gpus`) is refused, not dropped, which would run a job other than the one
+    asked for. (The agents' protocol, `nanum.protocol`, ignores what it does not know, so that agents and servers
+    of different versions still talk.)"""
 
-    model_config = ConfigDict(allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid")
 
     @model_validator(mode="before")
     @classmethod
