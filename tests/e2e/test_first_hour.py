@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, job_account
 
 pytestmark = pytest.mark.e2e
 
@@ -86,3 +88,19 @@ def test_api_docs_render_with_no_internet(fresh: Cluster) -> None:
         finally:
             browser.close()
     assert refused == []
+
+
+def test_the_readmes_python_example_runs_as_written(fresh: Cluster) -> None:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## From Python\n"):]
+    code = section[section.index("```python\n") + 10:]
+    code = code[:code.index("```")]
+    fresh.add_user("pat", job_account(), "default")
+    result = subprocess.run([sys.executable, "-c", code], env=fresh.env(fresh.tokens["pat"]), capture_output=True,
+                            text=True, timeout=120)  # the job runs in the home directory of pat's account
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "completed 0 on GPU 0",
+        "422 unknown field 'gpu'; docs/api.md lists the fields this request takes",
+    ]
+    assert [j["name"] for j in fresh.api("GET", "/jobs", query="all=true")] == ["hello"]
