@@ -8,15 +8,18 @@ remove it`. Each field carries its own bounds (`nanum.server.limits`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Annotated, Any
 
-from fastapi import Depends, Path
+from fastapi import Depends, Path, Request, Response
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
-from nanum.server.errors import NotFound
+from nanum.server.errors import Invalid, NotFound
 from nanum.server.limits import MAX_ID, MAX_STORED_ID
+from nanum.units import quoted
 
 
 def _job_id(job_id: Annotated[int, Path(ge=0, le=MAX_ID)]) -> int:
@@ -27,6 +30,36 @@ def _job_id(job_id: Annotated[int, Path(ge=0, le=MAX_ID)]) -> int:
 
 #: A job id in a path: a signed 64-bit integer (anything else is 422); one no job can have is 404 at once.
 JobIdPath = Annotated[int, Depends(_job_id)]
+
+
+class KnownQuery(APIRoute):
+    """A route that refuses a query parameter it does not take (422), as `ApiIn` refuses a field: `GET
+    /jobs?usr=bob` would otherwise list every user's jobs, and a script acting on that list act on all of them.
+    The routers of users' and admins' requests are made with it (`APIRouter(route_class=KnownQuery)`); the agents'
+    are not, and their protocol ignores what it does not know. Checked in the route's handler, not as a
+    dependency: each dependency costs every request of a route a step of its own."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        taken = _query_names(self.dependant)
+        takes = ", ".join(sorted(taken)) or "none"
+
+        async def checked(request: Request) -> Response:
+            if request.scope["query_string"]:  # most requests have none: no parsing then
+                unknown = next((name for name in request.query_params if name not in taken), None)
+                if unknown is not None:
+                    raise Invalid(f"unknown query parameter {quoted(unknown)}; this request takes {takes} "
+                                  "(docs/api.md)")
+            return await handler(request)
+
+        return checked
+
+
+def _query_names(dependant: Dependant) -> frozenset[str]:
+    names = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return frozenset(names)
 
 
 class ApiIn(BaseModel):

@@ -5,10 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from nanum.server.auth import AdminDep, CallerDep, Context
+from nanum.server.inputs import KnownQuery
 from nanum.server.schemas import LabIn, LabOut, LabPatch, TokenOut, UserIn, UserOut
 from nanum.server.services import accounts
 
-router = APIRouter(tags=["accounts"])
+router = APIRouter(tags=["accounts"], route_class=KnownQuery)
 
 
 @router.get("/me")

@@ -7,10 +7,10 @@ from fastapi import APIRouter, Response
 
 from nanum.server.auth import CallerDep, Context
 from nanum.server.environment_schemas import CheckpointsOut, DatasetIn, DatasetOut, EnvironmentIn, EnvironmentOut
-from nanum.server.inputs import JobIdPath
+from nanum.server.inputs import JobIdPath, KnownQuery
 from nanum.server.services import checkpoints, environments
 
-router = APIRouter(tags=["environments"])
+router = APIRouter(tags=["environments"], route_class=KnownQuery)
 
 
 @router.post("/environments", status_code=201)

@@ -19,12 +19,13 @@ from nanum.server.identity import (
     TokenInfo,
     TokenNew,
 )
+from nanum.server.inputs import KnownQuery
 from nanum.server.limits import MAX_STORED_ID
 from nanum.server.services import logins, onboarding, sso, tokens
 
 OfUser = Annotated[str | None, Query(max_length=64, description="another user's (admins only)")]
 
-router = APIRouter(tags=["accounts"])
+router = APIRouter(tags=["accounts"], route_class=KnownQuery)
 
 
 @router.post("/users/import")

@@ -9,12 +9,12 @@ from fastapi.responses import Response
 
 from nanum.server.api import rendering
 from nanum.server.auth import CallerDep, Context
-from nanum.server.inputs import JobIdPath
+from nanum.server.inputs import JobIdPath, KnownQuery
 from nanum.server.job_schemas import JobOut, JobPatch, JobSubmit
 from nanum.server.limits import MAX_OFFSET, MAX_STORED_ID
 from nanum.server.services import accounts, control, jobs
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=KnownQuery)
 
 
 @router.post("", status_code=201, response_model=JobOut)

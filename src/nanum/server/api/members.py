@@ -7,9 +7,10 @@ from fastapi import APIRouter, Response
 
 from nanum.server.auth import CallerDep, Context
 from nanum.server.identity import MemberIn, MemberLimits, MemberOut
+from nanum.server.inputs import KnownQuery
 from nanum.server.services import members
 
-router = APIRouter(prefix="/labs/{lab}/members", tags=["accounts"])
+router = APIRouter(prefix="/labs/{lab}/members", tags=["accounts"], route_class=KnownQuery)
 
 
 @router.get("")

@@ -12,12 +12,12 @@ from sqlalchemy import select
 
 from nanum.server.auth import AdminDep, CallerDep, Context
 from nanum.server.errors import Forbidden, NotFound
-from nanum.server.inputs import ApiIn, JobIdPath, refuse_nul
+from nanum.server.inputs import ApiIn, JobIdPath, KnownQuery, refuse_nul
 from nanum.server.limits import MAX_GPUS, MAX_SETTING_VALUE, MAX_SETTINGS
 from nanum.server.services import history, jobusage, monitor_settings
 from nanum.store import NodeRow
 
-router = APIRouter(tags=["monitoring"])
+router = APIRouter(tags=["monitoring"], route_class=KnownQuery)
 
 SettingName = Annotated[str, StringConstraints(max_length=64)]
 SettingValue = (

@@ -7,10 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from nanum.server.auth import AdminDep, CallerDep, Context
+from nanum.server.inputs import KnownQuery
 from nanum.server.schemas import NodeDetail, NodeIn, NodeOut, NodeReason, NodeSet, TokenOut
 from nanum.server.services import accounts, fleet, inventory, nodes
 
-router = APIRouter(prefix="/nodes", tags=["nodes"])
+router = APIRouter(prefix="/nodes", tags=["nodes"], route_class=KnownQuery)
 
 
 @router.get("")

@@ -8,9 +8,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from nanum.server.auth import CallerDep, Context
+from nanum.server.inputs import KnownQuery
 from nanum.server.services import reports, usage
 
-router = APIRouter(tags=["reports"])
+router = APIRouter(tags=["reports"], route_class=KnownQuery)
 
 Short = Annotated[str | None, Query(max_length=64)]
 

@@ -8,10 +8,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from nanum.server.auth import AdminDep, CallerDep, Context
+from nanum.server.inputs import KnownQuery
 from nanum.server.schemas import LabDetail, PriorityOut, UsageOut, UserOut, UserPatch
 from nanum.server.services import accounts, labs, priority, usage
 
-router = APIRouter(tags=["sharing"])
+router = APIRouter(tags=["sharing"], route_class=KnownQuery)
 
 #: A name or a date in a query.
 Short = Annotated[str | None, Query(max_length=64)]
