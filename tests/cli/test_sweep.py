@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from nanum.cli.common import UsageProblem
-from nanum.cli.sweep import commands, parse_metric, trials
+from nanum.cli.jobcmds import submit_options
+from nanum.cli.sweep import commands, parse_metric, submit_keys, trials
 
 
 def test_a_grid_is_every_combination_in_order() -> None:
@@ -44,3 +45,31 @@ def test_metric_lines_give_the_last_value_of_each_name() -> None:
     for line in ("NANUM_METRIC loss=0.5 acc=0.7", "epoch 2", "NANUM_METRIC loss=0.25", "NANUM_METRIC bad=x"):
         parse_metric(line, found)
     assert found == {"loss": 0.25, "acc": 0.7}
+
+
+def test_a_sweep_takes_submits_options_as_submit_reads_them() -> None:
+    spec = {"command": "train {lr}", "grid": {"lr": [1]}, "max_running": 2, "gpus": 2, "nodes": 1,
+            "gpu_model": "A100, H100", "gpu_mem": "40G", "constraint": "net=ib", "cpus": 8, "mem": 32768,
+            "time": "4h", "priority": 5, "lab": "vision", "workdir": "/data/run", "env": {"SEED": "1"},
+            "environment": "torch", "dataset": ["imagenet"], "no_preempt": True}
+    options = submit_options(**submit_keys(spec, "s.toml"))
+    assert options == {
+        "gpus": 2, "nodes": 1, "gpu_model": "A100,H100", "gpu_memory_mb": 40960, "constraints": ["net=ib"], "cpus": 8,
+        "memory_mb": 32768, "time_limit_s": 14400, "priority": 5, "lab": "vision", "workdir": "/data/run",
+        "env": {"SEED": "1"}, "environment": "torch", "datasets": ["imagenet"], "preemptible": False}
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    pytest.param({"max_runing": 4}, "unknown key 'max_runing'; a sweep takes name, command, max_running", id="typo"),
+    pytest.param({"memory": "32G"}, "unknown key 'memory'", id="not-a-flag-name"),
+    pytest.param({"gpus": "2"}, "gpus = '2' is not a whole number", id="gpus-text"),
+    pytest.param({"gpus": True}, "gpus = True is not a whole number", id="gpus-bool"),
+    pytest.param({"constraint": [1]}, "constraint = \\[1\\] is not a list of text", id="constraint-number"),
+    pytest.param({"env": {"SEED": 1}}, "env = {'SEED': 1} is not a table of text", id="env-number"),
+    pytest.param({"no_preempt": "yes"}, "no_preempt = 'yes' is not true or false", id="flag-text"),
+    pytest.param({"constraint": "net"}, "--constraint: cannot read 'net'", id="bad-label"),
+    pytest.param({"mem": "lots"}, "--mem: cannot read 'lots'", id="bad-size"),
+])
+def test_a_key_a_sweep_does_not_take_or_a_bad_value_is_refused(extra: dict[str, object], message: str) -> None:
+    with pytest.raises(UsageProblem, match=message):
+        submit_options(**submit_keys({"command": "train", "grid": {"lr": [1]}, **extra}, "s.toml"))

@@ -160,6 +160,7 @@ command = "echo a={a} b={b}; echo NANUM_METRIC loss=$(( 1000 - {a} * 100 - {b} )
 max_running = 3
 gpus = 0
 cpus = 0
+env = {GREETING = "hi"}
 metric = "loss"
 
 [grid]
@@ -174,7 +175,10 @@ def test_a_grid_sweep_runs_every_trial_and_show_sorts_them_by_the_metric(cluster
     sweep = int(out.split()[2].rstrip(":"))
     assert out.startswith(f"Submitted sweep {sweep}: 9 trials (grid over a, b)")
     tasks = cluster.api("GET", "/jobs", query=f"array={sweep}")
-    assert len(tasks) == 9 and tasks[0]["array_limit"] == 3
+    assert len(tasks) == 9 and tasks[0]["array_limit"] == 3 and tasks[0]["env"]["GREETING"] == "hi"
+    (workdir / "typo.toml").write_text(SWEEP.replace("max_running", "max_runing"))
+    refused = cluster.nanum("sweep", "typo.toml", user="dave", cwd=workdir)
+    assert refused.returncode == 2 and "typo.toml: unknown key 'max_runing'" in refused.stderr, refused.stderr
     wait_all(cluster, [t["id"] for t in tasks], "completed")
     csv = ok(cluster.nanum("sweep", "show", str(sweep), "--csv", user="dave")).splitlines()
     assert csv[0] == "trial,id,state,a,b,loss,step"

@@ -4,7 +4,7 @@
     name = "lr-sweep"
     command = "python train.py --lr {lr} --batch {batch}"   # {name}: the trial's value, quoted for the shell
     max_running = 4          # at most 4 trials at once (the array's %4); default: no limit
-    gpus = 1                 # and cpus, mem, time, lab, priority, workdir: as `nanum submit` takes them
+    gpus = 1                 # and the other options of `nanum submit` below (`SUBMIT_KEYS`), as it reads them
     metric = "val_loss"      # what `sweep show` sorts by (default: the first metric reported)
     goal = "min"             # or "max"
 
@@ -18,6 +18,10 @@
     seed = 1
     lr = {min = 1e-4, max = 1e-1, log = true}
     batch = [32, 64, 128]    # a list: one of its values
+
+The options of `nanum submit` a sweep takes, named as its flags: gpus, nodes, gpu_model ("A100,H100"), gpu_mem
+("40G"), constraint (["net=ib"]), cpus, mem ("32G"), time ("4h"), priority, lab, workdir, env ({SEED = "1"}),
+environment, dataset (["imagenet"]) and no_preempt (true). Any other key is refused, naming those it takes.
 
 A trial reports a metric by printing a line `NANUM_METRIC name=value` (e.g. `NANUM_METRIC val_loss=0.31`); the
 last value of each name counts. The trials' parameters travel with the array (its `NANUM_SWEEP` variable), so
@@ -38,7 +42,14 @@ from nanum.cli.app import app
 from nanum.cli.common import Group, JsonOpt, ServerOpt, TokenOpt, UsageProblem, clean_errors, connect
 
 METRIC_PREFIX = "NANUM_METRIC "
-SUBMIT_KEYS = ("gpus", "cpus", "mem", "time", "lab", "priority", "workdir", "nodes", "gpu_model")
+#: The keys of a sweep file that are options of `nanum submit` (`nanum.cli.jobcmds.submit_options`), and the
+#: TOML type each takes: a whole number, text (sizes and durations too: "32G", "4h"), a list of text (a lone
+#: text is a list of one), a table of text, a boolean.
+SUBMIT_KEYS = {"gpus": int, "nodes": int, "cpus": int, "priority": int, "gpu_model": str, "gpu_mem": str,
+               "mem": str, "time": str, "lab": str, "workdir": str, "environment": str, "constraint": list,
+               "dataset": list, "env": dict, "no_preempt": bool}
+#: The keys of a sweep file that are its own.
+SWEEP_KEYS = ("name", "command", "max_running", "metric", "goal", "grid", "random")
 
 
 class SweepGroup(Group):
@@ -111,6 +122,42 @@ def _random(table: dict[str, Any], where: str) -> list[dict[str, Any]]:
     return out
 
 
+def submit_keys(spec: dict[str, Any], where: str) -> dict[str, Any]:
+    """The sweep's options of `nanum submit`, as `submit_options` takes them; a key that is neither one of
+    those nor the sweep's own, or a value of the wrong type, is refused naming it."""
+    unknown = [key for key in spec if key not in SUBMIT_KEYS and key not in SWEEP_KEYS]
+    if unknown:
+        raise UsageProblem(f"{where}: unknown key {unknown[0]!r}; a sweep takes {', '.join(SWEEP_KEYS)} and the "
+                           f"options of nanum submit {', '.join(SUBMIT_KEYS)}")
+    out: dict[str, Any] = {}
+    for key, kind in SUBMIT_KEYS.items():
+        if key not in spec:
+            continue
+        value = spec[key]
+        if kind is list and isinstance(value, str):
+            value = [value]
+        if kind is str and isinstance(value, int | float) and not isinstance(value, bool):
+            value = str(value)  # mem = 32768 (MiB), time = 90 (minutes), as on the command line
+        if not _fits(value, kind):
+            raise UsageProblem(f"{where}: {key} = {value!r} is not {_KINDS[kind]}")
+        out[key] = [f"{k}={v}" for k, v in value.items()] if kind is dict else value
+    return out
+
+
+def _fits(value: Any, kind: type) -> bool:
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is list:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind is dict:
+        return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+    return isinstance(value, kind)
+
+
+_KINDS = {int: "a whole number", str: "text", list: "a list of text", dict: "a table of text, e.g. {SEED = \"1\"}",
+          bool: "true or false"}
+
+
 def commands(template: str, sets: list[dict[str, Any]], where: str) -> list[str]:
     """The template with each trial's values, quoted for the shell."""
     import shlex
@@ -138,7 +185,8 @@ def run(
     token: TokenOpt = None,
 ) -> None:
     """Run a sweep: one array task per trial, each with its parameters in the command."""
-    from nanum.cli.jobspec import SubmitOptions, build_request, parse_mem, parse_time
+    from nanum.cli.jobcmds import submit_options
+    from nanum.cli.jobspec import build_request
 
     spec = load(file)
     if not isinstance(spec.get("command"), str) or not spec["command"].strip():
@@ -146,15 +194,17 @@ def run(
     sets = trials(spec, file.name)
     lines = commands(spec["command"], sets, file.name)
     limit = spec.get("max_running")
-    options = SubmitOptions(
-        gpus=spec.get("gpus"), nodes=spec.get("nodes"), gpu_model=spec.get("gpu_model"), cpus=spec.get("cpus"),
-        memory_mb=parse_mem(str(spec["mem"])) if "mem" in spec else None,
-        time_limit_s=parse_time(str(spec["time"])) if "time" in spec else None, priority=spec.get("priority"),
-        lab=spec.get("lab"), name=spec.get("name") or file.stem, workdir=spec.get("workdir"),
-        array=f"0-{len(sets) - 1}" + (f"%{limit}" if limit else ""),
-        env={"NANUM_SWEEP": jsonlib.dumps({"params": sets, "metric": spec.get("metric"),
-                                           "goal": spec.get("goal", "min")}, separators=(",", ":"))},
-    )
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise UsageProblem(f"{file.name}: max_running is the most trials at once, a whole number such as 4")
+    given = submit_keys(spec, file.name)
+    try:
+        options = submit_options(**given)
+    except UsageProblem as exc:
+        raise UsageProblem(f"{file.name}: {exc}") from None
+    sweep = jsonlib.dumps({"params": sets, "metric": spec.get("metric"), "goal": spec.get("goal", "min")},
+                          separators=(",", ":"))
+    options.update(name=spec.get("name") or file.stem, array=f"0-{len(sets) - 1}" + (f"%{limit}" if limit else ""),
+                   env={**options.get("env", {}), "NANUM_SWEEP": sweep})
     body = build_request(["/bin/sh", "-c", _PICK, "nanum-sweep", *lines], options, Path.cwd())
     with connect(server, token) as client:
         job = client.submit(body.pop("command"), **body)
