@@ -280,3 +280,17 @@ def test_modifying_an_array_changes_its_waiting_tasks_only(client: AsgiClient, a
     tasks = client.get(f"/api/v1/jobs?array={array}", headers=auth(ALICE)).json()
     assert [(t["state"], t["name"]) for t in tasks] == [
         ("running", "old"), ("running", "old"), ("pending", "new"), ("pending", "new")]
+
+
+def test_reasons_name_an_arrays_task_as_users_do(client: AsgiClient, agent: FakeAgent) -> None:
+    """`ps --expand` and `cancel 12_1` name task 1 of array 12 so; a reason waiting on it says `job 12_1`, not
+    the task's own job id, which nothing else shows."""
+    submit(client, gpus=0)  # so that the array's id and its tasks' job ids differ from their indices
+    array = int(submit(client, gpus=4, array="0-1", time_limit_s=600)["id"])  # type: ignore[call-overload]
+    cycle(client, agent)
+    first, second = client.get(f"/api/v1/jobs?array={array}", headers=auth(ALICE)).json()
+    assert first["state"] == "running" and second["state"] == "pending"
+    assert second["id"] != array and f"when job {array}_0 ends" in second["reason"], second
+    later = submit(client, gpus=4)
+    cycle(client, agent)
+    assert f"job {array}_1" in str(job(client, later["id"])["reason"]), job(client, later["id"])["reason"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from nanum.core.cycle import BackfillRule, CycleState, Partition, Shape
 from nanum.core.decision import Code, Reason
 from nanum.core.explain import human
-from nanum.core.model import Job, JobId, Placement
+from nanum.core.model import Job, Placement
 from nanum.core.predict import planned_end
 
 
@@ -40,7 +40,7 @@ class Easy:
             return found, True, True  # would delay the reservation: starts, and yields when it is due
         return around, True, False
 
-    def waits(self, c: CycleState, part: Partition, blocker: JobId, fits_now: bool) -> Reason | None:
+    def waits(self, c: CycleState, part: Partition, blocker: str, fits_now: bool) -> Reason | None:
         if not fits_now:
             return None
         held = part.shown
@@ -53,7 +53,7 @@ class NoBackfill:
               borrows: bool) -> tuple[tuple[Placement, ...] | None, bool, bool]:
         return None, False, False
 
-    def waits(self, c: CycleState, part: Partition, blocker: JobId, fits_now: bool) -> Reason | None:
+    def waits(self, c: CycleState, part: Partition, blocker: str, fits_now: bool) -> Reason | None:
         return Reason(Code.QUEUED, f"waiting behind job {blocker}")
 
 

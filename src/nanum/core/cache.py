@@ -48,9 +48,9 @@ def run_ends(run: Running, state: ClusterState, floor: float = -INF) -> list[Eve
     job = run.job
     limit = job.time_limit
     if limit is not None and abs(run.start_time + limit - end) < 1.0:
-        why = f"job {job.id} reaches its time limit"
+        why = f"job {job.ref} reaches its time limit"
     else:
-        why = f"job {job.id} is expected to end"
+        why = f"job {job.ref} is expected to end"
     end = max(end, floor)
     out: list[Event] = []
     for p in run.placements:  # a loop, not a comprehension: this runs for every running job of a fresh cycle

@@ -68,7 +68,7 @@ class BackfillRule(Protocol):
         the reservation, and whether it starts over the reservation."""
         ...
 
-    def waits(self, c: CycleState, part: Partition, blocker: JobId, fits_now: bool) -> Reason | None:
+    def waits(self, c: CycleState, part: Partition, blocker: str, fits_now: bool) -> Reason | None:
         """Why a later job that did not start waits behind the first blocked job `blocker`, without its place in
         the queue (the cycle writes "3 jobs ahead; " before it); None when it simply does not fit. The answer may
         depend only on `part` and `fits_now`: the cycle gives it to every such job of the partition."""
@@ -102,6 +102,8 @@ class CycleState:
         #: `admit` for this cycle's labs and users (`nanum.core.quota.Admission`).
         self.admission = cache.admission(snapshot) if cache is not None else Admission.of(snapshot)
         self.starts: list[Start] = []
+        #: the started jobs as users name them (`Job.ref`), for the reasons that wait on their ends
+        self._started_refs: dict[JobId, str] = {}
         self.preemptions: list[Preempt] = []
         self.pending: list[Pending] = []
         self.partitions: dict[str | None, Partition] = {}
@@ -222,7 +224,8 @@ class CycleState:
                     head.caps[idx] -= len(p.gpus)
         if end is not None and self._timeline is not None:
             for p in placements:
-                self._timeline.add(end, self.state.by_name[p.node].index, len(p.gpus), f"job {job.id} ends")
+                self._timeline.add(end, self.state.by_name[p.node].index, len(p.gpus), f"job {job.ref} ends")
+        self._started_refs[job.id] = job.ref
         self.starts.append(Start(job_id=job.id, placements=placements, borrowing=borrowing, expected_end=end,
                                  over_reservation=over))
 
@@ -258,9 +261,9 @@ class CycleState:
             res = reserve(job, self.state, self.timeline(), shape.keys, self.snap.now)
             if res is not None:
                 res.end = planned_end(res.start, expected_runtime(job, self.predictor))
-                events = [(res.start, i, -g, f"job {job.id} starts") for i, g in res.nodes.items()]
+                events = [(res.start, i, -g, f"job {job.ref} starts") for i, g in res.nodes.items()]
                 if res.end is not None:
-                    events += [(res.end, i, g, f"job {job.id} ends") for i, g in res.nodes.items()]
+                    events += [(res.end, i, g, f"job {job.ref} ends") for i, g in res.nodes.items()]
                 if depth > 1:
                     self.timeline().extend(events)
                 part.reservations.append(res)
@@ -283,7 +286,7 @@ class CycleState:
                     continue
                 if run.job.id in over:
                     events += [(now, state.by_name[p.node].index, len(p.gpus),
-                                f"job {run.job.id} yields the GPUs it was backfilled onto")
+                                f"job {run.job.ref} yields the GPUs it was backfilled onto")
                                for p in run.placements if p.node in state.by_name]
                     continue
                 for end, idx, gpus, why in run_ends(run, state):
@@ -291,10 +294,11 @@ class CycleState:
                         limit = run.job.time_limit
                         end = overdue_end(run.start_time, end, now, limit)
                         capped = limit is not None and end == run.start_time + limit
-                        why = (f"job {run.job.id} reaches its time limit" if capped else
-                               f"job {run.job.id} is expected to end (it has run past its first estimate)")
+                        why = (f"job {run.job.ref} reaches its time limit" if capped else
+                               f"job {run.job.ref} is expected to end (it has run past its first estimate)")
                     events.append((end, idx, gpus, why))
-            events += [(start.expected_end, state.by_name[p.node].index, len(p.gpus), f"job {start.job_id} ends")
+            refs = self._started_refs
+            events += [(start.expected_end, state.by_name[p.node].index, len(p.gpus), f"job {refs[start.job_id]} ends")
                        for start in self.starts if start.expected_end is not None for p in start.placements]
             self._overdue = Timeline(state)
             self._overdue.extend(events)
@@ -322,10 +326,11 @@ class CycleState:
                 self._timeline.extend(self._running_ends(r for r in self.snap.running if r.job.id not in skip))
             self._timeline.extend(
                 (now, self.state.by_name[p.node].index, len(p.gpus),
-                 f"job {run.job.id} yields the GPUs it was backfilled onto")
+                 f"job {run.job.ref} yields the GPUs it was backfilled onto")
                 for run in over for p in run.placements if p.node in self.state.by_name)
             self._timeline.extend(
-                (start.expected_end, self.state.by_name[p.node].index, len(p.gpus), f"job {start.job_id} ends")
+                (start.expected_end, self.state.by_name[p.node].index, len(p.gpus),
+                 f"job {self._started_refs[start.job_id]} ends")
                 for start in self.starts if start.expected_end is not None for p in start.placements)
         return self._timeline
 

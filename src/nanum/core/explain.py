@@ -44,7 +44,7 @@ def explain(c: CycleState, job: Job, shape: Shape, part: Partition, ahead: int, 
 def _why(c: CycleState, job: Job, shape: Shape, part: Partition, fits_now: bool, first: bool) -> Reason:
     """Why a job without an estimate waits, less its place in the queue: the same for every such job of its shape
     until the free GPUs change (the first blocked job of a partition never changes within a cycle)."""
-    blocker = part.head.id if part.head is not None else job.id
+    blocker = part.head.ref if part.head is not None else job.ref
     if not first and (behind := c.backfill.waits(c, part, blocker, fits_now)) is not None:
         return behind
     return Reason(Code.RESOURCES, no_room(c, job, shape.keys))

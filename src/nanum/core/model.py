@@ -99,10 +99,18 @@ class Job:
     gpu_memory_mb: int = 0
     #: the first job of the burst it was submitted in (nanum.core.bursts); None when it is that first job or alone.
     burst: JobId | None = None
+    #: (the array's id, the task's index) for a task of a job array; None for any other job.
+    array: tuple[JobId, int] | None = None
 
     @property
     def total_gpus(self) -> int:
         return self.gpus * self.nodes
+
+    @property
+    def ref(self) -> str:
+        """The job as users name it in reasons and on the command line: `12_7` for task 7 of array 12, else its
+        id."""
+        return str(self.id) if self.array is None else f"{self.array[0]}_{self.array[1]}"
 
 
 def serves(node: Node, job: Job) -> bool:

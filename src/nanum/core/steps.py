@@ -66,7 +66,7 @@ def reclaim(c: CycleState, job: Job, shape: Shape, *, first: bool, borrows: bool
     fitting, victims = chosen
     victims.sort(key=victim_key)
     _stop_for(c, job, fitting, victims, lambda run: (
-        f"lab {job.lab} reclaims its guaranteed GPUs for job {job.id}; job {run.job.id} was borrowing"),
+        f"lab {job.lab} reclaims its guaranteed GPUs for job {job.ref}; job {run.job.ref} was borrowing"),
         lambda ids: Reason(Code.RECLAIMING, f"reclaiming guaranteed GPUs from borrowing job(s) {ids}"))
     return True
 
@@ -84,7 +84,7 @@ def take_back(c: CycleState, job: Job, shape: Shape, *, first: bool, borrows: bo
         return False
     fitting, victims = chosen
     _stop_for(c, job, fitting, victims, lambda run: (
-        f"job {job.id} takes back the GPUs reserved for it; job {run.job.id} was backfilled over that reservation"),
+        f"job {job.ref} takes back the GPUs reserved for it; job {run.job.ref} was backfilled over that reservation"),
         lambda ids: Reason(Code.PREEMPTING, f"taking back its reserved GPUs from job(s) {ids}, backfilled over "
                                             "its reservation"))
     return True
@@ -116,7 +116,7 @@ def preempt_lower(c: CycleState, job: Job, shape: Shape, *, first: bool, borrows
     level = c.run_classes().level
     victims.sort(key=lambda r: class_victim_key(level(r), r))
     _stop_for(c, job, fitting, victims, lambda run: (
-        f"job {job.id} (class {mine}) preempts job {run.job.id} (class {level(run)}, "
+        f"job {job.ref} (class {mine}) preempts job {run.job.ref} (class {level(run)}, "
         f"{attained(run, c.snap.now) / 3600:.1f} GPU-hours received)"),
         lambda ids: Reason(Code.PREEMPTING, f"class {mine}: preempting lower-class job(s) {ids}"))
     return True

@@ -81,8 +81,15 @@ def core_job(row: Any, user: str, lab: str) -> CoreJob:
         name=row.name,
         attained_gpu_seconds=row.attained_gpu_seconds,
         burst=None if row.burst is None else JobId(row.burst),
+        array=_array(row),
         **_needs(row),
     )
+
+
+def _array(row: Any) -> tuple[JobId, int] | None:
+    """(array id, task index) of an array's task (rows without those columns: None)."""
+    array_id, task = getattr(row, "array_id", None), getattr(row, "array_task", None)
+    return None if array_id is None or task is None else (JobId(array_id), task)
 
 
 def _needs(row: Any) -> dict[str, Any]:
