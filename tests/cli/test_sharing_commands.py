@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,26 @@ def test_show_lists_hint_checkpoint_lost_work_and_segments(api: FakeApi, nanum: 
     assert fields["lost_gpu_hours"].strip() == "0.250 GPU-hours"
     assert fields["segments"].strip().endswith("4 GPUs preempted (1.000 GPU-h)")
     assert json.loads(nanum("show", "7", "--json").stdout)["preemptions"] == 1
+
+
+@pytest.mark.parametrize("args", [
+    ["report", "usage"], ["report", "forecast"], ["report", "predictions"], ["report", "capacity"],
+    ["trace", "export", "-o", "out.csv"],
+])
+def test_reports_say_in_one_line_what_went_wrong(args: list[str], tmp_path: Path) -> None:
+    """The report commands and `trace export` read the server's history: an error answer or an unreachable server
+    is one line and an exit code, as for every other command, not a traceback."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    result = Nanum(f"http://127.0.0.1:{port}")(*[str(tmp_path / a) if a == "out.csv" else a for a in args])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert result.stderr == f"nanum: error: cannot reach the nanum server at http://127.0.0.1:{port}; is `nanum up` " \
+                            "running?\n"
+
+
+def test_a_report_says_the_servers_refusal(nanum: Nanum, api: FakeApi) -> None:
+    api.on("GET", "/reports/usage", {"detail": "invalid since 'yesterday': write a date (2026-11-01)"}, status=422)
+    result = nanum("report", "usage", "--since", "yesterday")
+    assert result.exit_code == 2 and result.stderr == "nanum: error: invalid since 'yesterday': write a date " \
+                                                      "(2026-11-01)\n", result.output

@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from nanum.cli.app import app
-from nanum.cli.common import ServerOpt, TokenOpt, connect, fail
+from nanum.cli.common import ServerOpt, TokenOpt, clean_errors, connect, fail
 
 report_app = typer.Typer(help="Reports for planning: capacity verdicts by replay, usage.", no_args_is_help=True)
 app.add_typer(report_app, name="report")
@@ -23,6 +23,7 @@ DEFAULT_POLICY = "gittins+binpack+backfill+preempt"
 
 
 @report_app.command("capacity")
+@clean_errors
 def capacity(
     since: str | None = typer.Option(None, "--since", help="The server's history from this date or time (UTC), or "
                                      "this long ago: 90d, 12h, 2w (default 90d when no --trace)."),
@@ -151,6 +152,7 @@ def _dur(seconds: float) -> str:
 
 
 @report_app.command("usage")
+@clean_errors
 def usage_report(
     since: str | None = typer.Option(None, "--since", help="From this date or time (UTC), or this long ago: 90d, "
                                      "2w (default: this month)."),
@@ -198,6 +200,7 @@ def usage_report(
 
 
 @report_app.command("predictions")
+@clean_errors
 def predictions(
     since: str | None = typer.Option(None, "--since", help="The server's history from this date or time (UTC), or "
                                      "this long ago: 90d, 2w (default: all, when no --trace)."),
@@ -233,6 +236,7 @@ def predictions(
 
 
 @report_app.command("forecast")
+@clean_errors
 def forecast_report(
     since: str | None = typer.Option(None, "--since", help="The server's history from this date or time (UTC), or "
                                      "this long ago (default: 90d, when no --trace)."),

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from nanum.cli.app import app
-from nanum.cli.common import ServerOpt, TokenOpt, connect, fail
+from nanum.cli.common import ServerOpt, TokenOpt, clean_errors, connect, fail
 
 #: nanum.core.policy.DEFAULT_POLICY, spelled out so that `nanum` starts without importing the core (a test pins it).
 DEFAULT_POLICY = "gittins+binpack+backfill+preempt"
@@ -32,6 +32,7 @@ def _err(line: str) -> None:
 
 
 @trace_app.command("import")
+@clean_errors
 def trace_import(
     raw: Path = typer.Argument(..., help="Raw trace file (or a directory of Gavel per-VC traces)."),
     fmt: str = typer.Option(..., "--format", "-f", help="philly-pollux, microsoft-itp, alibaba-openb, gavel, "
@@ -78,6 +79,7 @@ def trace_import(
 
 
 @trace_app.command("export")
+@clean_errors
 def trace_export(
     output: Path = typer.Option(..., "--output", "-o", help="Trace to write (.csv or .csv.gz); the cluster file "
                                 "goes beside it (.toml)."),
@@ -234,6 +236,7 @@ def _slug(text: str) -> str:
 
 
 @sim_app.command("check")
+@clean_errors
 def check(out: Path = typer.Argument(..., help="Output directory of a `nanum sim` run.")) -> None:
     """Prove a run sound from its files: no GPU held twice, no node over capacity, every job ran exactly its run
     time plus lost work, nothing started before it was submitted."""
