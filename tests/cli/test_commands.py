@@ -223,6 +223,20 @@ def test_wait_timeout_exits_124(api: FakeApi, nanum: Nanum) -> None:
     assert result.stderr == "nanum: error: job 7 is still pending after 0.3 s\n"
 
 
+
+@pytest.mark.parametrize(("timeout", "says"), [
+    ("-1", "-1.0 is not in the range x>=0"),
+    ("nan", "nan is not a number of seconds; give a finite one"),
+    ("inf", "inf is not a number of seconds; give a finite one"),
+])
+def test_wait_refuses_a_timeout_that_is_no_number_of_seconds(api: FakeApi, nanum: Nanum, timeout: str,
+                                                              says: str) -> None:
+    """NaN waited for ever and -1 said "still running after -1 s"."""
+    result = nanum("wait", "7", "--timeout", timeout)
+    assert result.exit_code == 2 and says in result.stderr, result.output
+    assert api.sent("GET", "/jobs/7") == []
+
+
 def test_logs_read_all_output_and_follow_until_the_end(api: FakeApi, nanum: Nanum) -> None:
     api.on("GET", "/jobs/7/logs",
            Answer(text="hello\n", headers={"X-Nanum-Log-Offset": "6", "X-Nanum-Job-State": "running"}),

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from nanum.cli.app import app
+from nanum.cli.common import finite
 
 
 @app.command()
@@ -70,7 +70,7 @@ def agent(
             show_envvar=False,
             metavar="S",
             min=0,
-            callback=lambda value: _finite("--sample-interval", value),
+            callback=finite("--sample-interval"),
             help="Seconds between readings of GPU utilisation, memory, power and temperature (0: none).",
         ),
     ] = 5.0,
@@ -195,13 +195,6 @@ async def _stop_with_parent(runner: object) -> None:
     while os.getppid() == int(parent):
         await asyncio.sleep(0.5)
     runner.stop()  # type: ignore[attr-defined]
-
-
-def _finite(option: str, value: float) -> float:
-    """`value`, refused with a clear error where it is NaN or infinite (the range check lets both through)."""
-    if not math.isfinite(value):
-        raise typer.BadParameter(f"{value} is not a number of seconds; give a finite one, such as 5", param_hint=option)
-    return value
 
 
 def _simulate_nodes(server: str, token_file: Path | None, count: int, gpus: str, quiet: bool,

@@ -7,6 +7,7 @@ The parts that need neither click nor Typer are in `nanum.cli.base` (re-exported
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Annotated, Any, NoReturn
 
@@ -17,7 +18,7 @@ import typer.core
 from nanum.cli.base import UsageProblem, clean_errors, connect, exit_code_for_status, fail, note, print_json
 
 __all__ = ["Command", "Group", "JsonOpt", "ServerOpt", "TokenOpt", "UsageProblem", "clean_errors", "connect",
-           "exit_code_for_status", "fail", "note", "print_json"]
+           "exit_code_for_status", "fail", "finite", "note", "print_json"]
 
 ServerOpt = Annotated[
     str | None,
@@ -31,6 +32,18 @@ TokenOpt = Annotated[
                  help="API token (default: $NANUM_TOKEN, else the saved one)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the API's JSON instead of text.")]
+
+
+def finite(option: str) -> Any:
+    """An option's callback that refuses NaN and infinity for a number of seconds (a range check lets both
+    through): `typer.Option(..., min=0, callback=finite("--timeout"))`."""
+    def check(value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise typer.BadParameter(f"{value} is not a number of seconds; give a finite one, such as 5",
+                                     param_hint=option)
+        return value
+
+    return check
 
 
 class _OneLineUsageErrors:

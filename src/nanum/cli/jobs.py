@@ -9,7 +9,18 @@ import typer
 
 from nanum.cli import jobcmds
 from nanum.cli.app import app
-from nanum.cli.common import Command, JsonOpt, ServerOpt, TokenOpt, clean_errors, connect, fail, note, print_json
+from nanum.cli.common import (
+    Command,
+    JsonOpt,
+    ServerOpt,
+    TokenOpt,
+    clean_errors,
+    connect,
+    fail,
+    finite,
+    note,
+    print_json,
+)
 from nanum.client import TERMINAL_STATES
 
 if TYPE_CHECKING:
@@ -155,7 +166,7 @@ def show(job_id: Annotated[str, typer.Argument(show_default=False, help="Job ID,
 @clean_errors
 def wait(
     job_id: JobIdArg,
-    timeout: Annotated[float | None, _Opt("--timeout", metavar="S",
+    timeout: Annotated[float | None, _Opt("--timeout", metavar="S", min=0, callback=finite("--timeout"),
                                           help="Give up after S seconds (exit 124).")] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
