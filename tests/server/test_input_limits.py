@@ -117,11 +117,12 @@ def test_nan_and_infinity_are_refused(client: AsgiClient, number: str) -> None:
         headers={**auth(ADMIN), "Content-Type": "application/json"},
     )
     assert r.status_code == 422 and r.json()["detail"].startswith("invalid weight: "), r.text
-    r = client.patch(
-        "/api/v1/monitoring/idle", content=b'{"batch_flag_s": %s}' % number.encode(),
-        headers={**auth(ADMIN), "Content-Type": "application/json"},
-    )
-    assert r.status_code == 422, r.text
+    for field in ("batch_flag_s", "util_percent"):  # a number or "inherit": the sentence names the field alone
+        r = client.patch(
+            "/api/v1/monitoring/idle", content=b'{"%s": %s}' % (field.encode(), number.encode()),
+            headers={**auth(ADMIN), "Content-Type": "application/json"},
+        )
+        assert r.status_code == 422 and r.json()["detail"].startswith(f"invalid {field}: "), r.text
 
 
 def test_the_largest_limits_are_accepted(client: AsgiClient) -> None:

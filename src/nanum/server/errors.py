@@ -61,13 +61,22 @@ def validation_message(errors: Sequence[Any]) -> str:
         return "the request body is not valid JSON"
     if err.get("type") == "nul_byte":
         return str(err.get("msg"))
-    loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path", "header")]
+    loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path", "header") and not _type_tag(p)]
     field = ".".join(loc) or "request body"
     if err.get("type") == "extra_forbidden":
         return f"unknown field {quoted(field)}; docs/api.md lists the fields this request takes"
     msg = str(err.get("msg", "is invalid"))
     msg = msg[:1].lower() + msg[1:]
     return f"invalid {field}: {msg}"
+
+
+def _type_tag(part: object) -> bool:
+    """Whether a part of an error's location names which type of a union failed (`constrained-int`,
+    `literal['inherit']`, `float`), not a field: `util_percent`, not `util_percent.constrained-int`."""
+    return isinstance(part, str) and (not part.isidentifier() or part in _TYPE_NAMES)
+
+
+_TYPE_NAMES = frozenset({"int", "float", "str", "bool", "none", "list", "dict"})
 
 
 def install(app: FastAPI) -> None:
