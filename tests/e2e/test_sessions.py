@@ -277,6 +277,10 @@ def test_run_shell_and_notebook_take_submits_options(cluster: Cluster, workdir: 
     job = cluster.job(int(re.search(r"Submitted job (\d+)", result.stderr).group(1)))  # type: ignore[union-attr]
     assert (job["name"], job["gpus"]) == ("from-header", 2)
 
+    (workdir / "array.sh").write_text("#!/bin/sh\n#SBATCH --array=0-3\necho task\n")
+    refused = cluster.nanum("run", str(workdir / "array.sh"), user="alice", cwd=workdir)
+    assert refused.returncode == 2 and "asks for an array (0-3); submit it with `nanum submit`" in refused.stderr
+
     before = len(cluster.api("GET", "/jobs", query="all=true", token=cluster.tokens["alice"]))
     for command, words, said in (
         ("shell", ["--constraint", "net"], "--constraint: cannot read 'net'"),

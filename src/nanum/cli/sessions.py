@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from nanum.cli.app import app
-from nanum.cli.common import Command, Group, ServerOpt, TokenOpt, clean_errors, connect, fail, note
+from nanum.cli.common import Command, Group, ServerOpt, TokenOpt, UsageProblem, clean_errors, connect, fail, note
 from nanum.cli.jobs import (
     ConstraintOpt,
     CpusOpt,
@@ -280,6 +280,9 @@ def run(
         "batch", command, gpus=gpus, nodes=nodes, gpu_model=gpu_model, gpu_mem=gpu_mem, constraint=constraint,
         torchrun=torchrun, cpus=cpus, mem=mem, time=time, priority=priority, lab=lab, name=name, workdir=workdir,
         env=env, environment=environment, dataset=dataset, no_preempt=no_preempt)
+    if body.get("array"):  # from the script's #NANUM or #SBATCH lines
+        raise UsageProblem(f"nanum run follows one job, and {command[0]} asks for an array ({body['array']}); "
+                           "submit it with `nanum submit`")
     with connect(server, token) as client:
         job = client.submit(body.pop("command"), **body)
         note(f"Submitted job {job['id']}")
