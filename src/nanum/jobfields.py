@@ -49,6 +49,7 @@ __all__ = [
     "Command",
     "Constraint",
     "Job",
+    "JobChanges",
     "JobRef",
     "JobRequest",
     "Name",
@@ -160,6 +161,25 @@ class _Command(TypedDict):
 #: The fields a change to a waiting job (`PATCH /jobs/{id}`, `nanum modify`) sets to none with `null`: any model,
 #: any memory, no limit. `null` leaves any other field as it is.
 CLEARED_BY_NULL = frozenset({"gpu_model", "gpu_memory_mb", "memory_mb"})
+
+
+class JobChanges(TypedDict, total=False):
+    """What a change to a waiting job (`PATCH /jobs/{id}`, `Client.modify`, `nanum modify`) may carry: only the
+    fields given change, each bounded as in a submission (`SubmitFields`); `tier` is an admin's. None in the
+    fields of `CLEARED_BY_NULL` means any model, any memory, no limit; `constraints=[]` drops every label."""
+
+    time_limit_s: float
+    gpus: int
+    nodes: int
+    gpu_model: str | None
+    gpu_memory_mb: int | None
+    constraints: list[str]
+    cpus: int
+    memory_mb: int | None
+    priority: int
+    tier: int
+    lab: str
+    name: str
 
 
 class JobRequest(_Command, SubmitFields):

@@ -258,7 +258,7 @@ def test_the_sdk_exports_exactly_its_public_names() -> None:
     public = {n for n, v in vars(nanum.client).items()
               if not n.startswith("_") and n != "TYPE_CHECKING" and not isinstance(v, types.ModuleType)
               and getattr(v, "__module__", "nanum.client") == "nanum.client"}
-    job_fields = {"Allocation", "Job", "Segment", "SubmitFields"}  # declared once, in nanum.jobfields
+    job_fields = {"Allocation", "Job", "JobChanges", "Segment", "SubmitFields"}  # declared once, in nanum.jobfields
     assert set(nanum.client.__all__) == public | job_fields
     assert all(getattr(nanum.client, n) is getattr(nanum.jobfields, n) for n in job_fields)
     with pytest.raises(AttributeError):

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from nanum.jobfields import Job, JobRequest, SubmitFields, spec
+from nanum.jobfields import Job, JobChanges, JobRequest, SubmitFields, spec
 from nanum.server.context import ServerContext
+from nanum.server.job_schemas import JobPatch
 from nanum.server.views import _COMPUTED, _SHOWN
 from nanum.store import JobRow, table
 from tests.server.asgiclient import AsgiClient
@@ -43,8 +44,11 @@ def test_every_declared_bound_is_refused_naming_the_field(client: AsgiClient, fi
 
 
 def test_a_change_to_a_waiting_job_is_bounded_as_a_submission_is(client: AsgiClient) -> None:
+    assert set(JobPatch.model_fields) == set(JobChanges.__annotations__)  # the SDK's type names what the API takes
     waiting = submit(client)
-    for field in ("gpus", "priority", "tier", "time_limit_s"):
+    bounded = [name for name in JobChanges.__annotations__ if spec(JobRequest, name).le is not None]
+    assert {"gpus", "nodes", "cpus", "memory_mb", "gpu_memory_mb", "priority", "tier", "time_limit_s"} <= set(bounded)
+    for field in bounded:
         too_many = spec(JobRequest, field).le + 1  # type: ignore[operator]
         sent = client.post("/api/v1/jobs", json={"command": ["x"], field: too_many}, headers=auth(ALICE))
         changed = client.patch(f"/api/v1/jobs/{waiting['id']}", json={field: too_many}, headers=auth(ALICE))

@@ -31,7 +31,7 @@ from nanum.client._objects import TERMINAL_STATES, Gpu, Lab, LogChunk, Me, NewTo
 from nanum.client._sharing import SharingCalls
 
 if TYPE_CHECKING:
-    from nanum.jobfields import Allocation, Job, Segment, SubmitFields
+    from nanum.jobfields import Allocation, Job, JobChanges, Segment, SubmitFields
 
 __all__ = [
     "TERMINAL_STATES",
@@ -40,6 +40,7 @@ __all__ = [
     "Client",
     "Gpu",
     "Job",
+    "JobChanges",
     "Lab",
     "LogChunk",
     "Me",
@@ -62,7 +63,7 @@ class Client(JobCalls, ClusterCalls, SharingCalls):
 
 
 #: The names of a job's TypedDicts, which `nanum.jobfields` declares.
-_JOB_FIELDS = ("Allocation", "Job", "Segment", "SubmitFields")
+_JOB_FIELDS = ("Allocation", "Job", "JobChanges", "Segment", "SubmitFields")
 
 
 def __getattr__(name: str) -> Any:

@@ -19,7 +19,7 @@ from nanum.client._objects import TERMINAL_STATES, LogChunk
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from nanum.jobfields import Job, SubmitFields
+    from nanum.jobfields import Job, JobChanges, SubmitFields
 
 #: How long `Client.submit` keeps sending a submission the server did not answer.
 _SUBMIT_RETRY_S = 5.0
@@ -87,10 +87,9 @@ class JobCalls(Connection):
         """Stop a running job and queue it again, or queue an ended one again."""
         return self._act(job_id, "requeue", False)
 
-    def modify(self, job_id: int, **changes: Any) -> Job:
-        """Change a waiting job: time_limit_s, gpus, nodes, gpu_model, gpu_memory_mb, constraints, cpus, memory_mb,
-        priority, lab, name; as an admin, tier. None makes gpu_model, gpu_memory_mb and memory_mb any model, any
-        memory, no limit."""
+    def modify(self, job_id: int, **changes: Unpack[JobChanges]) -> Job:
+        """Change a waiting job: the fields given (`JobChanges`); as an admin, its tier too. None makes gpu_model,
+        gpu_memory_mb and memory_mb any model, any memory, no limit."""
         return self._call("PATCH", f"/jobs/{job_id}", json=changes).json()  # type: ignore[no-any-return]
 
     def array_tasks(self, array_id: int) -> list[Job]:
