@@ -57,6 +57,7 @@ __all__ = [
     "Spec",
     "SubmitFields",
     "bounds",
+    "job_ref",
     "spec",
 ]
 
@@ -161,6 +162,13 @@ class _Command(TypedDict):
 #: The fields a change to a waiting job (`PATCH /jobs/{id}`, `nanum modify`) sets to none with `null`: any model,
 #: any memory, no limit. `null` leaves any other field as it is.
 CLEARED_BY_NULL = frozenset({"gpu_model", "gpu_memory_mb", "memory_mb"})
+
+
+def job_ref(job: Any) -> str:
+    """A job (as the API shows it) as users name it: `12_7` for task 7 of array 12, else its id; as `nanum ps
+    --expand` lists it, `nanum cancel 12_7` takes it and the scheduler's reasons say it (`nanum.core.model.Job.ref`,
+    the same rule in the core, which imports nothing outside itself)."""
+    return str(job["id"]) if job.get("array_id") is None else f"{job['array_id']}_{job['array_task']}"
 
 
 class JobChanges(TypedDict, total=False):

@@ -166,3 +166,21 @@ def test_logout_needs_the_csrf_token(client: AsgiClient) -> None:
 
 def test_login_never_redirects_off_site(client: AsgiClient) -> None:
     assert 'name="next" value="/"' in get(client, "/login?next=//evil.example/").text
+
+
+def test_an_arrays_tasks_are_named_as_ps_names_them(client: AsgiClient, node: MonitoredAgent) -> None:
+    """The queue page and a task's page say `12_1`, as `nanum ps --expand` and the reasons do, linking to the
+    task's job id."""
+    cookies = login(client, ALICE)
+    submit(client, gpus=0)  # so that the tasks' job ids differ from the array's id and task indices
+    array = int(submit(client, gpus=4, array="0-1", time_limit_s=600)["id"])  # type: ignore[call-overload]
+    tick(client)
+    node.beat()
+    queue = get(client, "/ui/queue.json", cookies).json()
+    running = next(r for r in queue["running"] if r["ref"] == f"{array}_0")
+    [waiting] = queue["pending"]
+    assert waiting["ref"] == f"{array}_1" and waiting["id"] != array and f"job {array}_0" in waiting["reason"]
+    page = get(client, "/queue", cookies).text
+    assert f'<a href="/jobs/{waiting["id"]}">{array}_1</a>' in page
+    assert f'<a href="/jobs/{running["id"]}">{array}_0</a>' in page
+    assert f"<h1>Job {array}_1 " in get(client, f"/jobs/{waiting['id']}", cookies).text

@@ -33,6 +33,8 @@ _JOB_COLUMNS = (
     JobRow.start_time,
     JobRow.allocation,
     JobRow.borrowing,
+    JobRow.array_id,
+    JobRow.array_task,
     UserRow.name.label("user"),
     LabRow.name.label("lab"),
     JobStatsRow.util_now,

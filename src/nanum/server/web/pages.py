@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from nanum.jobfields import job_ref
 from nanum.server.callers import Caller
 from nanum.server.services.cluster import ClusterView, GpuView, NodeView, Totals, cluster
 from nanum.server.web import charts, data
@@ -85,6 +86,7 @@ def queue_json(found: dict[str, list[dict[str, Any]]], now: float) -> dict[str, 
         {
             "position": j["position"],
             "id": j["id"],
+            "ref": job_ref(j),
             "name": j["name"],
             "user": j["user"],
             "lab": j["lab"],
@@ -99,6 +101,7 @@ def queue_json(found: dict[str, list[dict[str, Any]]], now: float) -> dict[str, 
     running = [
         {
             "id": j["id"],
+            "ref": job_ref(j),
             "name": j["name"],
             "user": j["user"],
             "lab": j["lab"],

@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from nanum import __version__
+from nanum.jobfields import job_ref
 from nanum.monitor.idle import duration as _duration
 from nanum.server.callers import Caller
 from nanum.server.web import session
@@ -82,7 +83,7 @@ ENV = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-ENV.filters.update(duration=duration, ago=ago, clock=clock, gib=gib, pct=pct, hours=hours, shell=shell)
+ENV.filters.update(duration=duration, ago=ago, clock=clock, gib=gib, pct=pct, hours=hours, shell=shell, ref=job_ref)
 ENV.globals.update(version=__version__, nav=NAV)
 
 

@@ -86,14 +86,14 @@
     var pending = $('[data-rows="pending"]'), running = $('[data-rows="running"]');
     pending.replaceChildren.apply(pending, data.pending.length ? data.pending.map(function (j) {
       var tr = document.createElement("tr");
-      cell(tr, String(j.position), "r"); cell(tr, link("/jobs/" + j.id, String(j.id)), "r");
+      cell(tr, String(j.position), "r"); cell(tr, link("/jobs/" + j.id, String(j.ref)), "r");
       cell(tr, j.name); cell(tr, j.user); cell(tr, j.lab); cell(tr, j.gpus, "r");
       cell(tr, j.waiting); cell(tr, j.estimate); cell(tr, j.reason, "reason");
       return tr;
     }) : [empty(9, "Nothing is waiting.")]);
     running.replaceChildren.apply(running, data.running.length ? data.running.map(function (j) {
       var tr = document.createElement("tr");
-      cell(tr, link("/jobs/" + j.id, String(j.id)), "r"); cell(tr, j.name); cell(tr, j.user); cell(tr, j.lab);
+      cell(tr, link("/jobs/" + j.id, String(j.ref)), "r"); cell(tr, j.name); cell(tr, j.user); cell(tr, j.lab);
       cell(tr, j.gpus + (j.borrowing ? " (borrowed)" : ""), "r"); cell(tr, j.where); cell(tr, j.runtime);
       cell(tr, j.util, "r"); cell(tr, j.util_avg, "r");
       var flag = document.createElement("span"); if (j.idle) { flag.className = "flag"; flag.textContent = j.idle; }
