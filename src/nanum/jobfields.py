@@ -57,6 +57,7 @@ __all__ = [
     "Spec",
     "SubmitFields",
     "bounds",
+    "change_text",
     "job_ref",
     "spec",
 ]
@@ -162,6 +163,14 @@ class _Command(TypedDict):
 #: The fields a change to a waiting job (`PATCH /jobs/{id}`, `nanum modify`) sets to none with `null`: any model,
 #: any memory, no limit. `null` leaves any other field as it is.
 CLEARED_BY_NULL = frozenset({"gpu_model", "gpu_memory_mb", "memory_mb"})
+
+
+def change_text(field: str, value: Any) -> str:
+    """How one change to a waiting job reads, on the command line and in the job's events: `none` for no labels,
+    `any` for a null in `CLEARED_BY_NULL`, else the value."""
+    if isinstance(value, list):
+        return ",".join(value) or "none"
+    return "any" if value is None and field in CLEARED_BY_NULL else str(value)
 
 
 def job_ref(job: Any) -> str:

@@ -2,8 +2,8 @@
 the dashboard's submit form): `parse_mem` reads 512M, 32G, 1.5T (a bare number is MiB) into MiB; `parse_time`
 reads the forms sbatch knows (90 = 90 minutes, 30:00, 1:30:00, 2-00:00:00, 2-12) or a unit suffix (90s, 30m, 4h,
 2d) into seconds; `parse_label` checks a node label (net=ib). A value they cannot read raises `ValueError` with
-one sentence naming `what`, the value (cut short where it is long: `quoted`) and an example that works. No I/O
-and nothing from the CLI or the server."""
+one sentence naming `what`, the value (cut short where it is long: `quoted`) and an example that works. No I/O,
+and nothing from the CLI or the server but the label pattern jobs are checked with (`nanum.jobfields`)."""
 
 from __future__ import annotations
 

@@ -81,7 +81,7 @@ def modify(
     """Change a job while it waits (pending or held): yours within your limits, anyone's (and its tier) as an
     admin. Options are read as `nanum submit` reads them."""
     from nanum.cli.jobspec import HEADER_OPTIONS, parse_label, parse_mem, parse_models, parse_time
-    from nanum.jobfields import CLEARED_BY_NULL
+    from nanum.jobfields import CLEARED_BY_NULL, change_text
 
     def cleared(text: str | None, parse: Callable[[str], Any]) -> Any:
         return _UNSET if text is None else None if not text.strip() else parse(text)
@@ -101,13 +101,7 @@ def modify(
     with connect(server, token) as client:
         job_id_, _ = resolve(client, job_id)
         client.modify(job_id_, **changes)
-    print(f"Modified job {job_id}: " + ", ".join(f"{k}={_shown(v)}" for k, v in changes.items()))
+    print(f"Modified job {job_id}: " + ", ".join(f"{k}={change_text(k, v)}" for k, v in changes.items()))
 
 
 _UNSET: Any = object()
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, list):
-        return ",".join(value) or "none"
-    return "any" if value is None else str(value)

@@ -44,7 +44,6 @@ def submit(command: list[str] | None = None, json: bool = False, server: str | N
         print(f"Submitted job {job['id']}")
 
 
-
 def submit_options(
     gpus: int | None = None, nodes: int | None = None, gpu_model: str | None = None, gpu_mem: str | None = None,
     constraint: list[str] | None = None, torchrun: bool = False, cpus: int | None = None, mem: str | None = None,

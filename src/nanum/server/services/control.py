@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from nanum.jobfields import CLEARED_BY_NULL
+from nanum.jobfields import CLEARED_BY_NULL, change_text
 from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import Conflict
@@ -93,12 +93,7 @@ def _apply(job: JobRow, changes: dict[str, Any], lab_id: int | None) -> None:
 
 def _said(changes: dict[str, Any]) -> str:
     """The changes as the job's event says them: `gpus 2, gpu_model any, constraints net=ib`."""
-    def value(key: str, v: Any) -> str:
-        if isinstance(v, list):
-            return ",".join(v) or "none"
-        return "any" if v is None and key in CLEARED_BY_NULL else str(v)
-
-    return ", ".join(f"{k} {value(k, v)}" for k, v in changes.items())
+    return ", ".join(f"{k} {change_text(k, v)}" for k, v in changes.items())
 
 
 def _lab_name(ctx: ServerContext, job: JobRow) -> str:
