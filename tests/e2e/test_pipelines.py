@@ -179,6 +179,9 @@ def test_a_grid_sweep_runs_every_trial_and_show_sorts_them_by_the_metric(cluster
     (workdir / "typo.toml").write_text(SWEEP.replace("max_running", "max_runing"))
     refused = cluster.nanum("sweep", "typo.toml", user="dave", cwd=workdir)
     assert refused.returncode == 2 and "typo.toml: unknown key 'max_runing'" in refused.stderr, refused.stderr
+    (workdir / "huge.toml").write_text(SWEEP.replace("gpus = 0", "gpus = 9223372036854775807"))
+    refused = cluster.nanum("sweep", "huge.toml", user="dave", cwd=workdir)
+    assert refused.returncode == 2 and "huge.toml: --gpus: at most 1024" in refused.stderr, refused.stderr
     wait_all(cluster, [t["id"] for t in tasks], "completed")
     csv = ok(cluster.nanum("sweep", "show", str(sweep), "--csv", user="dave")).splitlines()
     assert csv[0] == "trial,id,state,a,b,loss,step"

@@ -197,15 +197,16 @@ def run(
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise UsageProblem(f"{file.name}: max_running is the most trials at once, a whole number such as 4")
     given = submit_keys(spec, file.name)
-    try:
-        options = submit_options(**given)
-    except UsageProblem as exc:
-        raise UsageProblem(f"{file.name}: {exc}") from None
     sweep = jsonlib.dumps({"params": sets, "metric": spec.get("metric"), "goal": spec.get("goal", "min")},
                           separators=(",", ":"))
-    options.update(name=spec.get("name") or file.stem, array=f"0-{len(sets) - 1}" + (f"%{limit}" if limit else ""),
-                   env={**options.get("env", {}), "NANUM_SWEEP": sweep})
-    body = build_request(["/bin/sh", "-c", _PICK, "nanum-sweep", *lines], options, Path.cwd())
+    try:  # the options' own checks name the command line's flag: say which file it is in
+        options = submit_options(**given)
+        options.update(name=spec.get("name") or file.stem,
+                       array=f"0-{len(sets) - 1}" + (f"%{limit}" if limit else ""),
+                       env={**options.get("env", {}), "NANUM_SWEEP": sweep})
+        body = build_request(["/bin/sh", "-c", _PICK, "nanum-sweep", *lines], options, Path.cwd())
+    except UsageProblem as exc:
+        raise UsageProblem(f"{file.name}: {exc}") from None
     with connect(server, token) as client:
         job = client.submit(body.pop("command"), **body)
     if json:
