@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from nanum.server import lastseen, monitoring
 from nanum.server.app import create_app
 from nanum.server.context import ServerContext
 from nanum.server.schemas import UserIn
@@ -33,9 +34,23 @@ def ctx(database: Database, tmp_path: Path) -> ServerContext:
     return context
 
 
+#: The modules whose writers flush every `FLUSH_S` in a server's lifespan, and that period.
+_WRITERS = {monitoring: monitoring.FLUSH_S, lastseen: lastseen.FLUSH_S}
+
+
+def writing_as_served(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Give the apps a test makes after `client` the periodic writes a running server has (a second server whose
+    writes the test waits for)."""
+    for module, period in _WRITERS.items():
+        monkeypatch.setattr(module, "FLUSH_S", period)
+
+
 @pytest.fixture
-def client(ctx: ServerContext) -> Iterator[AsgiClient]:
-    """The app with its scheduler left to the test (`tick(client)`)."""
+def client(ctx: ServerContext, monkeypatch: pytest.MonkeyPatch) -> Iterator[AsgiClient]:
+    """The app with its scheduler left to the test (`tick(client)`), and its periodic writes too (GPU readings,
+    when nodes were heard from): a test that says "sent, not yet written" must not race a writer's second."""
+    for module in _WRITERS:
+        monkeypatch.setattr(module, "FLUSH_S", 3600.0)
     app = create_app(ctx, run_scheduler=False)
     with serve(app) as c:
         yield c

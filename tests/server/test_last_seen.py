@@ -8,6 +8,7 @@ import threading
 import time
 from datetime import datetime
 
+import pytest
 from sqlalchemy import select
 
 from nanum.server.app import create_app
@@ -16,7 +17,7 @@ from nanum.server.lastseen import OVERDUE_S, PEER_SLACK_S
 from nanum.server.services import accounts
 from nanum.store import NodeRow
 from tests.server.asgiclient import AsgiClient, serve
-from tests.server.conftest import ADMIN, auth, job, submit, tick
+from tests.server.conftest import ADMIN, auth, job, submit, tick, writing_as_served
 from tests.server.fakeagent import FakeAgent
 
 
@@ -72,9 +73,10 @@ def test_a_node_reporting_the_same_running_job_stays_up_and_shows_when_it_was_he
 
 
 def test_a_node_heard_by_another_server_shows_there_and_is_given_up_by_the_scheduling_one(
-    client: AsgiClient, ctx: ServerContext
+    client: AsgiClient, ctx: ServerContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     other = ServerContext.create(ctx.settings, ctx.db)  # a second server on the same database, not scheduling
+    writing_as_served(monkeypatch)
     with serve(create_app(other, run_scheduler=False)) as second:
         agent, j = _running_through(ctx, client, other, second)
         agent.beat()  # reports it running
@@ -143,11 +145,12 @@ def test_a_tick_writes_the_noted_times_only_when_the_writer_is_late(
 
 
 def test_a_node_reporting_a_job_s_end_shows_when_it_was_heard_on_every_server(
-    client: AsgiClient, ctx: ServerContext
+    client: AsgiClient, ctx: ServerContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A heartbeat that reports ends writes the jobs at once, and its time with the others' a moment later: the
     node stays up and shows that time, also on a server that did not hear it."""
     other = ServerContext.create(ctx.settings, ctx.db)  # a second server on the same database, not scheduling
+    writing_as_served(monkeypatch)
     with serve(create_app(other, run_scheduler=False)) as second:
         agent, j = _running_through(ctx, client, other, second)
         later = time.time() + 600
