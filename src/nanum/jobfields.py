@@ -59,6 +59,7 @@ __all__ = [
     "bounds",
     "change_text",
     "job_ref",
+    "ref_of",
     "spec",
 ]
 
@@ -177,7 +178,12 @@ def job_ref(job: Any) -> str:
     """A job (as the API shows it) as users name it: `12_7` for task 7 of array 12, else its id; as `nanum ps
     --expand` lists it, `nanum cancel 12_7` takes it and the scheduler's reasons say it (`nanum.core.model.Job.ref`,
     the same rule in the core, which imports nothing outside itself)."""
-    return str(job["id"]) if job.get("array_id") is None else f"{job['array_id']}_{job['array_task']}"
+    return ref_of(job["id"], job.get("array_id"), job.get("array_task"))
+
+
+def ref_of(job_id: int, array_id: int | None, array_task: int | None) -> str:
+    """`job_ref` from a job's id and its array's id and task (as the store has them)."""
+    return str(job_id) if array_id is None else f"{array_id}_{array_task}"
 
 
 class JobChanges(TypedDict, total=False):

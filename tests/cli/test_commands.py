@@ -274,7 +274,8 @@ def test_cancel_reports_each_job_and_refusals_exit_2(api: FakeApi, nanum: Nanum)
 def test_nodes_table(api: FakeApi, nanum: Nanum) -> None:
     api.on("GET", "/nodes", [{"name": "local", "state": "up", "simulated": True, "cpus": 4, "memory_mb": 1024,
                               "last_seen": None, "gpus": [{"index": 0, "uuid": "u", "model": "A100",
-                                                           "memory_mb": 40960, "job_id": 3, "user": "bob"}]}])
+                                                           "memory_mb": 40960, "job_id": 3, "job_ref": "3",
+                                                           "user": "bob"}]}])
     result = nanum("nodes")
     assert result.exit_code == 0
     assert result.stdout.splitlines()[1].split() == [

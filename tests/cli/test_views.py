@@ -111,13 +111,16 @@ def test_show_lists_every_field_known_or_new() -> None:
 
 
 def test_nodes_rows_give_every_gpu_its_job_and_user() -> None:
+    """The job as `nanum ps` names it: task 1 of array 5 (job id 7) is 5_1."""
     gpu = {"uuid": "u", "model": "A100", "memory_mb": 81920}
     nodes = [{"name": "local", "state": "up", "simulated": True, "cpus": 16, "memory_mb": 65536,
               "last_seen": None, "gpus": [
-                  {**gpu, "index": 0, "job_id": 7, "user": "alice"},
-                  {**gpu, "index": 1, "job_id": None, "user": None},
+                  {**gpu, "index": 0, "job_id": 7, "job_ref": "5_1", "user": "alice"},
+                  {**gpu, "index": 1, "job_id": 8, "job_ref": "8", "user": "bob"},
+                  {**gpu, "index": 2, "job_id": None, "job_ref": None, "user": None},
               ]}]
     assert node_rows(nodes) == [
-        ("local", "up (simulated)", "0", "A100", "80 GiB", "", "7", "alice"),
-        ("", "", "1", "A100", "80 GiB", "", "", ""),
+        ("local", "up (simulated)", "0", "A100", "80 GiB", "", "5_1", "alice"),
+        ("", "", "1", "A100", "80 GiB", "", "8", "bob"),
+        ("", "", "2", "A100", "80 GiB", "", "", ""),
     ]

@@ -26,6 +26,7 @@ from tests.server.asgiclient import AsgiClient, serve
 from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, submit, tick
 from tests.server.fakeagent import FakeAgent
 from tests.server.monitoredagent import MonitoredAgent
+from tests.server.test_web import get, login
 
 
 @pytest.fixture
@@ -299,6 +300,33 @@ def test_an_idle_job_is_flagged_with_evidence_and_its_owner_told(
     node.read(util=80.0)
     node.beat()
     assert events(ctx, lazy)[-1][0] == "idle-cleared" and job(client, lazy).get("idle") is None
+
+
+def test_an_array_task_is_named_as_ps_names_it_wherever_its_gpus_are_shown(
+    client: AsgiClient, node: MonitoredAgent, inbox: Inbox
+) -> None:
+    """Task 1 of array 7 is `7_1` in `nanum ps`, `nanum cancel` and the reasons; the GPU views and the idle notice
+    say the same, not the task's internal job id."""
+    patch(client, "/monitoring/idle", {"batch_flag_s": 600})
+    patch(client, "/monitoring/notify", {"webhook_url": inbox.url})
+    array = int(submit(client, gpus=2, array="0-1")["id"])  # type: ignore[call-overload]
+    tick(client)
+    node.beat()
+    tasks = {t["array_task"]: t for t in client.get(f"/api/v1/jobs?array={array}", headers=auth(ALICE)).json()}
+    task, ref = tasks[1], f"{array}_1"
+    assert task["id"] != array and task["state"] == "running"
+    [shown] = client.get("/api/v1/nodes", headers=auth(ALICE)).json()
+    held = {g["job_ref"] for g in shown["gpus"] if g["job_id"] == task["id"]}
+    assert held == {ref}
+    cookies = login(client, ALICE)
+    grid = get(client, "/ui/cluster.json", cookies).json()
+    whos = {t["who"] for t in grid["nodes"][0]["tiles"] if t["href"] == f"/jobs/{task['id']}"}
+    assert whos == {f"#{ref} alice"}
+    assert f">#{ref} python<" in get(client, "/nodes", cookies).text
+    idle_for(node, 700)
+    assert client.app.state.monitoring.notifier.flush()
+    about = {m["job"]["ref"]: m for m in inbox.received}
+    assert about[ref]["job"]["id"] == task["id"] and about[ref]["text"].startswith(f"nanum: job {ref} (python)")
 
 
 def test_past_the_second_window_an_idle_job_is_released(

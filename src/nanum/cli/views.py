@@ -195,7 +195,7 @@ def node_rows(nodes: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
         if not gpus:
             rows.append((node["name"], state, "-", "", "", "", "", ""))
         for i, gpu in enumerate(gpus):
-            job = "" if gpu.get("job_id") is None else str(gpu["job_id"])
+            job = gpu.get("job_ref") or ""
             rows.append((node["name"] if i == 0 else "", state if i == 0 else "", str(gpu["index"]),
                          gpu.get("model") or "", f"{round(gpu.get('memory_mb', 0) / 1024)} GiB", util_text(gpu),
                          job, holder_text(gpu)))

@@ -37,6 +37,8 @@ class GpuOut(BaseModel):
     model: str
     memory_mb: int
     job_id: int | None = None
+    job_ref: str | None = Field(default=None, description=(
+        "the job holding it as users name it: `12_7` for task 7 of array 12, else its id (as `nanum ps` says)"))
     user: str | None = None
     util: float | None = Field(default=None, description="utilisation in the latest reading, percent")
     memory_used_mb: int | None = Field(default=None, description="memory in use in the latest reading")

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from sqlalchemy import select
 
+from nanum.jobfields import ref_of
 from nanum.server.context import ServerContext
 from nanum.store import AllocationRow, JobRow, JobStatsRow, LabRow, NodeLiveRow, NodeRow, UserRow
 
@@ -35,6 +36,8 @@ class GpuView:
     power_w: float | None = None
     temperature_c: float | None = None
     job_id: int | None = None
+    #: the job as users name it (`nanum.jobfields.job_ref`): `12_7` for an array's task.
+    job_ref: str | None = None
     job_name: str | None = None
     user: str | None = None
     lab: str | None = None
@@ -95,6 +98,8 @@ _HOLDERS = (
         JobRow.id,
         JobRow.name,
         JobRow.kind,
+        JobRow.array_id,
+        JobRow.array_task,
         UserRow.name.label("user"),
         LabRow.name.label("lab"),
         JobStatsRow.idle_stage,
@@ -186,6 +191,7 @@ def _holder(view: GpuView, holder: Any) -> None:
     if holder is None:
         return
     view.job_id, view.job_name, view.kind = holder.id, holder.name, holder.kind
+    view.job_ref = ref_of(holder.id, holder.array_id, holder.array_task)
     view.user, view.lab = holder.user, holder.lab
     view.idle_stage, view.idle_since = holder.idle_stage, holder.idle_since
 

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from sqlalchemy import select
 
+from nanum.jobfields import ref_of
 from nanum.server.context import ServerContext
 from nanum.server.errors import NotFound
 from nanum.server.schemas import GpuOut, NodeDetail, NodeOut, iso
@@ -37,15 +38,16 @@ def list_nodes(ctx: ServerContext) -> list[NodeOut]:
     with ctx.db.read() as s:
         nodes = s.scalars(select(NodeRow).order_by(NodeRow.name)).all()
         held = s.execute(
-            select(AllocationRow.node_id, AllocationRow.gpu_index, AllocationRow.job_id, UserRow.name)
+            select(AllocationRow.node_id, AllocationRow.gpu_index, AllocationRow.job_id, UserRow.name, JobRow.array_id,
+                   JobRow.array_task)
             .join(JobRow, JobRow.id == AllocationRow.job_id)
             .join(UserRow, UserRow.id == JobRow.user_id)
         ).all()
         live = {r.node_id: r for r in s.scalars(select(NodeLiveRow).where(NodeLiveRow.time >= now - timeout))}
-    holders = {(node_id, gpu): (job_id, user) for node_id, gpu, job_id, user in held}
+    holders = {(r.node_id, r.gpu_index): r for r in held}
     here: dict[int, set[int]] = defaultdict(set)  # every job holding a part of the node, with a GPU or without
-    for node_id, _, job_id, _ in held:
-        here[node_id].add(job_id)
+    for r in held:
+        here[r.node_id].add(r.job_id)
     seen = ctx.last_seen.since
     out = [_node_out(n, seen(n.id, n.last_seen), holders, now, timeout) for n in nodes]
     for node, row in zip(nodes, out, strict=True):
@@ -69,23 +71,20 @@ def _readings(node: NodeOut, readings: list[dict[str, Any]], here: set[int]) -> 
             ]
 
 
-def _node_out(node: NodeRow, last_seen: float | None, holders: dict[tuple[int, int | None], tuple[int, str]],
-              now: float, timeout: float) -> NodeOut:
-    """`last_seen`: when the node was last heard from (`LastSeen.since`)."""
+def _node_out(node: NodeRow, last_seen: float | None, holders: dict[tuple[int, int | None], Any], now: float,
+              timeout: float) -> NodeOut:
+    """`last_seen`: when the node was last heard from (`LastSeen.since`); `holders`: (node id, GPU index) → the
+    allocation's row (its job's id, user, array id and task)."""
     inv = node.inventory or {}
     gpus = []
     for g in inv.get("gpus", ()):
-        job_id, user = holders.get((node.id, int(g["index"])), (None, None))
-        gpus.append(
-            GpuOut(
-                index=g["index"],
-                uuid=g.get("uuid", ""),
-                model=g.get("model", ""),
-                memory_mb=g.get("memory_mb", 0),
-                job_id=job_id,
-                user=user,
-            )
-        )
+        gpu = GpuOut(index=g["index"], uuid=g.get("uuid", ""), model=g.get("model", ""),
+                     memory_mb=g.get("memory_mb", 0))
+        held = holders.get((node.id, int(g["index"])))
+        if held is not None:
+            gpu.job_id, gpu.user = held.job_id, held.name
+            gpu.job_ref = ref_of(held.job_id, held.array_id, held.array_task)
+        gpus.append(gpu)
     state: Literal["up", "draining", "drained", "down"] = node_state(node.state, last_seen, now, timeout)
     if state == "draining" and not any(g.job_id is not None for g in gpus):
         state = "drained"

@@ -1,9 +1,9 @@
 """Telling people about their jobs: a webhook for the cluster and per user, and email where SMTP is configured.
 
 Notices are sent from a thread of their own, so a slow webhook never holds up a heartbeat. A webhook gets
-`{"text", "event", "job": {...}, "url"}` as JSON (the `text` field makes Slack and Mattermost incoming webhooks
-show it as is). A failed delivery is logged and dropped; so is one to an address the server refuses
-(`nanum.server.services.webhooks`, checked again at each delivery).
+`{"text", "event", "job": {"id", "ref", "name", "user"}, "url"}` as JSON (the `text` field makes Slack and
+Mattermost incoming webhooks show it as is). A failed delivery is logged and dropped; so is one to an address the
+server refuses (`nanum.server.services.webhooks`, checked again at each delivery).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class Notifier:
             try:
                 self._deliver(notice)
             except Exception:
-                log.exception("could not notify %s about job %d", notice.user, notice.job_id)
+                log.exception("could not notify %s about job %s", notice.user, notice.job_ref)
 
     def _deliver(self, notice: Notice) -> None:
         with self.ctx.db.read() as s:
@@ -77,7 +77,7 @@ class Notifier:
         payload = {
             "text": f"nanum: {notice.message}" + (f" {url}" if url else ""),
             "event": notice.kind,
-            "job": {"id": notice.job_id, "name": notice.job_name, "user": notice.user},
+            "job": {"id": notice.job_id, "ref": notice.job_ref, "name": notice.job_name, "user": notice.user},
             "url": url,
         }
         for target in dict.fromkeys(t for t in (settings.webhook_url, webhook) if t):
@@ -104,7 +104,7 @@ def _mail(settings: NotifySettings, to: str, notice: Notice, url: str | None) ->
     message = EmailMessage()
     message["From"] = settings.smtp_from
     message["To"] = to
-    message["Subject"] = f"nanum: job {notice.job_id} ({notice.job_name}) {SUBJECTS.get(notice.kind, notice.kind)}"
+    message["Subject"] = f"nanum: job {notice.job_ref} ({notice.job_name}) {SUBJECTS.get(notice.kind, notice.kind)}"
     message.set_content(notice.message + (f"\n\n{url}\n" if url else "\n"))
     try:
         with smtplib.SMTP(settings.smtp_host or "localhost", settings.smtp_port, timeout=TIMEOUT_S) as smtp:

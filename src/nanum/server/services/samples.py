@@ -26,6 +26,7 @@ from sqlalchemy import Integer, any_, bindparam, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from nanum.jobfields import ref_of
 from nanum.monitor.efficiency import Tally
 from nanum.monitor.idle import IdlePolicy, IdleState, Reading, Stage, Step, StepKind, observe
 from nanum.protocol import GpuSample, JobSample, Sample
@@ -43,6 +44,8 @@ class Notice:
 
     kind: str
     job_id: int
+    #: the job as its owner names it (`nanum.jobfields.job_ref`): `12_7` for an array's task.
+    job_ref: str
     job_name: str
     user_id: int
     user: str
@@ -207,6 +210,12 @@ class _Job(NamedTuple):
     lab_id: int
     kind: str
     user: str
+    array_id: int | None
+    array_task: int | None
+
+    @property
+    def ref(self) -> str:
+        return ref_of(self.id, self.array_id, self.array_task)
 
 
 def _record_jobs(s: Session, nodes: dict[int, tuple[list[Sample], dict[int, int]]], now: float, out: Recorded) -> None:
@@ -219,7 +228,8 @@ def _record_jobs(s: Session, nodes: dict[int, tuple[list[Sample], dict[int, int]
             mine[job_id].append(gpu)
     ids = sorted({job_id for mine in gpus_of.values() for job_id in mine})
     query = (
-        select(JobRow.id, JobRow.name, JobRow.user_id, JobRow.lab_id, JobRow.kind, UserRow.name)
+        select(JobRow.id, JobRow.name, JobRow.user_id, JobRow.lab_id, JobRow.kind, UserRow.name, JobRow.array_id,
+               JobRow.array_task)
         .join(UserRow, UserRow.id == JobRow.user_id)
         .where(_among(s, JobRow.id, ids), JobRow.state == "running", JobRow.stop.is_(None))
     )
@@ -409,11 +419,12 @@ def _apply(s: Session, job: _Job, row: SimpleNamespace, step: Step, now: float, 
         return False
     if step.kind is StepKind.FLAG:
         row.flagged_at = now
-        message = f"job {job.id} ({job.name}) looks idle and is flagged; it keeps its GPUs for now"
+        message = f"job {job.ref} ({job.name}) looks idle and is flagged; it keeps its GPUs for now"
     else:
-        message = f"job {job.id} ({job.name}) was idle too long: asked to checkpoint and stop, its GPUs released"
+        message = f"job {job.ref} ({job.name}) was idle too long: asked to checkpoint and stop, its GPUs released"
     lifecycle.event(s, job.id, now, step.kind.value, step.evidence)
-    out.notices.append(Notice(step.kind.value, job.id, job.name, job.user_id, job.user, f"{message} ({step.evidence})"))
+    out.notices.append(Notice(step.kind.value, job.id, job.ref, job.name, job.user_id, job.user,
+                              f"{message} ({step.evidence})"))
     if step.kind is not StepKind.RELEASE:
         return False
     locked = s.scalars(select(JobRow).where(JobRow.id == job.id).with_for_update()).one()

@@ -28,7 +28,7 @@ def tile(node: NodeView, g: GpuView, now: float) -> dict[str, Any]:
     band = "" if g.util is None else f" u{min(int(g.util // 10), 9)}"
     who, href = "", None
     if g.job_id is not None:
-        who, href = f"#{g.job_id} {g.user}", f"/jobs/{g.job_id}"
+        who, href = f"#{g.job_ref} {g.user}", f"/jobs/{g.job_id}"
     elif g.state == "rogue":
         first = g.strangers[0] if g.strangers else {}
         who = f"pid {first.get('pid', '?')}" + (f" {first['user']}" if first.get("user") else "")
@@ -52,7 +52,7 @@ def tile(node: NodeView, g: GpuView, now: float) -> dict[str, Any]:
 def _title(node: NodeView, g: GpuView) -> str:
     parts = [f"{node.name} GPU {g.index} ({g.model})", STATE_WORDS[g.state]]
     if g.job_id is not None:
-        parts.append(f"job {g.job_id} {g.job_name} of {g.user} ({g.lab})")
+        parts.append(f"job {g.job_ref} {g.job_name} of {g.user} ({g.lab})")
     if g.temperature_c is not None:
         parts.append(f"{g.temperature_c:.0f} °C, {g.power_w or 0:.0f} W")
     parts += [f"process {p.get('pid')} of {p.get('user') or '?'}: {p.get('command') or ''}" for p in g.strangers]
