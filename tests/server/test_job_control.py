@@ -246,6 +246,28 @@ def test_cancel_and_hold_an_array_or_one_task(client: AsgiClient, agent: FakeAge
     assert states == ["cancelled"] * 5
 
 
+def test_a_refusal_names_an_arrays_task_as_its_owner_does(client: AsgiClient, agent: FakeAgent) -> None:
+    """The owner acted on `7_1` (the CLI sends the task's job id): the refusal says 7_1, not that id."""
+    array = int(submit(client, gpus=0, array="0-1")["id"])  # type: ignore[call-overload]
+    cycle(client, agent)
+    task = client.get(f"/api/v1/jobs?array={array}", headers=auth(ALICE)).json()[1]
+    assert task["id"] != array and task["state"] == "running"
+
+    def refused(path: str) -> str:
+        r = client.post(path, headers=auth(ALICE))
+        assert r.status_code == 409, r.text
+        return str(r.json()["detail"])
+
+    assert refused(f"/api/v1/jobs/{task['id']}/hold?one=true") == (
+        f"job {array}_1 is running and cannot be held; cancel it, or requeue it once it ends")
+    assert refused(f"/api/v1/jobs/{array}/hold").startswith(f"array {array}'s tasks are running and cannot be held")
+    assert refused(f"/api/v1/jobs/{task['id']}/top").startswith(f"job {array}_1 is running;")
+    agent.exit(task["id"])
+    agent.beat()
+    assert refused(f"/api/v1/jobs/{task['id']}/checkpoint").startswith(f"job {array}_1 is completed, not running")
+    assert refused(f"/api/v1/jobs/{task['id']}/cancel?one=true") == f"job {array}_1 already ended (completed)"
+
+
 def test_a_thousand_task_array_is_one_request(client: AsgiClient) -> None:
     submit(client, gpus=0, array="0-999")  # its speed is measured in benchmarks/throughput.py, not here
     assert len(client.get("/api/v1/jobs", headers=auth(ALICE)).json()) == 1000

@@ -55,8 +55,15 @@ def release(ctx: ServerContext, caller: Caller, job_id: int, *, one: bool = Fals
 
 def _refuse_unless(targets: list[JobRow], states: tuple[str, ...], job_id: int, verb: str, fix: str) -> None:
     if not any(job.state in states for job in targets):
-        state = targets[0].state
-        raise Conflict(f"job {job_id} is {state} and cannot be {verb}; {fix}")
+        raise Conflict(f"{_is(targets, job_id)} and cannot be {verb}; {fix}")
+
+
+def _is(targets: list[JobRow], job_id: int) -> str:
+    """What the jobs an action found are, named as their owner names them: `job 12_7 is running`, or for an
+    array's tasks `array 12's tasks are running, completed`."""
+    if len(targets) > 1:
+        return f"array {job_id}'s tasks are {', '.join(dict.fromkeys(t.state for t in targets))}"
+    return f"job {jobs.ref(targets[0])} is {targets[0].state}"
 
 
 def modify(ctx: ServerContext, caller: Caller, job_id: int, patch: JobPatch) -> dict[str, Any]:
@@ -69,7 +76,7 @@ def modify(ctx: ServerContext, caller: Caller, job_id: int, patch: JobPatch) -> 
         targets = jobs.owned_jobs(s, caller, job_id, active=True)
         waiting = [job for job in targets if job.state in WAITING]  # an array's running tasks stay as they are
         if not waiting:
-            raise Conflict(f"job {job_id} is {targets[0].state}; only a pending or held job can be modified")
+            raise Conflict(f"{_is(targets, job_id)}; only a pending or held job can be modified")
         for job in waiting:
             if patch.tier is not None:
                 jobs.refuse_tier(caller, patch.tier, job.tier)
@@ -109,7 +116,7 @@ def top(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
     with ctx.db.write() as s:
         job = jobs.owned_jobs(s, caller, job_id, one=True)[0]
         if job.state not in WAITING:
-            raise Conflict(f"job {job_id} is {job.state}; only a pending or held job can be moved to the top")
+            raise Conflict(f"job {jobs.ref(job)} is {job.state}; only a pending or held job can be moved to the top")
         first, highest = _owner_queue(s, job)
         job.submit_time = min(job.submit_time, first - 0.001)
         job.priority = max(job.priority, highest)
@@ -141,7 +148,7 @@ def requeue(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
             job.reason, job.reason_code = f"requeued by {caller.name}; waiting to run again", "queued"
             lifecycle.event(s, job.id, now, "requeued", f"by {caller.name}")
         else:
-            raise Conflict(f"job {job_id} is {job.state}, not running or ended; it is already waiting to run")
+            raise Conflict(f"job {jobs.ref(job)} is {job.state}, not running or ended; it is already waiting to run")
     ctx.signals.wake(woken)
     ctx.signals.poke()
     return jobs.get_job(ctx, caller, job_id)

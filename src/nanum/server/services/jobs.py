@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from nanum.core import JobId, Limits, User, impossible
 from nanum.core.bursts import BURST_GAP, joins
-from nanum.jobfields import JobRequest
+from nanum.jobfields import JobRequest, ref_of
 from nanum.server.arrays import parse_array
 from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
@@ -338,6 +338,11 @@ def owned_jobs(s: Session, caller: Caller, job_id: int, *, one: bool = False, ac
     return tasks or [job]
 
 
+def ref(job: JobRow) -> str:
+    """The job as its owner names it, `12_7` for an array's task (`nanum.jobfields.ref_of`)."""
+    return ref_of(job.id, job.array_id, job.array_task)
+
+
 def _owned(s: Session, caller: Caller, job_id: int, *, lock: bool = False) -> JobRow:
     query = select(JobRow).where(JobRow.id == job_id)
     job = s.scalars(query.with_for_update() if lock else query).first()
@@ -351,7 +356,7 @@ def _owned(s: Session, caller: Caller, job_id: int, *, lock: bool = False) -> Jo
 
 def _cancel(s: Session, job: JobRow, caller: Caller, now: float) -> set[str]:
     if job.state in lifecycle.FINISHED:
-        raise Conflict(f"job {job.id} already ended ({job.state})")
+        raise Conflict(f"job {ref(job)} already ended ({job.state})")
     message = f"cancelled by {caller.name}"
     if job.state != "running":
         lifecycle.cancel_waiting(s, job, message, now)
@@ -369,7 +374,7 @@ def checkpoint(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any
     with ctx.db.write() as s:
         job = _owned(s, caller, job_id, lock=True)
         if job.state != "running":
-            raise Conflict(f"job {job_id} is {job.state}, not running; only a running job can checkpoint")
+            raise Conflict(f"job {ref(job)} is {job.state}, not running; only a running job can checkpoint")
         job.last_checkpoint = now
     return get_job(ctx, caller, job_id)
 
