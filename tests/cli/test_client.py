@@ -185,6 +185,21 @@ def test_wait_gives_up_after_its_timeout() -> None:
         nanum.wait(7, timeout=0.2, poll_s=0.05)
 
 
+def test_wait_array_waits_for_every_task_and_its_timeout_names_the_task_as_ps_does() -> None:
+    polls = iter([("running", "running"), ("completed", "running"), ("completed", "failed")])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.url.params["array"] == "7"
+        states = next(polls, ("completed", "pending"))
+        tasks = [job(id=7 + i, state=state, array_id=7, array_task=i) for i, state in enumerate(states)]
+        return httpx.Response(200, json=tasks)
+
+    with client(handler) as nanum:
+        assert [t["state"] for t in nanum.wait_array(7, timeout=10, poll_s=0.01)] == ["completed", "failed"]
+        with pytest.raises(WaitTimeout, match=r"job 7_1 is still pending after 0\.1 s"):
+            nanum.wait_array(7, timeout=0.1, poll_s=0.02)
+
+
 def test_logs_page_by_offset_and_follow_stops_once_the_job_ended() -> None:
     text = b"epoch 1\nepoch 2\n"
 

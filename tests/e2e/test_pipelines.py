@@ -53,6 +53,26 @@ def test_an_array_runs_at_most_its_limit_at_once_and_every_task_with_its_id(
     assert max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans) >= 2
 
 
+def test_an_arrays_tasks_are_waited_for_and_read_by_the_names_ps_gives_them(cluster: Cluster, workdir: Path) -> None:
+    """`nanum logs 5_1` printed job 51's output (Python's int reads '5_1' as 51), or "no job 51"; `nanum wait 5`
+    waited for task 0 alone. Task 1 sleeps longest and fails with 3: waiting for the array waits for it."""
+    task = 'echo "task $NANUM_ARRAY_TASK_ID"; [ "$NANUM_ARRAY_TASK_ID" != 1 ] || { sleep 1; exit 3; }'
+    out = ok(cluster.nanum("submit", "--array", "0-2", "--gpus", "0", "--cpus", "0", "--", "sh", "-c", task,
+                           user="alice", cwd=workdir))
+    array = int(out.split()[3])
+    waited = cluster.nanum("wait", str(array), "--timeout", "60", user="alice")
+    assert waited.returncode == 3, waited.stderr
+    assert waited.stderr == f"nanum: array {array}: 2 completed, 1 failed; not completed: {array}_1\n"
+    assert {t["state"] for t in cluster.api("GET", "/jobs", query=f"array={array}")} == {"completed", "failed"}
+    assert ok(cluster.nanum("logs", f"{array}_1", user="alice")) == "task 1\n"
+    assert cluster.nanum("wait", f"{array}_2", user="alice").returncode == 0
+    for bad in (f"{array}_x", "1_2_3", "\u00b2"):
+        refused = cluster.nanum("logs", bad, user="alice")
+        assert refused.returncode == 2 and f"{bad!r} is not a job ID" in refused.stderr, refused.stderr
+    missing = cluster.nanum("wait", f"{array}_7", user="alice")
+    assert missing.returncode == 2 and f"array {array} has no task 7" in missing.stderr
+
+
 def test_a_chain_runs_in_order_and_a_failed_first_job_cancels_the_rest(cluster: Cluster, workdir: Path) -> None:
     step = "date +%s.%N > {name}; sleep 0.3"
     first = cluster.submit("bob", "--gpus", "0", "--cpus", "0", "--name", "prep", "--",

@@ -17,8 +17,8 @@ import typer.core
 
 from nanum.cli.base import UsageProblem, clean_errors, connect, exit_code_for_status, fail, note, print_json
 
-__all__ = ["Command", "Group", "JsonOpt", "ServerOpt", "TokenOpt", "UsageProblem", "clean_errors", "connect",
-           "exit_code_for_status", "fail", "finite", "note", "print_json"]
+__all__ = ["Command", "Group", "JobIdArg", "JsonOpt", "ServerOpt", "TokenOpt", "UsageProblem", "clean_errors",
+           "connect", "exit_code_for_status", "fail", "finite", "note", "print_json"]
 
 ServerOpt = Annotated[
     str | None,
@@ -32,6 +32,9 @@ TokenOpt = Annotated[
                  help="API token (default: $NANUM_TOKEN, else the saved one)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the API's JSON instead of text.")]
+#: One job: its id, or ID_TASK for an array's task; a command reads it with `nanum.cli.jobcmds.resolve`.
+JobIdArg = Annotated[str, typer.Argument(metavar="ID", show_default=False,
+                                         help="Job ID, or ID_TASK for one task of an array (see `nanum ps`).")]
 
 
 def finite(option: str) -> Any:

@@ -10,7 +10,17 @@ import typer
 
 from nanum.cli.app import app
 from nanum.cli.base import UsageProblem
-from nanum.cli.common import Command, Group, JsonOpt, ServerOpt, TokenOpt, clean_errors, connect, print_json
+from nanum.cli.common import (
+    Command,
+    Group,
+    JobIdArg,
+    JsonOpt,
+    ServerOpt,
+    TokenOpt,
+    clean_errors,
+    connect,
+    print_json,
+)
 
 _Opt = typer.Option
 env_app = typer.Typer(cls=Group, help="Environments jobs run in: container images, Python environments, setup "
@@ -156,16 +166,17 @@ def dataset_remove(name: NameArg, server: ServerOpt = None, token: TokenOpt = No
 @app.command(cls=Command)
 @clean_errors
 def checkpoints(
-    job_id: Annotated[int, typer.Argument(metavar="ID", show_default=False, help="The job.")],
+    job_id: JobIdArg,
     json: JsonOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
     """The files a job saved in its checkpoint directory, with sizes and times."""
+    from nanum.cli.jobcmds import resolve
     from nanum.cli.views import print_table
 
     with connect(server, token) as client:
-        found = client.checkpoints(job_id)
+        found = client.checkpoints(resolve(client, job_id)[0])
     if json:
         print_json(found)
         return

@@ -4,6 +4,7 @@ that import neither click nor Typer, called by the Typer commands (`nanum.cli.jo
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
@@ -152,15 +153,26 @@ def cancel(job_ids: list[str], server: str | None = None, token: str | None = No
     each(job_ids, server, token, "cancel", "Cancelled")
 
 
+#: A job's id or an array task's index: ASCII digits (`str.isdigit` takes '²', which `int` refuses; `int` takes
+#: '1_2' as 12).
+_ID = re.compile(r"[0-9]+")
+
+
+def parse_ref(text: str) -> tuple[int, int | None]:
+    """'12' -> (12, None); '12_7' -> (12, 7); anything else is refused, naming the forms taken."""
+    head, sep, task = text.partition("_")
+    if not _ID.fullmatch(head) or (sep and not _ID.fullmatch(task)):
+        raise UsageProblem(f"{text!r} is not a job ID; give a number such as 12, or 12_7 for task 7 of array 12")
+    return int(head), int(task) if sep else None
+
+
 def resolve(client: Client, text: str) -> tuple[int, bool]:
     """'12' -> (12, False): the job, or every task of array 12; '12_7' -> (task 7's job id, True)."""
-    head, sep, task = text.partition("_")
-    if not head.isdigit() or (sep and not task.isdigit()):
-        raise UsageProblem(f"{text!r} is not a job ID; give a number such as 12, or 12_7 for task 7 of array 12")
-    if not sep:
-        return int(head), False
-    for job in client.array_tasks(int(head)):
-        if job.get("array_task") == int(task):
+    head, task = parse_ref(text)
+    if task is None:
+        return head, False
+    for job in client.array_tasks(head):
+        if job.get("array_task") == task:
             return job["id"], True
     raise UsageProblem(f"array {head} has no task {task}; `nanum ps --expand` lists its tasks")
 

@@ -11,6 +11,7 @@ from nanum.cli import jobcmds
 from nanum.cli.app import app
 from nanum.cli.common import (
     Command,
+    JobIdArg,
     JsonOpt,
     ServerOpt,
     TokenOpt,
@@ -24,10 +25,9 @@ from nanum.cli.common import (
 from nanum.client import TERMINAL_STATES
 
 if TYPE_CHECKING:
-    from nanum.client import Client, LogChunk
+    from nanum.client import Client, Job, LogChunk
 
 _Opt = typer.Option
-JobIdArg = Annotated[int, typer.Argument(help="Job ID (see `nanum ps`).", show_default=False)]
 
 
 CommandArg = Annotated[list[str] | None, typer.Argument(
@@ -165,33 +165,57 @@ def show(job_id: Annotated[str, typer.Argument(show_default=False, help="Job ID,
 @app.command(cls=Command)
 @clean_errors
 def wait(
-    job_id: JobIdArg,
+    ref: JobIdArg,
     timeout: Annotated[float | None, _Opt("--timeout", metavar="S", min=0, callback=finite("--timeout"),
                                           help="Give up after S seconds (exit 124).")] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Wait for a job to end and exit with its exit code (124 when --timeout passes first)."""
+    """Wait for a job to end and exit with its exit code (124 when --timeout passes first). An array's ID waits
+    for all its tasks and exits with the highest of their codes."""
     from nanum.client import WaitTimeout
+    from nanum.jobfields import job_ref
 
     with connect(server, token) as client:
+        found, task = jobcmds.resolve(client, ref)
         try:
-            job = client.wait(job_id, timeout=timeout)
+            if not task and client.job(found).get("array_id") == found:
+                tasks = client.wait_array(found, timeout=timeout)
+                raise typer.Exit(_array_exit_code(found, tasks))
+            job = client.wait(found, timeout=timeout)
         except WaitTimeout as exc:
             fail(str(exc), 124)
-    raise typer.Exit(wait_exit_code(job["state"], job.get("exit_code"), job_id))
+    raise typer.Exit(wait_exit_code(job["state"], job.get("exit_code"), job_ref(job)))
 
 
-def wait_exit_code(state: str, exit_code: int | None, job_id: int) -> int:
-    """A finished job's own exit code (128+N when killed by signal N); 1 with a line on stderr when it was
-    cancelled, reached its time limit or was lost, or failed without a code."""
+def wait_exit_code(state: str, exit_code: int | None, job_ref: object, *, say: bool = True) -> int:
+    """A finished job's own exit code (128+N when killed by signal N); 1 with a line on stderr (unless not `say`)
+    when it was cancelled, reached its time limit or was lost, or failed without a code."""
     if state == "completed":
         return 0 if not exit_code else _shell_code(exit_code)
     if state == "failed":
         return _shell_code(exit_code) if exit_code else 1
     what = {"cancelled": "was cancelled", "timeout": "reached its time limit and was stopped", "lost": "was lost"}
-    note(f"nanum: job {job_id} {what.get(state, 'ended ' + state)}")
+    if say:
+        note(f"nanum: job {job_ref} {what.get(state, 'ended ' + state)}")
     return 1
+
+
+def _array_exit_code(array_id: int, tasks: list[Job]) -> int:
+    """The highest of the tasks' `wait_exit_code`s; unless all completed, one line on stderr counting them by
+    state, naming the first few that did not."""
+    from collections import Counter
+
+    from nanum.jobfields import job_ref
+
+    codes = {job_ref(t): wait_exit_code(t["state"], t.get("exit_code"), job_ref(t), say=False) for t in tasks}
+    if any(codes.values()):
+        counts = Counter(t["state"] for t in tasks)
+        failed = [ref for ref, code in codes.items() if code]
+        named = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+        note(f"nanum: array {array_id}: " + ", ".join(f"{n} {state}" for state, n in counts.items())
+             + f"; not completed: {named}")
+    return max(codes.values(), default=0)
 
 
 def _shell_code(code: int) -> int:
@@ -203,7 +227,7 @@ def _shell_code(code: int) -> int:
 @app.command(cls=Command)
 @clean_errors
 def logs(
-    job_id: JobIdArg,
+    ref: JobIdArg,
     follow: Annotated[bool, _Opt("--follow", "-f", help="Print new output until the job ends.")] = False,
     node: Annotated[str | None, _Opt("--node", metavar="NODE", help=(
         "One node's output of a multi-node job: its name or rank (default: every node's, lines led by [node])."))]
@@ -215,6 +239,7 @@ def logs(
     sent yet is waited for."""
     out = sys.stdout
     with connect(server, token) as client:
+        job_id = jobcmds.resolve(client, ref)[0]
         if follow:
             first = client.logs(job_id, 0, node)
             if first.state in ("pending", "held"):
@@ -233,8 +258,8 @@ def logs(
             if last.missing and last.state in TERMINAL_STATES:  # it has just ended: the rest is on its way
                 last = _follow(client, job_id, offset, node)
         if last.missing and last.state in TERMINAL_STATES:
-            note(f"the last {last.missing} bytes of job {job_id}'s output are still on its node, which has stopped "
-                 f"sending them; `nanum logs {job_id}` shows them once it sends them")
+            note(f"the last {last.missing} bytes of job {ref}'s output are still on its node, which has stopped "
+                 f"sending them; `nanum logs {ref}` shows them once it sends them")
 
 
 def _follow(client: Client, job_id: int, offset: int, node: str | None) -> LogChunk:
@@ -248,9 +273,11 @@ def _follow(client: Client, job_id: int, offset: int, node: str | None) -> LogCh
 
 def _say_what_it_waits_for(client: Client, job_id: int) -> None:
     """`logs -f` on a job that has not started: say so, and why, instead of sitting silent."""
+    from nanum.jobfields import job_ref
+
     job = client.job(job_id)
     why = f": {job['reason']}" if job.get("reason") else ""
-    note(f"job {job_id} is {job['state']}{why}; its output will follow once it starts (Ctrl-C stops watching; "
+    note(f"job {job_ref(job)} is {job['state']}{why}; its output will follow once it starts (Ctrl-C stops watching; "
          "the job stays queued)")
 
 

@@ -127,16 +127,20 @@ def notebook_list(server: ServerOpt = None, token: TokenOpt = None) -> None:
 @notebook_app.command("stop", cls=Command)
 @clean_errors
 def notebook_stop(
-    job_id: Annotated[int, typer.Argument(help="Notebook ID (see `nanum notebook list`).", show_default=False)],
+    ref: Annotated[str, typer.Argument(metavar="ID", help="Notebook ID (see `nanum notebook list`).",
+                                       show_default=False)],
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
     """Stop a notebook of yours and free its GPUs."""
+    from nanum.cli.jobcmds import resolve
+
     with connect(server, token) as client:
+        job_id = resolve(client, ref)[0]
         if client.job(job_id)["kind"] != "notebook":
-            fail(f"job {job_id} is not a notebook; stop other jobs with `nanum cancel {job_id}`", 2)
+            fail(f"job {ref} is not a notebook; stop other jobs with `nanum cancel {ref}`", 2)
         client.cancel(job_id)
-    print(f"Stopped notebook {job_id}")
+    print(f"Stopped notebook {ref}")
 
 
 @app.command(cls=Command)

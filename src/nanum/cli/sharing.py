@@ -92,8 +92,8 @@ def priority(
 @app.command(cls=Command)
 @clean_errors
 def checkpoint(
-    job_id: Annotated[int | None, typer.Argument(help="Job ID (default: $NANUM_JOB_ID, inside a job).",
-                                                 show_default=False)] = None,
+    ref: Annotated[str | None, typer.Argument(metavar="[ID]", show_default=False, help=(
+        "Job ID, or ID_TASK for one task of an array (default: $NANUM_JOB_ID, inside a job)."))] = None,
     quiet: Annotated[bool, _Opt("--quiet", "-q", help="Print nothing.")] = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
@@ -102,18 +102,20 @@ def checkpoint(
 
     Inside a job it touches $NANUM_CHECKPOINT_DIR/.checkpoint, which the job's agent reports; where a server
     and token are configured it also tells the server at once."""
+    from nanum.cli.jobcmds import parse_ref, resolve
     from nanum.client import NanumError, resolve_settings
 
     inside = os.environ.get("NANUM_JOB_ID", "")
-    if job_id is None and not inside.isdigit():
+    if ref is None and not inside.isdigit():
         fail("NANUM_JOB_ID is not set: run `nanum checkpoint` inside a job, or give the job's ID", 2)
-    job_id = job_id if job_id is not None else int(inside)
-    marked = _touch_mark() if str(job_id) == inside else None
+    ref = ref if ref is not None else inside
+    parse_ref(ref)
+    marked = _touch_mark() if ref == inside else None
     url, tok = resolve_settings(server, token)
     if url and tok:
         try:
             with connect(url, tok) as client:
-                client.checkpoint(job_id)
+                client.checkpoint(resolve(client, ref)[0])
         except NanumError as exc:
             if marked is None:
                 raise
@@ -121,7 +123,7 @@ def checkpoint(
     elif marked is None:
         fail("no nanum server configured to tell, and not inside the job: run it inside the job", 2)
     if not quiet:
-        print(f"Checkpoint recorded for job {job_id}")
+        print(f"Checkpoint recorded for job {ref}")
 
 
 def _touch_mark() -> Path | None:

@@ -39,9 +39,12 @@ class _NoAnswer(NanumError):
 
 
 class WaitTimeout(NanumError, TimeoutError):
-    """`Client.wait` gave up before the job ended; `job` is its last known state."""
+    """`Client.wait` (`wait_array`) gave up before the job (every task) ended; `job` is its (the first task still
+    going) last known state."""
 
     def __init__(self, job: Job, timeout: float) -> None:
-        super().__init__(f"job {job['id']} is still {job['state']} after {timeout:g} s")
+        from nanum.jobfields import job_ref
+
+        super().__init__(f"job {job_ref(job)} is still {job['state']} after {timeout:g} s")
         self.job = job
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from nanum.client._connection import Connection
@@ -143,13 +143,23 @@ class JobCalls(Connection):
         """Block until the job ends and return it; raise `WaitTimeout` after `timeout` seconds.
 
         Polls with a growing interval (`poll_s` up to 1 s) and rides out brief server restarts."""
+        [job] = self._wait_for(lambda: [self.job(job_id)], timeout, poll_s)
+        return job
+
+    def wait_array(self, array_id: int, timeout: float | None = None, poll_s: float = 0.1) -> list[Job]:
+        """Block until every task of array `array_id` has ended and return them by task index, as `wait` does for
+        one job (`WaitTimeout` names the first task still going)."""
+        return self._wait_for(lambda: self.array_tasks(array_id), timeout, poll_s)
+
+    def _wait_for(self, fetch: Callable[[], list[Job]], timeout: float | None, poll_s: float) -> list[Job]:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            job = self._retrying(functools.partial(self.job, job_id), deadline)
-            if job["state"] in TERMINAL_STATES:
-                return job
+            jobs = self._retrying(fetch, deadline)
+            going = [j for j in jobs if j["state"] not in TERMINAL_STATES]
+            if not going:
+                return jobs
             if deadline is not None and time.monotonic() >= deadline:
-                raise WaitTimeout(job, timeout or 0.0)
+                raise WaitTimeout(going[0], timeout or 0.0)
             pause = poll_s if deadline is None else min(poll_s, max(deadline - time.monotonic(), 0.0))
             time.sleep(pause)
             poll_s = min(poll_s * 1.5, 1.0)
