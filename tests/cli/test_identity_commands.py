@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.cli.conftest import Nanum
 from tests.cli.fakeapi import FakeApi
 
@@ -75,6 +77,14 @@ def test_token_commands(api: FakeApi, nanum: Nanum) -> None:
     assert nanum("token", "revoke", "3").stdout == "Revoked token 3\n"
     assert nanum("token", "revoke", "3", "--user", "bob").stdout == "Revoked token 3 of bob\n"
     assert api.sent("DELETE", "/tokens/3")[1].query == {"user": ["bob"]}
+
+
+@pytest.mark.parametrize("given", ["1_0", "\u00b2", "-1", "+3"])
+def test_a_token_id_is_digits_only(api: FakeApi, nanum: Nanum, given: str) -> None:
+    """Python's int reads '1_0' as 10: `nanum token revoke 1_0` revoked token 10."""
+    result = nanum("token", "revoke", "--", given)
+    assert result.exit_code == 2 and f"{given!r} is not a number; give digits only" in result.stderr
+    assert api.requests == []
 
 
 def test_login_asks_a_directory_name_and_password_without_echo(api: FakeApi) -> None:

@@ -18,7 +18,7 @@ import typer.core
 from nanum.cli.base import UsageProblem, clean_errors, connect, exit_code_for_status, fail, note, print_json
 
 __all__ = ["Command", "Group", "JobIdArg", "JsonOpt", "ServerOpt", "TokenOpt", "UsageProblem", "clean_errors",
-           "connect", "exit_code_for_status", "fail", "finite", "note", "print_json"]
+           "connect", "digits", "exit_code_for_status", "fail", "finite", "note", "print_json"]
 
 ServerOpt = Annotated[
     str | None,
@@ -35,6 +35,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the API's JSON inst
 #: One job: its id, or ID_TASK for an array's task; a command reads it with `nanum.cli.jobcmds.resolve`.
 JobIdArg = Annotated[str, typer.Argument(metavar="ID", show_default=False,
                                          help="Job ID, or ID_TASK for one task of an array (see `nanum ps`).")]
+
+
+def digits(text: str) -> int:
+    """`typer.Argument(..., parser=digits)` for a number that names something (a token, a sweep): ASCII digits
+    only. click's INT is Python's `int`, which reads '1_0' as 10: `nanum token revoke 1_0` revoked token 10."""
+    if not (text.isascii() and text.isdigit()):
+        raise typer.BadParameter(f"{text!r} is not a number; give digits only, such as 3")
+    return int(text)
 
 
 def finite(option: str) -> Any:

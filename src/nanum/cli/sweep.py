@@ -39,7 +39,7 @@ import click
 import typer
 
 from nanum.cli.app import app
-from nanum.cli.common import Group, JsonOpt, ServerOpt, TokenOpt, UsageProblem, clean_errors, connect
+from nanum.cli.common import Group, JsonOpt, ServerOpt, TokenOpt, UsageProblem, clean_errors, connect, digits
 
 METRIC_PREFIX = "NANUM_METRIC "
 #: The keys of a sweep file that are options of `nanum submit` (`nanum.cli.jobcmds.submit_options`), and the
@@ -222,7 +222,8 @@ def run(
 @sweep_app.command("show")
 @clean_errors
 def show(
-    sweep_id: Annotated[int, typer.Argument(metavar="ID", show_default=False, help="The sweep's id.")],
+    sweep_id: Annotated[int, typer.Argument(metavar="ID", show_default=False, parser=digits,
+                                            help="The sweep's id (its array's, as `nanum ps` shows it).")],
     sort: Annotated[str | None, typer.Option("--sort", metavar="METRIC", help=(
         "Sort by this metric (default: the sweep's metric, else the first reported)."))] = None,
     highest_first: Annotated[bool, typer.Option("--max", help="Highest first (default: the sweep's goal).")] = False,

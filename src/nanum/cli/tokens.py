@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from nanum.cli.app import app
-from nanum.cli.common import Command, Group, JsonOpt, ServerOpt, TokenOpt, clean_errors, connect, print_json
+from nanum.cli.common import Command, Group, JsonOpt, ServerOpt, TokenOpt, clean_errors, connect, digits, print_json
 
 _Opt = typer.Option
 token_app = typer.Typer(cls=Group, help="Your API tokens: list, create, revoke.", no_args_is_help=True)
@@ -52,7 +52,8 @@ def token_create(
 @token_app.command("revoke", cls=Command)
 @clean_errors
 def token_revoke(
-    token_id: Annotated[int, typer.Argument(metavar="ID", help="From `nanum token list` (0: your first token).")],
+    token_id: Annotated[int, typer.Argument(metavar="ID", parser=digits,
+                                            help="From `nanum token list` (0: your first token).")],
     user: UserOpt = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
