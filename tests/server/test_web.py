@@ -108,7 +108,8 @@ def test_every_page_renders(client: AsgiClient, node: MonitoredAgent) -> None:
     node.read(util=64.0)
     node.beat()
     for path, expect in [("/", "64%"), ("/queue", "Why it waits"), (f"/jobs/{j['id']}", "GPU utilisation"),
-                         ("/labs", "GPU-hours per day"), ("/nodes", "gpu-01"), ("/admin", "Idle policy")]:  # fmt: skip
+                         ("/labs", "GPU-hours per day"), ("/nodes", "1 node · 4 GPUs"),
+                         ("/admin", "Idle policy")]:  # fmt: skip
         r = get(client, path, cookies)
         assert r.status_code == 200 and expect in r.text, path
     grid = get(client, "/ui/cluster.json", cookies).json()
