@@ -76,7 +76,7 @@ def test_ps_rows_show_where_jobs_run_why_others_wait_and_who_borrows() -> None:
 
 
 def test_the_ps_table_fits_100_columns_without_wrapping() -> None:
-    long_reason = ("2 jobs ahead; reserved to start in 1h 5m when job 3 reaches its time limit; "
+    long_reason = ("2 jobs ahead; reserved to start when job 3 reaches its time limit; "
                    "lab vision is at its max of 8 GPUs")
     jobs = [job(id=1000 + i, name="a-rather-long-experiment-name", user="alexandria", lab="computer-vision",
                 reason=long_reason, estimated_start="2026-11-29T19:05:00Z") for i in range(3)]

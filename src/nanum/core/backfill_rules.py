@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from nanum.core.cycle import BackfillRule, CycleState, Partition, Shape
 from nanum.core.decision import Code, Reason
-from nanum.core.explain import human
 from nanum.core.model import Job, Placement
 from nanum.core.predict import planned_end
 
@@ -43,9 +42,8 @@ class Easy:
     def waits(self, c: CycleState, part: Partition, blocker: str, fits_now: bool) -> Reason | None:
         if not fits_now:
             return None
-        held = part.shown
-        when = f", reserved to start in {human(held.start - c.snap.now)}" if held else ""
-        return Reason(Code.BACKFILL, f"starting now would delay job {blocker}{when}")
+        delayed = f"job {blocker}'s reserved start" if part.shown else f"job {blocker}"
+        return Reason(Code.BACKFILL, f"starting now would delay {delayed}")
 
 
 class NoBackfill:

@@ -2,8 +2,8 @@
 
 Every job left pending gets one `Reason`, from the first that applies:
 
-1. it holds a reservation (the first blocked job of its partition) or an estimate: "reserved to start in 2h 10m
-   when job 7 is expected to end" (`RESERVED`, `QUEUED`);
+1. it holds a reservation (the first blocked job of its partition) or an estimate: "reserved to start when job 7
+   is expected to end" (`RESERVED`, `QUEUED`), its estimated start beside it;
 2. the policy's backfill rule keeps it behind its partition's first blocked job (`nanum.core.backfill_rules`):
    under `easy` it fits now, but starting it would delay that job's reservation (`BACKFILL`); under `none` it
    waits behind that job (`QUEUED`);
@@ -13,6 +13,10 @@ Every job left pending gets one `Reason`, from the first that applies:
 Each reason opens with the job's place in its partition's queue: "next in line", or "N jobs ahead", counting the
 jobs of its partition the cycle considered before it (in queue order, owners within their guarantee before
 borrowers) that wait too. Jobs that start in the cycle, and other partitions' jobs, are not ahead of it.
+
+A reason holds no time relative to the cycle ("in 2h 10m"): it is stored and shown until its wording changes, and
+such a time would be stale the moment it is read. When the job should start is its estimated start, which every
+view shows as a time of day or counts down itself.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ def explain(c: CycleState, job: Job, shape: Shape, part: Partition, ahead: int, 
             res: Reservation | None) -> None:
     """Record why `job` waits (see the module docstring); `ahead` jobs of its partition wait before it."""
     if res is not None:
-        when = f"{'reserved to start' if first else 'expected to start'} in {human(res.start - c.snap.now)}"
+        when = "reserved to start" if first else "expected to start"
         code = Code.RESERVED if first else Code.QUEUED
         c.wait(job, Reason(code, f"{place(ahead)}; {when} when {res.cause}"), res.start, ahead)
         return
@@ -72,15 +76,3 @@ def no_room(c: CycleState, job: Job, keys: Keys) -> str:
     return (f"needs {gpus(job.gpus)}{model} on one node; the largest free block is {block} "
             f"(node {where.node.name}); with --gpus {block} it would fit now")
 
-
-def human(seconds: float) -> str:
-    """3d 4h, 2h 10m, 5m 3s, 40s."""
-    s = max(round(seconds), 0)
-    d, h, m = s // 86400, s % 86400 // 3600, s % 3600 // 60
-    if d:
-        return f"{d}d {h}h"
-    if h:
-        return f"{h}h {m}m"
-    if m:
-        return f"{m}m {s % 60}s"
-    return f"{s}s"
