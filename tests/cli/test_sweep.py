@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from nanum.cli.common import UsageProblem
 from nanum.cli.jobcmds import submit_options
-from nanum.cli.sweep import commands, parse_metric, submit_keys, trials
+from nanum.cli.sweep import SUBMIT_KEYS, SWEEP_KEYS, commands, parse_metric, submit_keys, trials
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "sweeps.md"
 
 
 def test_a_grid_is_every_combination_in_order() -> None:
@@ -73,3 +77,11 @@ def test_a_sweep_takes_submits_options_as_submit_reads_them() -> None:
 def test_a_key_a_sweep_does_not_take_or_a_bad_value_is_refused(extra: dict[str, object], message: str) -> None:
     with pytest.raises(UsageProblem, match=message):
         submit_options(**submit_keys({"command": "train", "grid": {"lr": [1]}, **extra}, "s.toml"))
+
+
+def test_the_guide_names_every_key_a_sweep_file_takes() -> None:
+    """docs/sweeps.md is where users learn the file's format: a key it leaves out is one they cannot find."""
+    guide = GUIDE.read_text()
+    missing = [key for key in (*SWEEP_KEYS, *SUBMIT_KEYS) if f"`{key}`" not in guide and f"`[{key}]`" not in guide]
+    assert missing == []
+

@@ -12,6 +12,8 @@ import pytest
 
 from tests.e2e.cluster import Cluster
 
+ROOT = Path(__file__).resolve().parents[2]
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 TASK = ('echo "$(date +%s.%N) $NANUM_ARRAY_JOB_ID $NANUM_ARRAY_TASK_ID" > start-$NANUM_ARRAY_TASK_ID; sleep 0.6; '
@@ -213,3 +215,26 @@ def test_a_grid_sweep_runs_every_trial_and_show_sorts_them_by_the_metric(cluster
     assert shown[0].split() == ["TRIAL", "ID", "STATE", "a", "b", "loss", "step"]
     assert shown[1].split()[1:6] == [f"{sweep}_0", "completed", "1", "10", "890"]
     assert shown[-1] == "sorted by loss, highest first"
+
+
+def _blocks(text: str, fence: str) -> list[str]:
+    """The code blocks of a Markdown text fenced with ```FENCE."""
+    return [part.split("```", 1)[0] for part in text.split(f"```{fence}\n")[1:]]
+
+
+def test_the_sweep_guides_example_runs_as_written(cluster: Cluster, workdir: Path) -> None:
+    """docs/sweeps.md's worked example, its files taken from the page: what the page shows is what a user sees."""
+    guide = (ROOT / "docs" / "sweeps.md").read_text()
+    (workdir / "train.py").write_text(_blocks(guide, "python")[0])
+    (workdir / "sweep.toml").write_text(_blocks(guide, "toml")[0])
+    shown = [line.removeprefix("$ ") for line in _blocks(guide, "sh")[0].splitlines()]
+    out = ok(cluster.nanum(*shown[0].split()[1:], user="dave", cwd=workdir))
+    sweep = out.split()[2].rstrip(":")
+    page_id = shown[1].split()[2].rstrip(":")
+    assert out == shown[1].replace(page_id, sweep) + "\n"
+    waited = cluster.nanum("wait", sweep, "--timeout", "120", user="dave")
+    assert waited.returncode == 0, waited.stderr
+    listed = ok(cluster.nanum("sweep", "show", sweep, user="dave"))
+    expected = [line.replace(f"{page_id}_", f"{sweep}_").split() for line in shown[4:]]
+    assert [line.split() for line in listed.splitlines()] == expected
+

@@ -1,31 +1,11 @@
 """Hyperparameter sweeps: `nanum sweep sweep.toml` runs a grid or a random search as one job array, and
-`nanum sweep show ID` lists its trials with their parameters, state and last metrics.
+`nanum sweep show ID` lists its trials with their parameters, state and last metrics. docs/sweeps.md is the
+user's guide: the file's keys, a worked example (which tests/e2e/test_pipelines.py runs as written) and metrics.
 
-    name = "lr-sweep"
-    command = "python train.py --lr {lr} --batch {batch}"   # {name}: the trial's value, quoted for the shell
-    max_running = 4          # at most 4 trials at once (the array's %4); default: no limit
-    gpus = 1                 # and the other options of `nanum submit` below (`SUBMIT_KEYS`), as it reads them
-    metric = "val_loss"      # what `sweep show` sorts by (default: the first metric reported)
-    goal = "min"             # or "max"
-
-    [grid]                   # every combination: 3 x 3 = 9 trials
-    lr = [0.1, 0.01, 0.001]
-    batch = [32, 64, 128]
-
-    # or, instead of [grid]:
-    [random]
-    trials = 20
-    seed = 1
-    lr = {min = 1e-4, max = 1e-1, log = true}
-    batch = [32, 64, 128]    # a list: one of its values
-
-The options of `nanum submit` a sweep takes, named as its flags: gpus, nodes, gpu_model ("A100,H100"), gpu_mem
-("40G"), constraint (["net=ib"]), cpus, mem ("32G"), time ("4h"), priority, lab, workdir, env ({SEED = "1"}),
-environment, dataset (["imagenet"]) and no_preempt (true). Any other key is refused, naming those it takes.
-
-A trial reports a metric by printing a line `NANUM_METRIC name=value` (e.g. `NANUM_METRIC val_loss=0.31`); the
-last value of each name counts. The trials' parameters travel with the array (its `NANUM_SWEEP` variable), so
-`sweep show` needs nothing but the array's id.
+A trial's command is picked by its task index (`_PICK`) from the array's arguments, each trial's values quoted
+for the shell (`commands`). Its parameters travel with the array in its `NANUM_SWEEP` variable, so `sweep show`
+needs nothing but the array's id; a trial's metrics are read from its output (`NANUM_METRIC name=value` lines,
+`parse_metric`).
 """
 
 from __future__ import annotations
