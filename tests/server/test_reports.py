@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import update
 
 from nanum.server.context import ServerContext
-from nanum.store import JobRow, SegmentRow
+from nanum.store import JobRow, NodeRow, SegmentRow
 from nanum.store.monitoring import JobStatsRow
 from tests.server.asgiclient import AsgiClient
 from tests.server.conftest import BOB, auth, submit, tick
@@ -59,6 +59,23 @@ def test_usage_report_by_lab_and_user_has_the_known_figures(client: AsgiClient, 
                          headers=auth(BOB)).json()
     assert all(re.fullmatch(r"\d{4}-W\d{2}", r["key"]) for r in by_week["rows"])
     assert sum(r["gpu_hours"] for r in by_week["rows"]) == pytest.approx(8.0)
+
+
+def test_this_months_usage_is_measured_against_the_hours_gone_by(client: AsgiClient, agent: FakeAgent,
+                                                                  ctx: ServerContext) -> None:
+    """Early in a month, the hours still to come are not available yet: counting them said "0.0% used" of a
+    cluster busy since it started."""
+    job_id = int(submit(client, gpus=4)["id"])  # type: ignore[call-overload]
+    tick(client)
+    agent.beat()
+    with ctx.db.write() as s:  # the node was registered just now: say ten minutes ago
+        s.execute(update(NodeRow).values(created=NodeRow.created - 600))
+    got = client.get("/api/v1/reports/usage", headers=auth(BOB)).json()
+    assert got["until"] > datetime.now(UTC).isoformat()  # this month's window runs on
+    assert got["available_gpu_hours"] == pytest.approx(4 * 600 / HOUR, rel=0.05)
+    assert got["total"]["gpu_hours"] < got["available_gpu_hours"] and got["used_percent"] < 100
+    agent.exit(job_id)
+    agent.beat()
 
 
 def test_usage_report_refuses_an_unknown_grouping(client: AsgiClient) -> None:

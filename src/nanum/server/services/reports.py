@@ -101,7 +101,8 @@ def usage_report(ctx: ServerContext, win: Any, by: str, now: float) -> dict[str,
 
     Utilisation and idle-but-held come from monitoring: a job's mean GPU utilisation and its share of idle readings
     (`job_stats`), applied to its GPU-hours in the window; jobs with no readings count as unmeasured. Available
-    GPU-hours: the GPUs the nodes have now times the window (from the first node's registration)."""
+    GPU-hours: the GPUs the nodes have now times the window so far (from the first node's registration, until
+    `now` where the window has not ended: this month's report compares the hours used with those gone by)."""
     from nanum.server.errors import BadRequest
     from nanum.server.schemas import iso
     from nanum.server.services import usage
@@ -122,7 +123,7 @@ def usage_report(ctx: ServerContext, win: Any, by: str, now: float) -> dict[str,
         user_budgets = {r.name: r.monthly_gpu_hours for r in s.execute(select(UserRow.name, UserRow.monthly_gpu_hours))}
     gpus = sum(len((inv or {}).get("gpus", ())) for inv, _ in nodes)
     first = min((created for _, created in nodes), default=win.until)
-    available_s = gpus * max(win.until - max(win.since, first), 0.0)
+    available_s = gpus * max(min(win.until, now) - max(win.since, first), 0.0)
     groups: dict[str, _Group] = {}
     labs: dict[str, _Group] = {}
     users: dict[str, _Group] = {}
