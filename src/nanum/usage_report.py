@@ -133,6 +133,11 @@ def _png(plt: Any, fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def _room_for_legend(ax: Any, heights: list[float]) -> None:
+    """The y axis from 0 to a third above the tallest bar: the legend, top right, would otherwise cover it."""
+    ax.set_ylim(0, max(max(heights, default=0.0), 1e-9) * 1.35)
+
+
 def _chart_usage(report: dict[str, Any]) -> tuple[str, str]:
     data = report["rows"]
     if not data:
@@ -145,7 +150,8 @@ def _chart_usage(report: dict[str, Any]) -> tuple[str, str]:
     ax.bar(keys, idle, bottom=busy, label="allocated, GPUs idle", color="#e8a33d")
     ax.set_ylabel("GPU-hours")
     ax.set_title(f"GPU-hours by {report['by']} ({_hours(report['available_gpu_hours'])} available in all)")
-    ax.legend()
+    _room_for_legend(ax, [b + i for b, i in zip(busy, idle, strict=True)])
+    ax.legend(loc="upper right")
     ax.tick_params(axis="x", labelrotation=30 if len(keys) > 6 else 0)
     return f"GPU-hours by {report['by']}", _png(plt, fig)
 
@@ -160,9 +166,9 @@ def _chart_waits(report: dict[str, Any]) -> tuple[str, str]:
     ax.bar([i + 0.2 for i in x], [r["wait_p95_s"] / 60 for r in labs], width=0.4, label="p95", color="#b33f2f")
     ax.set_xticks(list(x), [r["key"] for r in labs])
     ax.set_ylabel("wait (minutes)")
-    ax.set_ylim(bottom=0)  # waits of 0 would otherwise centre the axis on 0
+    _room_for_legend(ax, [r["wait_p95_s"] / 60 for r in labs])  # from 0: waits of 0 would centre the axis on 0
     ax.set_title("Queue waits by lab")
-    ax.legend()
+    ax.legend(loc="upper right")
     return "Queue waits by lab", _png(plt, fig)
 
 
