@@ -67,6 +67,10 @@ def test_an_arrays_tasks_are_waited_for_and_read_by_the_names_ps_gives_them(clus
     assert waited.stderr == f"nanum: array {array}: 2 completed, 1 failed; not completed: {array}_1\n"
     assert {t["state"] for t in cluster.api("GET", "/jobs", query=f"array={array}")} == {"completed", "failed"}
     assert ok(cluster.nanum("logs", f"{array}_1", user="alice")) == "task 1\n"
+    first = cluster.nanum("logs", str(array), user="alice")  # the array's id reads its first task, and says so
+    assert (first.returncode, first.stdout) == (0, "task 0\n")
+    assert first.stderr == (f"nanum: {array} is an array: this is its task {array}_0's output; `nanum logs "
+                            f"{array}_N` shows task N's\n")
     assert cluster.nanum("wait", f"{array}_2", user="alice").returncode == 0
     for bad in (f"{array}_x", "1_2_3", "\u00b2"):
         refused = cluster.nanum("logs", bad, user="alice")

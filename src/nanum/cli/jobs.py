@@ -236,25 +236,27 @@ def logs(
     token: TokenOpt = None,
 ) -> None:
     """A job's output (stdout and stderr together). Of a job that has just ended, the output its node has not
-    sent yet is waited for."""
+    sent yet is waited for. An array's ID gives its first task's output (ID_TASK another's)."""
     out = sys.stdout
     with connect(server, token) as client:
         job_id = jobcmds.resolve(client, ref)[0]
+        first = client.logs(job_id, 0, node)
+        if "_" in first.ref and "_" not in ref:  # the array's id reads its first task
+            note(f"nanum: {ref} is an array: this is its task {first.ref}'s output; `nanum logs {ref}_N` shows "
+                 "task N's")
         if follow:
-            first = client.logs(job_id, 0, node)
             if first.state in ("pending", "held"):
                 _say_what_it_waits_for(client, job_id)
             out.write(first.text)
             out.flush()
             last = _follow(client, job_id, first.offset, node)
         else:
-            offset = 0
-            while True:
+            last, offset = first, 0
+            out.write(last.text)
+            while last.text and last.offset > offset:
+                offset = last.offset
                 last = client.logs(job_id, offset, node)
                 out.write(last.text)
-                if not last.text or last.offset <= offset:
-                    break
-                offset = last.offset
             if last.missing and last.state in TERMINAL_STATES:  # it has just ended: the rest is on its way
                 last = _follow(client, job_id, offset, node)
         if last.missing and last.state in TERMINAL_STATES:

@@ -107,7 +107,7 @@ class JobCalls(Connection):
         response = self._call("GET", f"/jobs/{job_id}/logs", params=params)
         next_offset = int(response.header("X-Nanum-Log-Offset") or offset + len(response.content))
         return LogChunk(response.text, next_offset, response.header("X-Nanum-Job-State") or "",
-                        int(response.header("X-Nanum-Log-Missing") or 0))
+                        int(response.header("X-Nanum-Log-Missing") or 0), response.header("X-Nanum-Job-Ref") or "")
 
     def follow_logs(self, job_id: int, offset: int = 0, poll_s: float = 0.5, settle_s: float = 10.0,
                     node: str | None = None) -> Iterator[str]:

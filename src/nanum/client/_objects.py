@@ -63,10 +63,12 @@ class NewToken(TypedDict):
 
 class LogChunk(NamedTuple):
     """Output of a job from some byte offset; `offset` is where the next read starts, `state` the job's;
-    `missing`: bytes of an ended job's output that its node has not sent yet (they follow in a moment)."""
+    `missing`: bytes of an ended job's output that its node has not sent yet (they follow in a moment); `ref`: the
+    job as `nanum ps` names it (`12_0` for an array's first task)."""
 
     text: str
     offset: int
     state: str
     missing: int = 0
+    ref: str = ""
 

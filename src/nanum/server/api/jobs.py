@@ -108,9 +108,11 @@ def job_logs(
     """stdout and stderr from byte `offset`; `X-Nanum-Log-Offset` says where the next read starts. A multi-node
     job's log has every node's lines, each led by `[node]`; `node` picks one node's output alone.
     `X-Nanum-Log-Missing`, when there is one, counts the bytes of an ended job's output still on its node (they
-    follow with its next heartbeats)."""
+    follow with its next heartbeats). `X-Nanum-Job-Ref` names the job as `nanum ps` does (`12_0` for an array's
+    first task, which the array's id reads)."""
     got = jobs.read_logs(ctx, caller, job_id, offset, node)
-    headers = {"X-Nanum-Log-Offset": str(got.next_offset), "X-Nanum-Job-State": got.state}
+    headers = {"X-Nanum-Log-Offset": str(got.next_offset), "X-Nanum-Job-State": got.state,
+               "X-Nanum-Job-Ref": got.ref}
     if got.missing:
         headers["X-Nanum-Log-Missing"] = str(got.missing)
     return Response(got.data, media_type="text/plain; charset=utf-8", headers=headers)

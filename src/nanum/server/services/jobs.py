@@ -388,12 +388,13 @@ class LogSlice:
     next_offset: int
     state: str
     missing: int  # bytes of the ended job's output still on its node(s) (`joblogs.missing_bytes`)
+    ref: str  # the job as its owner names it (`ref`)
 
 
 def read_logs(ctx: ServerContext, caller: Caller, job_id: int, offset: int, node: str | None = None) -> LogSlice:
     with ctx.db.read() as s:
         job = _owned(s, caller, job_id)
-        state, gang = job.state, job.nodes > 1
+        state, gang, named = job.state, job.nodes > 1, ref(job)
         nodes = [str(a["node"]) for a in job.allocation or ()]
         if node is not None:
             nodes = [nodelogs.node_of(job.allocation, node)]
@@ -407,4 +408,4 @@ def read_logs(ctx: ServerContext, caller: Caller, job_id: int, offset: int, node
             data = f.read(LOG_CHUNK)
     except FileNotFoundError:
         data = b""
-    return LogSlice(data, max(offset, 0) + len(data), state, missing)
+    return LogSlice(data, max(offset, 0) + len(data), state, missing, named)
