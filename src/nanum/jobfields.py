@@ -58,8 +58,6 @@ __all__ = [
     "SubmitFields",
     "bounds",
     "change_text",
-    "job_ref",
-    "ref_of",
     "spec",
 ]
 
@@ -172,18 +170,6 @@ def change_text(field: str, value: Any) -> str:
     if isinstance(value, list):
         return ",".join(value) or "none"
     return "any" if value is None and field in CLEARED_BY_NULL else str(value)
-
-
-def job_ref(job: Any) -> str:
-    """A job (as the API shows it) as users name it: `12_7` for task 7 of array 12, else its id; as `nanum ps
-    --expand` lists it, `nanum cancel 12_7` takes it and the scheduler's reasons say it (`nanum.core.model.Job.ref`,
-    the same rule in the core, which imports nothing outside itself)."""
-    return ref_of(job["id"], job.get("array_id"), job.get("array_task"))
-
-
-def ref_of(job_id: int, array_id: int | None, array_task: int | None) -> str:
-    """`job_ref` from a job's id and its array's id and task (as the store has them)."""
-    return str(job_id) if array_id is None else f"{array_id}_{array_task}"
 
 
 class JobChanges(TypedDict, total=False):

@@ -104,6 +104,8 @@ def test_show_lists_every_field_known_or_new() -> None:
     assert shown["time_limit_s"] == "14400 s (4:00:00)"
     assert shown["exit_code"] == "-"
     assert shown["extra_field"] == "new"
+    task = dict(show_lines(job(id=9, array_id=7, array_task=2)))
+    assert task["id"] == "7_2 (task 2 of array 7; job id 9)"
     keys = [k for k, _ in show_lines(job())]
     for key in ("id", "name", "user", "lab", "state", "reason", "estimated_start", "gpus", "nodes",
                 "allocation", "submit_time", "start_time", "end_time", "exit_code", "command", "workdir"):

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nanum.cli.monitor_views import FIELDS, holder_text, idle_text, usage_lines, util_text
+from nanum.jobref import job_ref
 from nanum.predicted import prediction_text
 
 ACTIVE = ("pending", "held")
@@ -139,6 +140,9 @@ def show_lines(job: dict[str, Any]) -> list[tuple[str, str]]:
     hidden = (*SHOW_ORDER, *FIELDS, *PREDICTION)
     keys = [k for k in SHOW_ORDER if k in job] + sorted(k for k in job if k not in hidden)
     lines = [(key, _show_value(key, job[key])) for key in keys]
+    if job.get("array_id") is not None:  # an array's task, named as ps and cancel name it
+        lines[0] = ("id", f"{job_ref(job)} (task {job.get('array_task')} of array {job['array_id']}; job id "
+                          f"{job['id']})")
     if (predicted := prediction_text(job, duration)) is not None:
         at = next((i + 1 for i, k in enumerate(keys) if k == "time_limit_s"), len(lines))
         lines.insert(at, ("prediction", predicted))

@@ -43,7 +43,7 @@ class WaitTimeout(NanumError, TimeoutError):
     going) last known state."""
 
     def __init__(self, job: Job, timeout: float) -> None:
-        from nanum.jobfields import job_ref
+        from nanum.jobref import job_ref
 
         super().__init__(f"job {job_ref(job)} is still {job['state']} after {timeout:g} s")
         self.job = job

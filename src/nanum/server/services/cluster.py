@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from sqlalchemy import select
 
-from nanum.jobfields import ref_of
+from nanum.jobref import ref_of
 from nanum.server.context import ServerContext
 from nanum.store import AllocationRow, JobRow, JobStatsRow, LabRow, NodeLiveRow, NodeRow, UserRow
 
@@ -36,7 +36,7 @@ class GpuView:
     power_w: float | None = None
     temperature_c: float | None = None
     job_id: int | None = None
-    #: the job as users name it (`nanum.jobfields.job_ref`): `12_7` for an array's task.
+    #: the job as users name it (`nanum.jobref`): `12_7` for an array's task.
     job_ref: str | None = None
     job_name: str | None = None
     user: str | None = None

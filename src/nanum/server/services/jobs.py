@@ -14,7 +14,8 @@ from sqlalchemy.orm import Session
 
 from nanum.core import JobId, Limits, User, impossible
 from nanum.core.bursts import BURST_GAP, joins
-from nanum.jobfields import JobRequest, ref_of
+from nanum.jobfields import JobRequest
+from nanum.jobref import ref_of
 from nanum.server.arrays import parse_array
 from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
@@ -339,7 +340,7 @@ def owned_jobs(s: Session, caller: Caller, job_id: int, *, one: bool = False, ac
 
 
 def ref(job: JobRow) -> str:
-    """The job as its owner names it, `12_7` for an array's task (`nanum.jobfields.ref_of`)."""
+    """The job as its owner names it, `12_7` for an array's task (`nanum.jobref.ref_of`)."""
     return ref_of(job.id, job.array_id, job.array_task)
 
 

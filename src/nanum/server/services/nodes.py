@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from sqlalchemy import select
 
-from nanum.jobfields import ref_of
+from nanum.jobref import ref_of
 from nanum.server.context import ServerContext
 from nanum.server.errors import NotFound
 from nanum.server.schemas import GpuOut, NodeDetail, NodeOut, iso

@@ -26,7 +26,7 @@ from sqlalchemy import Integer, any_, bindparam, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from nanum.jobfields import ref_of
+from nanum.jobref import ref_of
 from nanum.monitor.efficiency import Tally
 from nanum.monitor.idle import IdlePolicy, IdleState, Reading, Stage, Step, StepKind, observe
 from nanum.protocol import GpuSample, JobSample, Sample
@@ -44,7 +44,7 @@ class Notice:
 
     kind: str
     job_id: int
-    #: the job as its owner names it (`nanum.jobfields.job_ref`): `12_7` for an array's task.
+    #: the job as its owner names it (`nanum.jobref`): `12_7` for an array's task.
     job_ref: str
     job_name: str
     user_id: int

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from nanum.jobfields import job_ref
+from nanum.jobref import job_ref
 from nanum.server.callers import Caller
 from nanum.server.services.cluster import ClusterView, GpuView, NodeView, Totals, cluster
 from nanum.server.web import charts, data

@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from nanum import __version__
-from nanum.jobfields import job_ref
+from nanum.jobref import job_ref
 from nanum.monitor.idle import duration as _duration
 from nanum.server.callers import Caller
 from nanum.server.web import session
