@@ -186,16 +186,25 @@ def test_wait_gives_up_after_its_timeout() -> None:
 
 
 def test_wait_array_waits_for_every_task_and_its_timeout_names_the_task_as_ps_does() -> None:
+    """Each look asks for the tasks not ended; the ended ones are read once, at the end."""
     polls = iter([("running", "running"), ("completed", "running"), ("completed", "failed")])
+    states: tuple[str, ...] = ()
+    full_reads = 0
 
     def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal states, full_reads
         assert request.url.params["array"] == "7"
-        states = next(polls, ("completed", "pending"))
+        wanted = request.url.params.get_list("state")
+        if wanted:
+            states = next(polls, ("completed", "pending"))
+        else:
+            full_reads += 1
         tasks = [job(id=7 + i, state=state, array_id=7, array_task=i) for i, state in enumerate(states)]
-        return httpx.Response(200, json=tasks)
+        return httpx.Response(200, json=[t for t in tasks if not wanted or t["state"] in wanted])
 
     with client(handler) as nanum:
         assert [t["state"] for t in nanum.wait_array(7, timeout=10, poll_s=0.01)] == ["completed", "failed"]
+        assert full_reads == 1
         with pytest.raises(WaitTimeout, match=r"job 7_1 is still pending after 0\.1 s"):
             nanum.wait_array(7, timeout=0.1, poll_s=0.02)
 

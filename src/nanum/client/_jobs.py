@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from nanum.client._connection import Connection
 from nanum.client._errors import ServerUnreachable, WaitTimeout, _NoAnswer
-from nanum.client._objects import TERMINAL_STATES, LogChunk
+from nanum.client._objects import ACTIVE_STATES, TERMINAL_STATES, LogChunk
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -148,8 +148,11 @@ class JobCalls(Connection):
 
     def wait_array(self, array_id: int, timeout: float | None = None, poll_s: float = 0.1) -> list[Job]:
         """Block until every task of array `array_id` has ended and return them by task index, as `wait` does for
-        one job (`WaitTimeout` names the first task still going)."""
-        return self._wait_for(lambda: self.array_tasks(array_id), timeout, poll_s)
+        one job (`WaitTimeout` names the first task still going). Each look asks for the tasks not ended only: a
+        large array's ended ones are read once, at the end."""
+        going = [("array", str(array_id)), *(("state", state) for state in ACTIVE_STATES)]
+        self._wait_for(lambda: self._call("GET", "/jobs", params=going).json(), timeout, poll_s)
+        return self.array_tasks(array_id)
 
     def _wait_for(self, fetch: Callable[[], list[Job]], timeout: float | None, poll_s: float) -> list[Job]:
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import NamedTuple, TypedDict
 
 TERMINAL_STATES = frozenset({"completed", "failed", "cancelled", "timeout"})
+#: The states of a job that has not ended, as `GET /jobs?state=` takes them.
+ACTIVE_STATES = ("pending", "held", "running")
 
 
 class Gpu(TypedDict):
