@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from nanum.jobref import job_ref
+
 if TYPE_CHECKING:
     from nanum.jobfields import Job
 
@@ -43,8 +45,6 @@ class WaitTimeout(NanumError, TimeoutError):
     going) last known state."""
 
     def __init__(self, job: Job, timeout: float) -> None:
-        from nanum.jobref import job_ref
-
         super().__init__(f"job {job_ref(job)} is still {job['state']} after {timeout:g} s")
         self.job = job
 
