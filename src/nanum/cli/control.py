@@ -13,6 +13,7 @@ import typer
 from nanum.cli.app import app
 from nanum.cli.common import Command, ServerOpt, TokenOpt, UsageProblem, clean_errors, connect
 from nanum.cli.jobcmds import each, resolve
+from nanum.jobref import job_ref
 
 _Opt = typer.Option
 IdsArg = Annotated[list[str], typer.Argument(
@@ -39,17 +40,18 @@ def release(job_ids: IdsArg, server: ServerOpt = None, token: TokenOpt = None) -
 def top(job_id: IdArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
     """Move a waiting job before your other waiting jobs of its tier (a higher tier, set by admins, stays ahead)."""
     with connect(server, token) as client:
-        client.top(resolve(client, job_id)[0])
-    print(f"Moved job {job_id} before your other waiting jobs of its tier")
+        moved = client.top(resolve(client, job_id)[0])
+    print(f"Moved job {job_ref(moved)} before your other waiting jobs of its tier")
 
 
 @app.command(cls=Command)
 @clean_errors
 def requeue(job_id: IdArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
-    """Queue a job again: a running one is stopped first, an ended one runs again as submitted."""
+    """Queue a job again: a running one is stopped first, an ended one runs again as submitted. An array's ID
+    acts on its first task (ID_TASK on another)."""
     with connect(server, token) as client:
-        client.requeue(resolve(client, job_id)[0])
-    print(f"Requeued job {job_id}")
+        requeued = client.requeue(resolve(client, job_id)[0])
+    print(f"Requeued job {job_ref(requeued)}")
 
 
 @app.command(cls=Command)
