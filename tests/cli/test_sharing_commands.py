@@ -114,7 +114,8 @@ def test_usage_refuses_month_with_since(nanum: Nanum) -> None:
 def test_priority_shows_weighted_factors_in_queue_order(api: FakeApi, nanum: Nanum) -> None:
     api.on("GET", "/priority", {"policy": "fairshare+binpack+backfill",
                                 "weights": {"age": 1000.0, "fairshare": 10000.0, "priority": 10000.0, "size": 1000.0},
-                                "jobs": [{"job_id": 12, "name": "t", "user": "bob", "lab": "nlp", "rank": 1,
+                                "jobs": [{"job_id": 12, "job_ref": "9_3", "name": "t", "user": "bob", "lab": "nlp",
+                                          "rank": 1,
                                           "priority": 9625.0, "factors": {"age": 0.5, "fairshare": 0.9,
                                                                           "priority": 0.0, "size": 0.125},
                                           "user_fairshare": 0.75, "tier": 2}]})
@@ -124,7 +125,7 @@ def test_priority_shows_weighted_factors_in_queue_order(api: FakeApi, nanum: Nan
     assert lines[0].startswith("Queue order: fairshare+binpack+backfill.")
     assert lines[1] == "RANK: higher TIER first (set by admins), then FAIRSHARE, then USERSHARE, then submit time."
     assert lines[2].split()[:5] == ["RANK", "JOBID", "USER", "LAB", "TIER"]
-    assert lines[3].split() == ["1", "12", "bob", "nlp", "2", "9625", "500", "9000", "0", "125", "0.750"]
+    assert lines[3].split() == ["1", "9_3", "bob", "nlp", "2", "9625", "500", "9000", "0", "125", "0.750"]
 
 
 def test_priority_under_the_default_order_states_its_rule_and_lists_jobs_by_rank(api: FakeApi, nanum: Nanum) -> None:
@@ -132,9 +133,9 @@ def test_priority_under_the_default_order_states_its_rule_and_lists_jobs_by_rank
            "factors": {"age": 0.0, "fairshare": 0.5, "priority": 0.0, "size": 0.0}}
     api.on("GET", "/priority", {"policy": "gittins+binpack+backfill+preempt",
                                 "weights": {"age": 1000.0, "fairshare": 10000.0, "priority": 10000.0, "size": 1000.0},
-                                "jobs": [{**row, "job_id": 14, "rank": 1, "priority": 5500.0,
+                                "jobs": [{**row, "job_id": 14, "job_ref": "14", "rank": 1, "priority": 5500.0,
                                           "factors": {**row["factors"], "priority": 0.5}},
-                                         {**row, "job_id": 13, "rank": 2}]})
+                                         {**row, "job_id": 13, "job_ref": "13", "rank": 2}]})
     result = nanum("priority")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()

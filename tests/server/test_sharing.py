@@ -229,14 +229,16 @@ def test_priority_breaks_each_pending_job_into_factors(client: AsgiClient, agent
     tick(client)
     assert job(client, blocker["id"])["state"] == "running"
     waiting = [submit(client, gpus=1, priority=50)["id"], submit(client, BOB, gpus=2)["id"]]
+    array = int(submit(client, BOB, gpus=2, array="3-4")["id"])  # type: ignore[call-overload]
     got = client.get("/api/v1/priority", headers=auth(BOB)).json()
-    assert [j["job_id"] for j in got["jobs"]] == waiting and [j["rank"] for j in got["jobs"]] == [1, 2]
+    assert [j["job_id"] for j in got["jobs"]][:2] == waiting and [j["rank"] for j in got["jobs"]] == [1, 2, 3, 4]
+    assert [j["job_ref"] for j in got["jobs"]] == [str(waiting[0]), str(waiting[1]), f"{array}_3", f"{array}_4"]
     first = got["jobs"][0]
     assert set(first["factors"]) == {"age", "fairshare", "priority", "size"} and first["factors"]["priority"] == 0.5
     assert first["priority"] == pytest.approx(sum(got["weights"][k] * v for k, v in first["factors"].items()), 0.01)
     assert [
         j["job_id"] for j in client.get("/api/v1/priority", params={"user": "bob"}, headers=auth(BOB)).json()["jobs"]
-    ] == waiting[1:]
+    ] == [waiting[1], array, array + 1]
 
 
 def test_a_job_larger_than_the_users_own_cap_is_refused_at_once(client: AsgiClient, agent: FakeAgent) -> None:

@@ -149,7 +149,7 @@ def priority_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
         rows.append(
             (
                 str(job["rank"]),
-                str(job["job_id"]),
+                job["job_ref"],
                 job["user"],
                 job["lab"],
                 str(job.get("tier", 0)),

@@ -230,6 +230,7 @@ class UsageOut(BaseModel):
 
 class PriorityRowOut(BaseModel):
     job_id: int
+    job_ref: str = Field(description="the job as `nanum ps` names it: `12_7` for task 7 of array 12, else its id")
     name: str
     user: str
     lab: str

@@ -46,6 +46,7 @@ def report(ctx: ServerContext, *, user: str | None = None, lab: str | None = Non
         factors = priority_factors(job, order_ctx)
         rows.append((rank, {
             "job_id": job.id,
+            "job_ref": job.ref,
             "name": job.name,
             "user": job.user,
             "lab": job.lab,
