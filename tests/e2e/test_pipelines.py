@@ -77,6 +77,10 @@ def test_an_arrays_tasks_are_waited_for_and_read_by_the_names_ps_gives_them(clus
         assert refused.returncode == 2 and f"{bad!r} is not a job ID" in refused.stderr, refused.stderr
     missing = cluster.nanum("wait", f"{array}_7", user="alice")
     assert missing.returncode == 2 and f"array {array} has no task 7" in missing.stderr
+    after = cluster.submit("alice", "--gpus", "0", "--cpus", "0", "--after-any", f"{array}_1", "--", "true",
+                           cwd=workdir)
+    shown = ok(cluster.nanum("show", str(after), user="alice"))
+    assert re.search(rf"waits for: +--after-any {array}_1: task {array}_1 of array {array} sh \(failed\)\n", shown)
 
 
 def test_a_chain_runs_in_order_and_a_failed_first_job_cancels_the_rest(cluster: Cluster, workdir: Path) -> None:

@@ -226,7 +226,9 @@ def _described(client: Client, job: Mapping[str, Any], task: str) -> str:
         return f"job {job['id']} {job['name']} ({job['state']})"
     tasks = client.array_tasks(int(job["array_id"]))
     if task:
-        tasks = [t for t in tasks if str(t.get("array_task")) == task]
+        one = [t for t in tasks if str(t.get("array_task")) == task]
+        state = one[0]["state"] if one else "not found"
+        return f"task {job['array_id']}_{task} of array {job['array_id']} {job['name']} ({state})"
     counts: dict[str, int] = {}
     for t in tasks:
         counts[t["state"]] = counts.get(t["state"], 0) + 1
