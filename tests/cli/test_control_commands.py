@@ -10,11 +10,12 @@ JOB = {"id": 12, "name": "t", "state": "pending", "array_id": None, "array_task"
 
 def test_hold_and_release_each_id_and_a_task_by_its_index(nanum: Nanum, api: FakeApi) -> None:
     api.on("GET", "/jobs", [{**JOB, "id": 19, "array_id": 12, "array_task": 7}])
-    api.on("POST", "/jobs/12/hold", JOB)
-    api.on("POST", "/jobs/19/hold", JOB)
-    result = nanum("hold", "12", "12_7")
+    api.on("POST", "/jobs/12/hold", {**JOB, "array_id": 12, "array_task": 0})  # the array's id: every task
+    api.on("POST", "/jobs/19/hold", {**JOB, "id": 19, "array_id": 12, "array_task": 7})
+    api.on("POST", "/jobs/20/hold", {**JOB, "id": 20})
+    result = nanum("hold", "12", "12_7", "20")
     assert result.exit_code == 0, result.output
-    assert result.stdout == "Held job 12\nHeld job 12_7\n"
+    assert result.stdout == "Held array 12\nHeld job 12_7\nHeld job 20\n"
     assert api.sent("POST", "/jobs/19/hold")[0].query == {"one": ["true"]}
     assert api.sent("POST", "/jobs/12/hold")[0].query == {}
     assert api.sent("GET", "/jobs")[0].query == {"array": ["12"]}

@@ -187,13 +187,14 @@ def each(ids: list[str], server: str | None, token: str | None, action: str, don
         for text in ids:
             try:
                 job_id, one = resolve(client, text)
-                getattr(client, action)(job_id, one=one)
+                acted = getattr(client, action)(job_id, one=one)
             except ApiError as exc:
                 named = f"job {text}" in exc.detail  # "no job 9999" needs no "job 9999: " before it
                 sys.stderr.write(f"nanum: error: {exc.detail if named else f'job {text}: {exc.detail}'}\n")
                 worst = max(worst, exit_code_for_status(exc.status))
                 continue
-            print(f"{done} job {text}")
+            whole = not one and acted.get("array_id") == job_id  # an array's id: every task (not ended)
+            print(f"{done} {'array' if whole else 'job'} {text}")
     raise SystemExit(worst)
 
 
