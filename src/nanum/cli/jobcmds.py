@@ -181,6 +181,7 @@ def each(ids: list[str], server: str | None, token: str | None, action: str, don
     """Run `action` on every ID; report each; exit with the worst failure's code."""
     from nanum.cli.base import exit_code_for_status
     from nanum.client import ApiError
+    from nanum.jobref import job_ref
 
     worst = 0
     with connect(server, token) as client:
@@ -194,7 +195,7 @@ def each(ids: list[str], server: str | None, token: str | None, action: str, don
                 worst = max(worst, exit_code_for_status(exc.status))
                 continue
             whole = not one and acted.get("array_id") == job_id  # an array's id: every task (not ended)
-            print(f"{done} {'array' if whole else 'job'} {text}")
+            print(f"{done} array {text}" if whole else f"{done} job {job_ref(acted)}")
     raise SystemExit(worst)
 
 
