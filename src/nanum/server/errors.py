@@ -66,6 +66,8 @@ def validation_message(errors: Sequence[Any]) -> str:
     if err.get("type") == "extra_forbidden":
         return f"unknown field {quoted(field)}; docs/api.md lists the fields this request takes"
     msg = str(err.get("msg", "is invalid"))
+    if err.get("type") == "value_error" and (err.get("ctx") or {}).get("error") is not None:
+        msg = str(err["ctx"]["error"])  # a validator's own sentence, without pydantic's "Value error, " before it
     msg = msg[:1].lower() + msg[1:]
     return f"invalid {field}: {msg}"
 
