@@ -68,6 +68,15 @@ def test_a_batch_job_from_the_form_is_the_job_the_api_makes(client: AsgiClient, 
     assert "2 GPUs (A100) with at least 40 GiB each, on nodes labelled net=ib, rack=b2, 8 CPUs" in shown.text
 
 
+def test_an_array_from_the_form_is_one_job_per_index(client: AsgiClient, alice: dict[str, str]) -> None:
+    r = post(client, "/submit", form(client, alice, command="python train.py", gpus="1", array="0-3%2"), alice)
+    assert r.status_code == 303, refusal(r.text)
+    first = int(r.headers["location"].removeprefix("/jobs/"))
+    tasks = client.get("/api/v1/jobs", params={"array": first}, headers=auth(ALICE)).json()
+    assert [t["array_task"] for t in tasks] == [0, 1, 2, 3] and {t["array_limit"] for t in tasks} == {2}
+    assert f"Job {first}_0" in get(client, r.headers["location"], alice).text
+
+
 @pytest.mark.parametrize(
     ("fields", "status", "sentence"),
     [
@@ -87,6 +96,8 @@ def test_a_batch_job_from_the_form_is_the_job_the_api_makes(client: AsgiClient, 
         ({"lab": "nlp"}, 403, "user alice is not a member of lab nlp"),
         ({"environment": "nope"}, 400, "no environment named nope for this job's lab"),
         ({"kind": "daemon"}, 422, "invalid kind: input should be 'batch', 'notebook' or 'shell'"),
+        ({"array": "0-"}, 422, "invalid array: cannot read array '0-'; give e.g. 0-99, 0-99%8, 1,3,5-9 or 0-20:2"),
+        ({"array": "0-3", "kind": "notebook"}, 422, "array: a notebook is one job; give an array for a batch job"),
     ],
 )
 def test_a_bad_value_comes_back_with_the_form_and_one_sentence(
@@ -99,10 +110,13 @@ def test_a_bad_value_comes_back_with_the_form_and_one_sentence(
     assert client.get("/api/v1/jobs", headers=auth(ALICE)).json() == []
 
 
-def test_the_api_gives_the_same_sentence(client: AsgiClient, alice: dict[str, str]) -> None:
-    api = client.post("/api/v1/jobs", json={"command": ["true"], "gpus": "abc"}, headers=auth(ALICE))
-    web = post(client, "/submit", form(client, alice, command="true", gpus="abc"), alice)
+@pytest.mark.parametrize(("field", "value"), [("gpus", "abc"), ("array", "0-")])
+def test_the_api_gives_the_same_sentence(client: AsgiClient, alice: dict[str, str], field: str, value: str) -> None:
+    """A validator's own sentence, without pydantic's "Value error, " before it, in both."""
+    api = client.post("/api/v1/jobs", json={"command": ["true"], field: value}, headers=auth(ALICE))
+    web = post(client, "/submit", form(client, alice, command="true", **{field: value}), alice)
     assert api.status_code == web.status_code == 422 and api.json()["detail"] == refusal(web.text)
+    assert "value error" not in api.json()["detail"]
 
 
 def test_no_csrf_token_no_job_and_no_session_no_page(client: AsgiClient, alice: dict[str, str]) -> None:

@@ -37,9 +37,9 @@ WebCaller = Annotated[Caller, Depends(session.caller)]
 
 #: The form's text fields (datasets, a multi-select, and the no-preempt checkbox aside).
 FIELDS = ("kind", "command", "name", "gpus", "nodes", "gpu_model", "gpu_memory", "constraints", "cpus", "memory",
-          "time", "lab", "priority", "environment", "workdir", "env", "request")
+          "time", "array", "lab", "priority", "environment", "workdir", "env", "request")
 #: Passed to `JobSubmit` as typed, so a bad one gets the API's own sentence (`invalid gpus: ...`).
-AS_TYPED = ("gpus", "nodes", "cpus", "priority", "name", "gpu_model", "lab", "environment", "workdir")
+AS_TYPED = ("gpus", "nodes", "cpus", "priority", "name", "gpu_model", "lab", "environment", "workdir", "array")
 #: What a shell would do with these, unquoted: the form runs no shell, so it refuses them rather than pass them on.
 SHELL_ONLY = frozenset("|&;<>()$`*?\n")
 #: What the job of a kind the agent runs itself is submitted with (as `nanum notebook` and `nanum shell` do).
@@ -57,6 +57,8 @@ def request_body(form: Mapping[str, str], datasets: list[str]) -> dict[str, Any]
                 command=SESSION_COMMANDS[kind] if kind in SESSION_COMMANDS else command_words(form.get("command", "")))
     if kind in SESSION_COMMANDS:
         body.setdefault("name", kind)
+        if body.pop("array", None):
+            raise ValueError(f"array: a {kind} is one job; give an array for a batch job")
     if kind == "shell":  # the browser's terminal is an xterm
         body["env"] = {"TERM": "xterm-256color"}
     if form.get("gpu_memory"):
