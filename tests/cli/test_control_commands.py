@@ -30,6 +30,11 @@ def test_modify_sends_only_what_was_given(nanum: Nanum, api: FakeApi) -> None:
     assert api.sent("PATCH", "/jobs/12")[0].body == {"time_limit_s": 7200, "gpus": 2, "name": "new"}
     nothing = nanum("modify", "12")
     assert nothing.exit_code == 2 and "nothing to change; give --time" in nothing.stderr
+    api.on("PATCH", "/jobs/20", {**JOB, "id": 20, "array_id": 20, "array_task": 0})  # an array's id
+    api.on("GET", "/jobs", [{**JOB, "id": 22, "array_id": 20, "array_task": 2}])
+    api.on("PATCH", "/jobs/22", {**JOB, "id": 22, "array_id": 20, "array_task": 2})
+    assert nanum("modify", "20", "--gpus", "1").stdout == "Modified array 20's waiting tasks: gpus=1\n"
+    assert nanum("modify", "20_2", "--gpus", "1").stdout == "Modified job 20_2: gpus=1\n"
 
 
 def test_modify_changes_where_a_job_runs_and_empty_means_any(nanum: Nanum, api: FakeApi) -> None:

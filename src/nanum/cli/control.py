@@ -101,9 +101,11 @@ def modify(
         raise UsageProblem("nothing to change; give --time, --gpus, --nodes, --gpu-model, --gpu-mem, --constraint, "
                            "--cpus, --mem, --priority, --tier, --lab or --name")
     with connect(server, token) as client:
-        job_id_, _ = resolve(client, job_id)
-        client.modify(job_id_, **changes)
-    print(f"Modified job {job_id}: " + ", ".join(f"{k}={change_text(k, v)}" for k, v in changes.items()))
+        found, task = resolve(client, job_id)
+        modified = client.modify(found, **changes)
+    whole = not task and modified.get("array_id") == found  # an array's id: every task still waiting
+    what = f"array {job_id}'s waiting tasks" if whole else f"job {job_ref(modified)}"
+    print(f"Modified {what}: " + ", ".join(f"{k}={change_text(k, v)}" for k, v in changes.items()))
 
 
 _UNSET: Any = object()
