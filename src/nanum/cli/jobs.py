@@ -188,16 +188,17 @@ def wait(
     raise typer.Exit(wait_exit_code(job["state"], job.get("exit_code"), job_ref(job)))
 
 
-def wait_exit_code(state: str, exit_code: int | None, job_ref: object, *, say: bool = True) -> int:
+def wait_exit_code(state: str, exit_code: int | None, named: object, *, say: bool = True) -> int:
     """A finished job's own exit code (128+N when killed by signal N); 1 with a line on stderr (unless not `say`)
-    when it was cancelled, reached its time limit or was lost, or failed without a code."""
+    when it was cancelled, reached its time limit or was lost, or failed without a code. `named`: the job as the
+    line names it."""
     if state == "completed":
         return 0 if not exit_code else _shell_code(exit_code)
     if state == "failed":
         return _shell_code(exit_code) if exit_code else 1
     what = {"cancelled": "was cancelled", "timeout": "reached its time limit and was stopped", "lost": "was lost"}
     if say:
-        note(f"nanum: job {job_ref} {what.get(state, 'ended ' + state)}")
+        note(f"nanum: job {named} {what.get(state, 'ended ' + state)}")
     return 1
 
 
