@@ -148,8 +148,8 @@ class JobCalls(Connection):
 
     def wait_array(self, array_id: int, timeout: float | None = None, poll_s: float = 0.1) -> list[Job]:
         """Block until every task of array `array_id` has ended and return them by task index, as `wait` does for
-        one job (`WaitTimeout` names the first task still going). Each look asks for the tasks not ended only: a
-        large array's ended ones are read once, at the end."""
+        one job (`WaitTimeout` names the first task still going); an id that is no array's gives []. Each look asks
+        for the tasks not ended only: a large array's ended ones are read once, at the end."""
         going = [("array", str(array_id)), *(("state", state) for state in ACTIVE_STATES)]
         self._wait_for(lambda: self._call("GET", "/jobs", params=going).json(), timeout, poll_s)
         return self.array_tasks(array_id)
