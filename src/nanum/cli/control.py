@@ -1,6 +1,7 @@
 """Changing queued jobs: `nanum hold`, `release`, `modify`, `top` and `requeue`.
 
-An ID is a job's (`12`), which for an array means all its tasks, or one task's (`12_7`: task 7 of array 12).
+An ID is a job's (`12`) or one task's (`12_7`: task 7 of array 12). An array's ID means all its tasks to `hold`,
+`release` and `modify`; `top` and `requeue` take its first task and say so.
 """
 
 from __future__ import annotations
