@@ -23,6 +23,12 @@ class UsageProblem(Exception):
     """A bad value on the command line or in a script header: exit code 2."""
 
 
+def all_digits(text: str) -> bool:
+    """Whether `text` is a whole number as ids are written: ASCII digits only (`str.isdigit` alone takes '²', which
+    `int` refuses; `int` alone takes '1_2' as 12)."""
+    return text.isascii() and text.isdigit()
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print `nanum: error: MESSAGE` on stderr and exit."""
     sys.stderr.write(f"nanum: error: {message}\n")

@@ -15,7 +15,16 @@ import click
 import typer
 import typer.core
 
-from nanum.cli.base import UsageProblem, clean_errors, connect, exit_code_for_status, fail, note, print_json
+from nanum.cli.base import (
+    UsageProblem,
+    all_digits,
+    clean_errors,
+    connect,
+    exit_code_for_status,
+    fail,
+    note,
+    print_json,
+)
 
 __all__ = ["Command", "Group", "JobIdArg", "JsonOpt", "ServerOpt", "TokenOpt", "UsageProblem", "clean_errors",
            "connect", "digits", "exit_code_for_status", "fail", "finite", "note", "print_json"]
@@ -40,7 +49,7 @@ JobIdArg = Annotated[str, typer.Argument(metavar="ID", show_default=False,
 def digits(text: str) -> int:
     """`typer.Argument(..., parser=digits)` for a number that names something (a token, a sweep): ASCII digits
     only. click's INT is Python's `int`, which reads '1_0' as 10: `nanum token revoke 1_0` revoked token 10."""
-    if not (text.isascii() and text.isdigit()):
+    if not all_digits(text):
         raise typer.BadParameter(f"{text!r} is not a number; give digits only, such as 3")
     return int(text)
 

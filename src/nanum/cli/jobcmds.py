@@ -4,12 +4,11 @@ that import neither click nor Typer, called by the Typer commands (`nanum.cli.jo
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from nanum.cli.base import UsageProblem, clean_errors, connect, note, print_json
+from nanum.cli.base import UsageProblem, all_digits, clean_errors, connect, note, print_json
 
 if TYPE_CHECKING:
     from nanum.cli.jobspec import SubmitOptions
@@ -153,15 +152,10 @@ def cancel(job_ids: list[str], server: str | None = None, token: str | None = No
     each(job_ids, server, token, "cancel", "Cancelled")
 
 
-#: A job's id or an array task's index: ASCII digits (`str.isdigit` takes '²', which `int` refuses; `int` takes
-#: '1_2' as 12).
-_ID = re.compile(r"[0-9]+")
-
-
 def parse_ref(text: str) -> tuple[int, int | None]:
     """'12' -> (12, None); '12_7' -> (12, 7); anything else is refused, naming the forms taken."""
     head, sep, task = text.partition("_")
-    if not _ID.fullmatch(head) or (sep and not _ID.fullmatch(task)):
+    if not all_digits(head) or (sep and not all_digits(task)):
         raise UsageProblem(f"{text!r} is not a job ID; give a number such as 12, or 12_7 for task 7 of array 12")
     return int(head), int(task) if sep else None
 
