@@ -23,6 +23,7 @@ from nanum.cli.common import (
     print_json,
 )
 from nanum.client import TERMINAL_STATES
+from nanum.jobref import job_ref
 
 if TYPE_CHECKING:
     from nanum.client import Client, Job, LogChunk
@@ -174,7 +175,6 @@ def wait(
     """Wait for a job to end and exit with its exit code (124 when --timeout passes first). An array's ID waits
     for all its tasks and exits with the highest of their codes."""
     from nanum.client import WaitTimeout
-    from nanum.jobref import job_ref
 
     with connect(server, token) as client:
         found, task = jobcmds.resolve(client, ref)
@@ -206,8 +206,6 @@ def _array_exit_code(array_id: int, tasks: list[Job]) -> int:
     """The highest of the tasks' `wait_exit_code`s; unless all completed, one line on stderr counting them by
     state, naming the first few that did not."""
     from collections import Counter
-
-    from nanum.jobref import job_ref
 
     codes = {job_ref(t): wait_exit_code(t["state"], t.get("exit_code"), job_ref(t), say=False) for t in tasks}
     if any(codes.values()):
@@ -276,8 +274,6 @@ def _follow(client: Client, job_id: int, offset: int, node: str | None) -> LogCh
 
 def _say_what_it_waits_for(client: Client, job_id: int) -> None:
     """`logs -f` on a job that has not started: say so, and why, instead of sitting silent."""
-    from nanum.jobref import job_ref
-
     job = client.job(job_id)
     why = f": {job['reason']}" if job.get("reason") else ""
     note(f"job {job_ref(job)} is {job['state']}{why}; its output will follow once it starts (Ctrl-C stops watching; "
