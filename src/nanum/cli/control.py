@@ -12,14 +12,13 @@ from typing import Annotated, Any
 import typer
 
 from nanum.cli.app import app
-from nanum.cli.common import Command, ServerOpt, TokenOpt, UsageProblem, clean_errors, connect
+from nanum.cli.common import Command, JobIdArg, ServerOpt, TokenOpt, UsageProblem, clean_errors, connect
 from nanum.cli.jobcmds import each, resolve
 from nanum.jobref import job_ref
 
 _Opt = typer.Option
 IdsArg = Annotated[list[str], typer.Argument(
     metavar="ID...", show_default=False, help="Job IDs; an array's ID means all its tasks, ID_TASK one task.")]
-IdArg = Annotated[str, typer.Argument(metavar="ID", show_default=False, help="Job ID (see `nanum ps`).")]
 
 
 @app.command(cls=Command)
@@ -38,7 +37,7 @@ def release(job_ids: IdsArg, server: ServerOpt = None, token: TokenOpt = None) -
 
 @app.command(cls=Command)
 @clean_errors
-def top(job_id: IdArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
+def top(job_id: JobIdArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
     """Move a waiting job before your other waiting jobs of its tier (a higher tier, set by admins, stays ahead)."""
     with connect(server, token) as client:
         moved = client.top(resolve(client, job_id)[0])
@@ -47,7 +46,7 @@ def top(job_id: IdArg, server: ServerOpt = None, token: TokenOpt = None) -> None
 
 @app.command(cls=Command)
 @clean_errors
-def requeue(job_id: IdArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
+def requeue(job_id: JobIdArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
     """Queue a job again: a running one is stopped first, an ended one runs again as submitted. An array's ID
     acts on its first task (ID_TASK on another)."""
     with connect(server, token) as client:
@@ -58,7 +57,7 @@ def requeue(job_id: IdArg, server: ServerOpt = None, token: TokenOpt = None) -> 
 @app.command(cls=Command)
 @clean_errors
 def modify(
-    job_id: IdArg,
+    job_id: JobIdArg,
     time: Annotated[str | None, _Opt("--time", "-t", metavar="DURATION", help="New time limit: 30m, 4h, 1:30:00.")]
     = None,
     gpus: Annotated[int | None, _Opt("--gpus", "-g", metavar="N", help="New GPUs per node.")] = None,
