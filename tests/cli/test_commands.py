@@ -118,7 +118,14 @@ def test_a_request_the_server_refuses_exits_2_with_its_reason(api: FakeApi, nanu
     ("args", "message"),
     [
         pytest.param(["ps", "--bogus"], "No such option '--bogus'", id="unknown-option"),
-        pytest.param(["submit", "--gpus", "two", "--", "true"], "'two' is not a valid integer", id="bad-int"),
+        pytest.param(["submit", "--gpus", "two", "--", "true"], "'two' is not a whole number", id="bad-int"),
+        # Python's int reads these as 16 and 2 (or fails with a traceback, for '²'): a command line does not
+        pytest.param(["submit", "--gpus", "1_6", "--", "true"], "'1_6' is not a whole number", id="underscore"),
+        pytest.param(["submit", "--gpus", "²", "--", "true"], "'²' is not a whole number", id="superscript"),
+        pytest.param(["submit", "--gpus", "１６", "--", "true"], "'１６' is not a whole number", id="fullwidth"),
+        pytest.param(["modify", "3", "--priority", "+2"], "'+2' is not a whole number", id="modify-plus"),
+        pytest.param(["lab", "set", "ml", "--weight", "nan"], "'nan' is not a number", id="float-nan"),
+        pytest.param(["lab", "set", "ml", "--weight", "1_0"], "'1_0' is not a number", id="float-underscore"),
         pytest.param(["show"], "Missing argument 'JOB_ID'", id="missing-argument"),
         pytest.param(["user", "bogus"], "No such command 'bogus'", id="unknown-subcommand"),
         pytest.param(["bogus"], "No such command 'bogus'", id="unknown-command"),
@@ -226,8 +233,9 @@ def test_wait_timeout_exits_124(api: FakeApi, nanum: Nanum) -> None:
 
 @pytest.mark.parametrize(("timeout", "says"), [
     ("-1", "-1.0 is not in the range x>=0"),
-    ("nan", "nan is not a number of seconds; give a finite one"),
-    ("inf", "inf is not a number of seconds; give a finite one"),
+    ("nan", "'nan' is not a number; write a finite one"),
+    ("inf", "'inf' is not a number; write a finite one"),
+    ("1e999", "'1e999' is not a number; write a finite one"),
 ])
 def test_wait_refuses_a_timeout_that_is_no_number_of_seconds(api: FakeApi, nanum: Nanum, timeout: str,
                                                               says: str) -> None:

@@ -30,6 +30,9 @@ SAME = [
 LEFT_TO_TYPER = [
     ["submit", "--help"], ["ps", "--all=1"], ["ps", "-ah"], ["ps", "--colour"], ["show"], ["show", "1", "2"],
     ["cancel"], ["submit", "--gpus", "two", "x"], ["submit", "--gpus"], ["ps", "-x"],
+    # numbers Python's int reads (or fails on, '²') and Typer refuses
+    ["submit", "--gpus", "1_6", "x"], ["submit", "--gpus", "²", "x"], ["submit", "-g", "１", "x"],
+    ["submit", "--retries= 2", "x"],
 ]
 
 

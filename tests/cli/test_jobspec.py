@@ -113,6 +113,9 @@ def test_a_bad_header_names_the_script_line_and_option(tmp_path: Path) -> None:
     script = write_script(tmp_path / "job.sh", "#!/bin/sh\n#NANUM --gpus two\ntrue\n")
     with pytest.raises(UsageProblem, match=r"job.sh line 2: --gpus: 'two' is not a whole number"):
         read_script_header(script)
+    script.write_text("#NANUM --gpus 1_6\n")  # Python's int reads 16
+    with pytest.raises(UsageProblem, match=r"job.sh line 1: --gpus: '1_6' is not a whole number"):
+        read_script_header(script)
     script.write_text("#NANUM --gpu 2\n")
     with pytest.raises(UsageProblem, match=r"job.sh line 1: unknown option '--gpu'"):
         read_script_header(script)

@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from nanum.cli.app import app
-from nanum.cli.common import finite
 
 
 @app.command()
@@ -70,7 +69,6 @@ def agent(
             show_envvar=False,
             metavar="S",
             min=0,
-            callback=finite("--sample-interval"),
             help="Seconds between readings of GPU utilisation, memory, power and temperature (0: none).",
         ),
     ] = 5.0,

@@ -7,8 +7,8 @@ The parts that need neither click nor Typer are in `nanum.cli.base` (re-exported
 
 from __future__ import annotations
 
-import math
 import sys
+from collections.abc import Callable
 from typing import Annotated, Any, NoReturn
 
 import click
@@ -20,14 +20,16 @@ from nanum.cli.base import (
     all_digits,
     clean_errors,
     connect,
+    decimal_number,
     exit_code_for_status,
     fail,
     note,
     print_json,
+    whole_number,
 )
 
 __all__ = ["Command", "Group", "JobIdArg", "JsonOpt", "ServerOpt", "TokenOpt", "UsageProblem", "clean_errors",
-           "connect", "digits", "exit_code_for_status", "fail", "finite", "note", "print_json"]
+           "connect", "digits", "exit_code_for_status", "fail", "note", "print_json"]
 
 ServerOpt = Annotated[
     str | None,
@@ -54,18 +56,6 @@ def digits(text: str) -> int:
     return int(text)
 
 
-def finite(option: str) -> Any:
-    """An option's callback that refuses NaN and infinity for a number of seconds (a range check lets both
-    through): `typer.Option(..., min=0, callback=finite("--timeout"))`."""
-    def check(value: float | None) -> float | None:
-        if value is not None and not math.isfinite(value):
-            raise typer.BadParameter(f"{value} is not a number of seconds; give a finite one, such as 5",
-                                     param_hint=option)
-        return value
-
-    return check
-
-
 class _OneLineUsageErrors:
     """Parse errors (unknown option, bad or missing value) as one `nanum: error:` line and exit 2, instead of
     a usage box."""
@@ -88,12 +78,73 @@ def _usage_error(ctx: click.Context, exc: click.UsageError) -> NoReturn:
     ctx.exit(2)
 
 
+class _Strict(click.ParamType[Any]):
+    """A number read as it is written on a command line, or refused: click's INT and FLOAT are Python's `int` and
+    `float`, which also read '1_6' as 16, '１６' and ' 16' (and, for `float`, 'nan' and 'inf': a `--timeout nan`
+    waited for ever)."""
+
+    reads: Callable[[str], object]  # the text's value, or None where it is not written plainly
+    refusal: str
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and type(self).reads(value) is None:
+            self.fail(f"{value!r} {self.refusal}", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class _StrictInt(_Strict, click.types.IntParamType):
+    reads = staticmethod(whole_number)
+    refusal = "is not a whole number; give digits only, such as 3"
+
+
+class _StrictIntRange(_StrictInt, click.IntRange):
+    pass
+
+
+class _StrictFloat(_Strict, click.types.FloatParamType):
+    reads = staticmethod(decimal_number)
+    refusal = "is not a number; write a finite one as 2, 0.5 or 1e3"
+
+
+class _StrictFloatRange(_StrictFloat, click.FloatRange):
+    pass
+
+
+def _strict(kind: click.ParamType[Any]) -> click.ParamType[Any]:
+    """`kind`, reading numbers as they are written on a command line (`_Strict`)."""
+    if isinstance(kind, _Strict):
+        return kind
+    if isinstance(kind, click.IntRange | click.FloatRange):
+        strict = _StrictIntRange if isinstance(kind, click.IntRange) else _StrictFloatRange
+        bounds: dict[str, Any] = {"min": kind.min, "max": kind.max, "min_open": kind.min_open,
+                                  "max_open": kind.max_open, "clamp": kind.clamp}
+        return strict(**bounds)
+    if type(kind) is click.types.IntParamType:
+        return _StrictInt()
+    if type(kind) is click.types.FloatParamType:
+        return _StrictFloat()
+    return kind
+
+
+def _read_numbers_strictly(group: click.Group) -> None:
+    for command in (group, *group.commands.values()):
+        for param in command.params:
+            param.type = _strict(param.type)
+        if command is not group and isinstance(command, click.Group):
+            _read_numbers_strictly(command)
+
+
 class Command(_OneLineUsageErrors, typer.core.TyperCommand):
     """A command whose usage errors are one line: `@app.command(cls=Command)`."""
 
 
 class Group(_OneLineUsageErrors, typer.core.TyperGroup):
-    """A command group whose usage errors are one line: `typer.Typer(cls=Group)`."""
+    """A command group whose usage errors are one line, and whose commands' numbers are ASCII digits (`_strict`):
+    `typer.Typer(cls=Group)`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _read_numbers_strictly(self)
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
         try:

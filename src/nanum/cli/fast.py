@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from nanum.cli.base import whole_number
+
 #: command -> {"options": {flag: [parameter, kind, multiple]}, "args": [[parameter, nargs, required]],
 #: "interspersed": options may follow arguments}. kind: "flag", "int" or "str". Regenerate with
 #: `python -c "from nanum.cli.fast import spec_from_app; print(spec_from_app())"` when the commands change.
@@ -119,9 +121,9 @@ def parse(spec: dict[str, Any], args: list[str]) -> dict[str, Any] | None:
             attached, i = args[i + 1], i + 1
         i += 1
         if kind == "int":
-            if not attached.lstrip("-").isdigit():
+            converted: Any = whole_number(attached)
+            if converted is None:  # the full parser says what is wrong with it
                 return None
-            converted: Any = int(attached)
         else:
             converted = attached
         if multiple:

@@ -18,7 +18,6 @@ from nanum.cli.common import (
     clean_errors,
     connect,
     fail,
-    finite,
     note,
     print_json,
 )
@@ -167,7 +166,7 @@ def show(job_id: Annotated[str, typer.Argument(show_default=False, help="Job ID,
 @clean_errors
 def wait(
     ref: JobIdArg,
-    timeout: Annotated[float | None, _Opt("--timeout", metavar="S", min=0, callback=finite("--timeout"),
+    timeout: Annotated[float | None, _Opt("--timeout", metavar="S", min=0,
                                           help="Give up after S seconds (exit 124).")] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,

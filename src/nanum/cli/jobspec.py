@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from nanum import units
-from nanum.cli.base import UsageProblem
+from nanum.cli.base import UsageProblem, whole_number
 from nanum.jobfields import SubmitFields, bounds
 from nanum.server.limits import MAX_CPUS, MAX_GPUS, MAX_MEMORY_MB, MAX_NODES, MAX_TIME_LIMIT_S
 
@@ -89,10 +89,9 @@ def merged(top: SubmitOptions, base: SubmitOptions) -> SubmitOptions:
 
 def _int(option: str, lo: int, hi: int | None = None) -> Any:
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise UsageProblem(f"{option}: {text!r} is not a whole number") from None
+        value = whole_number(text)
+        if value is None:
+            raise UsageProblem(f"{option}: {text!r} is not a whole number")
         if value < lo or (hi is not None and value > hi):
             bounds = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
             raise UsageProblem(f"{option}: {value} must be {bounds}")
