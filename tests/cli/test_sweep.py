@@ -8,7 +8,10 @@ import pytest
 
 from nanum.cli.common import UsageProblem
 from nanum.cli.jobcmds import submit_options
-from nanum.cli.sweep import SUBMIT_KEYS, SWEEP_KEYS, commands, parse_metric, submit_keys, trials
+from nanum.cli.sweep import MAX_TRIALS, SUBMIT_KEYS, SWEEP_KEYS, commands, parse_metric, submit_keys, trials
+from nanum.server.limits import MAX_ARGS
+from tests.cli.conftest import Nanum
+from tests.cli.fakeapi import FakeApi
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "sweeps.md"
 
@@ -32,10 +35,34 @@ def test_a_random_search_draws_within_bounds_and_is_repeatable() -> None:
     pytest.param({"grid": {"lr": 0.1}}, "needs a list of values", id="grid-scalar"),
     pytest.param({"random": {"lr": [1]}}, "trials = N", id="random-no-count"),
     pytest.param({"random": {"trials": 2, "lr": "x"}}, "min = A, max = B", id="random-bad"),
+    pytest.param({"random": {"trials": True, "lr": [1]}}, "trials = N", id="random-count-true"),
+    # refused before a trial is made: this grid was built in memory until the kernel killed the command
+    pytest.param({"grid": {f"p{i}": list(range(10)) for i in range(12)}},
+                 r"makes 1,000,000,000,000 trials \((10 x ){11}10 values\); a sweep runs at most 996 trials",
+                 id="grid-too-many"),
+    pytest.param({"grid": {"a": list(range(997))}}, "makes 997 trials; a sweep runs at most 996", id="grid-997"),
+    pytest.param({"random": {"trials": 10**8, "lr": [1]}}, "asks for 100,000,000 trials; a sweep runs at most 996",
+                 id="random-too-many"),
 ])
 def test_bad_sweeps_say_what_to_write(spec: dict[str, object], message: str) -> None:
     with pytest.raises(UsageProblem, match=message):
         trials(spec, "s.toml")
+
+
+def test_the_most_trials_a_sweep_takes_fill_one_jobs_arguments() -> None:
+    assert len(trials({"grid": {"a": list(range(MAX_TRIALS))}}, "s.toml")) == MAX_TRIALS == MAX_ARGS - 4
+
+
+def test_a_sweep_too_large_for_one_job_is_refused_naming_its_file(tmp_path: Path, api: FakeApi, nanum: Nanum) -> None:
+    """The server's refusal ('invalid command: the command is 104,462 bytes') named a command the user never
+    wrote; the sweep's own check names the file and what to change, and sends nothing."""
+    values = ", ".join(f'"{n:03d}{"x" * 200}"' for n in range(400))
+    (tmp_path / "big.toml").write_text(f'command = "train {{a}}"\n[grid]\na = [{values}]\n')
+    result = nanum("sweep", str(tmp_path / "big.toml"))
+    assert result.exit_code == 2, result.output
+    assert "big.toml: the 400 trials' commands come to" in result.stderr
+    assert "a job takes at most 65,536; give fewer trials or shorter values" in result.stderr
+    assert api.requests == []
 
 
 def test_placeholders_are_filled_and_quoted() -> None:

@@ -20,6 +20,7 @@ import typer
 
 from nanum.cli.app import app
 from nanum.cli.common import Group, JsonOpt, ServerOpt, TokenOpt, UsageProblem, clean_errors, connect, digits
+from nanum.server.limits import MAX_ARGS, MAX_COMMAND_BYTES, MAX_ENV_BYTES
 
 METRIC_PREFIX = "NANUM_METRIC "
 #: The keys of a sweep file that are options of `nanum submit` (`nanum.cli.jobcmds.submit_options`), and the
@@ -63,14 +64,33 @@ def trials(spec: dict[str, Any], where: str) -> list[dict[str, Any]]:
         raise UsageProblem(f"{where}: give either a [grid] or a [random] table of parameters")
     if "grid" in spec:
         import itertools
+        import math
 
         grid = spec["grid"]
         bad = [k for k, v in grid.items() if not isinstance(v, list) or not v]
         if bad or not grid:
             raise UsageProblem(f"{where}: each [grid] parameter needs a list of values, e.g. lr = [0.1, 0.01]")
+        sizes = [len(values) for values in grid.values()]
+        product = f" ({' x '.join(map(str, sizes))} values)" if len(sizes) > 1 else ""
+        _refuse_too_many(math.prod(sizes), where, f"the [grid] makes {math.prod(sizes):,} trials{product}",
+                         "fewer values, or split the grid into several sweeps")
         names = list(grid)
         return [dict(zip(names, values, strict=True)) for values in itertools.product(*grid.values())]
     return _random(dict(spec["random"]), where)
+
+
+def _refuse_too_many(count: int, where: str, what: str, instead: str) -> None:
+    """More trials than one job's command carries (`MAX_TRIALS`) are refused before any is made: a grid of twelve
+    parameters of ten values each was made in memory, 10^12 trials, until the kernel killed the command."""
+    if count > MAX_TRIALS:
+        raise UsageProblem(f"{where}: {what}; a sweep runs at most {MAX_TRIALS:,} trials (give {instead})")
+
+
+def _refuse_too_large(what: str, size: int, most: int, where: str) -> None:
+    """The server's bounds on a job's command and environment, said of the sweep that made them."""
+    if size > most:
+        raise UsageProblem(f"{where}: {what} come to {size:,} bytes, and a job takes at most {most:,}; give fewer "
+                           "trials or shorter values")
 
 
 def _random(table: dict[str, Any], where: str) -> list[dict[str, Any]]:
@@ -78,8 +98,9 @@ def _random(table: dict[str, Any], where: str) -> list[dict[str, Any]]:
     import random
 
     count, seed = table.pop("trials", None), table.pop("seed", 0)
-    if not isinstance(count, int) or count < 1:
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise UsageProblem(f"{where}: [random] needs trials = N, the number of trials to draw")
+    _refuse_too_many(count, where, f"[random] asks for {count:,} trials", "a smaller trials = N, or several sweeps")
     rng = random.Random(seed)
     out = []
     for _ in range(count):
@@ -154,6 +175,10 @@ def commands(template: str, sets: list[dict[str, Any]], where: str) -> list[str]
 
 #: Runs the trial whose index is $NANUM_ARRAY_TASK_ID: its command is that positional argument.
 _PICK = 'shift "$NANUM_ARRAY_TASK_ID"; exec /bin/sh -c "$1"'
+#: The array's command, before the trials' commands (one argument each).
+_PICKER = ["/bin/sh", "-c", _PICK, "nanum-sweep"]
+#: The most trials a sweep's array carries: one argument each beside `_PICKER`.
+MAX_TRIALS = MAX_ARGS - len(_PICKER)
 
 
 @sweep_app.command("run")
@@ -179,12 +204,16 @@ def run(
     given = submit_keys(spec, file.name)
     sweep = jsonlib.dumps({"params": sets, "metric": spec.get("metric"), "goal": spec.get("goal", "min")},
                           separators=(",", ":"))
+    _refuse_too_large(f"the {len(sets):,} trials' commands", sum(len(c.encode()) for c in [*_PICKER, *lines]),
+                      MAX_COMMAND_BYTES, file.name)
+    _refuse_too_large(f"the {len(sets):,} trials' parameters (NANUM_SWEEP)", len(sweep.encode()) + len("NANUM_SWEEP"),
+                      MAX_ENV_BYTES, file.name)
     try:  # the options' own checks name the command line's flag: say which file it is in
         options = submit_options(**given)
         options.update(name=spec.get("name") or file.stem,
                        array=f"0-{len(sets) - 1}" + (f"%{limit}" if limit else ""),
                        env={**options.get("env", {}), "NANUM_SWEEP": sweep})
-        body = build_request(["/bin/sh", "-c", _PICK, "nanum-sweep", *lines], options, Path.cwd())
+        body = build_request([*_PICKER, *lines], options, Path.cwd())
     except UsageProblem as exc:
         raise UsageProblem(f"{file.name}: {exc}") from None
     with connect(server, token) as client:
