@@ -45,7 +45,8 @@ def test_a_sample_interval_that_is_not_a_finite_number_is_refused(tmp_path: Path
             capture_output=True, text=True, env=env(), timeout=60,
         )
         assert result.returncode == 2, result.stderr
-        assert "--sample-interval" in result.stderr and "is not a number; write a finite one" in result.stderr, result.stderr
+        assert "--sample-interval" in result.stderr, result.stderr
+        assert "is not a number; write a finite one" in result.stderr, result.stderr
         assert "Traceback" not in result.stderr
 
 
