@@ -146,6 +146,9 @@ class _Hierarchy(ABC):
 
     def __init__(self, parents: list[Path]) -> None:
         self.parents = parents
+        #: The parents as text, ending in a slash: a job's cgroups are paths made for every start and end, and
+        #: text is cheaper to join than a `Path` is to make.
+        self._within = [os.path.join(p, "") for p in parents]
         self._pending: set[int] = set()
 
     @classmethod
@@ -154,7 +157,7 @@ class _Hierarchy(ABC):
         """Create the agent's parent cgroup(s) and prove a job cgroup can be made there, or raise OSError."""
 
     @abstractmethod
-    def _limit(self, dirs: list[Path], cpus: int, memory_mb: int | None) -> None: ...
+    def _limit(self, dirs: list[str], cpus: int, memory_mb: int | None) -> None: ...
 
     @abstractmethod
     def oom_kills(self, job_id: int) -> int | None:
@@ -166,25 +169,25 @@ class _Hierarchy(ABC):
     @abstractmethod
     def stats(self, job_id: int) -> CpuStats | None: ...
 
-    def dirs(self, job_id: int) -> list[Path]:
-        return [p / f"job-{job_id}" for p in self.parents]
+    def dirs(self, job_id: int) -> list[str]:
+        return [f"{p}job-{job_id}" for p in self._within]
 
     def create(self, job_id: int, *, cpus: int, memory_mb: int | None) -> list[str]:
         self._pending.discard(job_id)
         dirs = self.dirs(job_id)
-        if any(d.exists() for d in dirs) and not self._remove(job_id, wait=True):
-            raise OSError(errno.EBUSY, "an earlier run of this job still has processes in its cgroup", str(dirs[0]))
+        if any(os.path.exists(d) for d in dirs) and not self._remove(job_id, wait=True):
+            raise OSError(errno.EBUSY, "an earlier run of this job still has processes in its cgroup", dirs[0])
         for d in dirs:
-            d.mkdir()
+            os.mkdir(d)
         try:
             self._limit(dirs, cpus, memory_mb)
         except OSError:
             self._remove(job_id, wait=False)
             raise
-        return [str(d / self.ENTER) for d in dirs]
+        return [f"{d}/{self.ENTER}" for d in dirs]
 
     def finish(self, job_id: int, *, sigkilled: bool) -> bool:
-        if not any(d.exists() for d in self.dirs(job_id)):
+        if not any(os.path.exists(d) for d in self.dirs(job_id)):
             return False
         kills = self.oom_kills(job_id)
         killed = kills > 0 if kills is not None else sigkilled and self._limit_hit(job_id)
@@ -210,12 +213,12 @@ class _Hierarchy(ABC):
 
     def _remove(self, job_id: int, *, wait: bool) -> bool:
         """Kill every process left in the job's cgroup and remove it; False while it is still busy."""
-        dirs = [d for d in self.dirs(job_id) if d.exists()]
+        dirs = [d for d in self.dirs(job_id) if os.path.exists(d)]
         for attempt in range(_REMOVE_TRIES if wait else 1):
             self._kill(dirs)
             for d in list(dirs):
                 try:
-                    d.rmdir()
+                    os.rmdir(d)
                     dirs.remove(d)
                 except FileNotFoundError:
                     dirs.remove(d)
@@ -229,9 +232,9 @@ class _Hierarchy(ABC):
                 time.sleep(_REMOVE_PAUSE_S)
         return False
 
-    def _kill(self, dirs: list[Path]) -> None:
+    def _kill(self, dirs: list[str]) -> None:
         for d in dirs:
-            for pid in _pids(d / "cgroup.procs"):
+            for pid in _pids(f"{d}/cgroup.procs"):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
 
@@ -240,15 +243,16 @@ class _Hierarchy(ABC):
         """Make and remove a trial cgroup with limits: mkdir alone succeeds in places that refuse limits."""
         trial = cls(parents)
         name = -os.getpid()  # job ids are positive: a negative one never meets a real job
-        dirs = [p / f"job-{name}" for p in parents]
+        dirs = trial.dirs(name)
         try:
             for d in dirs:
-                d.mkdir(exist_ok=True)
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(d)
             trial._limit(dirs, 1, 64)
         finally:
             for d in dirs:
                 with contextlib.suppress(OSError):
-                    d.rmdir()
+                    os.rmdir(d)
 
 
 class CgroupV2(_Hierarchy):
@@ -275,33 +279,33 @@ class CgroupV2(_Hierarchy):
         cls._prove(levels[-1:])
         return cls(levels[-1:])
 
-    def _limit(self, dirs: list[Path], cpus: int, memory_mb: int | None) -> None:
+    def _limit(self, dirs: list[str], cpus: int, memory_mb: int | None) -> None:
         (d,) = dirs  # a new cgroup: no limit until one is written
         if cpus:
-            (d / "cpu.max").write_text(f"{cpus * PERIOD_US} {PERIOD_US}")
+            _write(f"{d}/cpu.max", f"{cpus * PERIOD_US} {PERIOD_US}")
         if memory_mb:
-            (d / "memory.max").write_text(str(memory_mb * MIB))
-            if (d / "memory.swap.max").exists():
-                (d / "memory.swap.max").write_text("0")
+            _write(f"{d}/memory.max", str(memory_mb * MIB))
+            if os.path.exists(f"{d}/memory.swap.max"):
+                _write(f"{d}/memory.swap.max", "0")
 
     def oom_kills(self, job_id: int) -> int | None:
-        return _keyed(self.dirs(job_id)[0] / "memory.events").get("oom_kill")
+        return _keyed(f"{self.dirs(job_id)[0]}/memory.events").get("oom_kill")
 
     def _limit_hit(self, job_id: int) -> bool:
-        return _keyed(self.dirs(job_id)[0] / "memory.events").get("max", 0) > 0
+        return _keyed(f"{self.dirs(job_id)[0]}/memory.events").get("max", 0) > 0
 
     def stats(self, job_id: int) -> CpuStats | None:
-        values = _keyed(self.dirs(job_id)[0] / "cpu.stat")
+        values = _keyed(f"{self.dirs(job_id)[0]}/cpu.stat")
         if not values:
             return None
         return CpuStats(values.get("usage_usec"), values.get("nr_periods", 0), values.get("nr_throttled", 0),
                         values.get("throttled_usec", 0))
 
-    def _kill(self, dirs: list[Path]) -> None:
+    def _kill(self, dirs: list[str]) -> None:
         for d in dirs:
-            if (d / "cgroup.kill").exists():  # Linux 5.14: the kernel kills every process, forks included
+            if os.path.exists(f"{d}/cgroup.kill"):  # Linux 5.14: the kernel kills every process, forks included
                 with contextlib.suppress(OSError):
-                    (d / "cgroup.kill").write_text("1")
+                    _write(f"{d}/cgroup.kill", "1")
         super()._kill(dirs)
 
 
@@ -325,49 +329,48 @@ class CgroupV1(_Hierarchy):
         cls._prove(parents)
         return cls(parents)
 
-    @property
-    def _memory(self) -> Path:
-        return self.parents[0]
-
-    @property
-    def _cpu(self) -> Path:
-        return self.parents[-1]
-
-    def _limit(self, dirs: list[Path], cpus: int, memory_mb: int | None) -> None:
+    def _limit(self, dirs: list[str], cpus: int, memory_mb: int | None) -> None:
         memory, cpu = dirs[0], dirs[-1]  # new cgroups: no limit until one is written
         if cpus:
-            (cpu / "cpu.cfs_period_us").write_text(str(PERIOD_US))
-            (cpu / "cpu.cfs_quota_us").write_text(str(cpus * PERIOD_US))
+            _write(f"{cpu}/cpu.cfs_period_us", str(PERIOD_US))
+            _write(f"{cpu}/cpu.cfs_quota_us", str(cpus * PERIOD_US))
         if memory_mb:
-            (memory / "memory.limit_in_bytes").write_text(str(memory_mb * MIB))
-            if (memory / "memory.memsw.limit_in_bytes").exists():  # swap accounting on: no swapping past it
-                (memory / "memory.memsw.limit_in_bytes").write_text(str(memory_mb * MIB))
+            _write(f"{memory}/memory.limit_in_bytes", str(memory_mb * MIB))
+            if os.path.exists(f"{memory}/memory.memsw.limit_in_bytes"):  # swap accounting on: no swapping past it
+                _write(f"{memory}/memory.memsw.limit_in_bytes", str(memory_mb * MIB))
 
     def oom_kills(self, job_id: int) -> int | None:
-        return _keyed(self._memory / f"job-{job_id}" / "memory.oom_control").get("oom_kill")
+        return _keyed(f"{self.dirs(job_id)[0]}/memory.oom_control").get("oom_kill")
 
     def _limit_hit(self, job_id: int) -> bool:
-        d = self._memory / f"job-{job_id}"
-        return any((_read(d / f) or "0").strip() not in ("", "0") for f in ("memory.failcnt", "memory.memsw.failcnt"))
+        d = self.dirs(job_id)[0]
+        counts = (_read(f"{d}/{name}") for name in ("memory.failcnt", "memory.memsw.failcnt"))
+        return any((count or "0").strip() not in ("", "0") for count in counts)
 
     def stats(self, job_id: int) -> CpuStats | None:
-        d = self._cpu / f"job-{job_id}"
-        values = _keyed(d / "cpu.stat")
+        d = self.dirs(job_id)[-1]
+        values = _keyed(f"{d}/cpu.stat")
         if not values:
             return None
-        usage = _read(d / "cpuacct.usage")  # where cpuacct is mounted with cpu (cpu,cpuacct)
+        usage = _read(f"{d}/cpuacct.usage")  # where cpuacct is mounted with cpu (cpu,cpuacct)
         return CpuStats(int(usage) // 1000 if usage and usage.strip().isdigit() else None, values.get("nr_periods", 0),
                         values.get("nr_throttled", 0), values.get("throttled_time", 0) // 1000)
 
 
-def _read(path: Path) -> str | None:
+def _read(path: str | Path) -> str | None:
     try:
-        return path.read_text()
+        with open(path) as f:
+            return f.read()
     except OSError:
         return None
 
 
-def _keyed(path: Path) -> dict[str, int]:
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _keyed(path: str) -> dict[str, int]:
     """A flat-keyed cgroup file (`key value` per line) as numbers."""
     values = {}
     for line in (_read(path) or "").splitlines():
@@ -377,7 +380,7 @@ def _keyed(path: Path) -> dict[str, int]:
     return values
 
 
-def _pids(path: Path) -> list[int]:
+def _pids(path: str) -> list[int]:
     return [int(p) for p in (_read(path) or "").split() if p.isdigit()]
 
 

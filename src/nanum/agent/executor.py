@@ -164,7 +164,7 @@ class Executor:
             running = [r for r in self._jobs.values() if r.state == "running"]
             for record in running:
                 with contextlib.suppress(OSError):
-                    (record.dir / fence.FENCED_MARK).touch()
+                    Path(record.fenced_path).touch()
         for record in running:
             self.stop(record.job_id, max(0.0, expires + record.launch.grace_s - now), reason="fenced")
         return [r.job_id for r in running]
@@ -399,7 +399,7 @@ class Executor:
     def _terminate(self, record: JobRecord, reason: str, grace_s: float) -> None:
         now = time.time()
         try:
-            record.preempt_path.touch(mode=0o644)
+            Path(record.preempt_path).touch(mode=0o644)
         except OSError as exc:
             log.warning("job %d: cannot create %s: %s", record.job_id, record.preempt_path, exc)
         record.stop_reason, record.term_at, record.kill_at = reason, now, now + max(0.0, grace_s)
@@ -429,7 +429,7 @@ class Executor:
             returncode = launcher().returncode(pid)
         elif pid:
             launcher().discard(pid)
-        record.fenced = (record.dir / fence.FENCED_MARK).exists()
+        record.fenced = os.path.exists(record.fenced_path)
         set_result(record, code, returncode, lost)
         if in_container(record.launch):
             why = container_ended(record.launch, self._containers, self.node, record.exit_code)

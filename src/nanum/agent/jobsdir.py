@@ -60,6 +60,8 @@ JOB_DIR_MODE = 0o711
 #: Where forgotten jobs' directories and kept files wait for a spare, and how many of each it keeps (the rest are
 #: deleted).
 RECYCLED, RECYCLED_MAX = ".recycled", 4 * SPARES
+#: A spare's files and their modes: the job's and its record's.
+_SPARE_FILES = tuple({**JOB_FILES, **dict.fromkeys(RECORD_FILES, 0o600)}.items())
 #: Spares are made again once no start took one for this long (seconds), not beside the starts themselves.
 REFILL_AFTER_S = 0.02
 
@@ -87,9 +89,9 @@ class Recycled:
     else may write to. Made anew by each agent: an earlier agent's is deleted with its spares."""
 
     def __init__(self, jobs_dir: Path) -> None:
-        self.dir = jobs_dir / RECYCLED
+        self.dir = os.path.join(jobs_dir, RECYCLED)  # text, as every path here: a `Path` costs more to make
         if os.path.lexists(self.dir):  # an earlier agent's, where it was not deleted with its spares
-            _remove(str(self.dir))
+            _remove(self.dir)
         os.mkdir(self.dir, 0o700)
         self._uid = os.geteuid()
         self._names = itertools.count()
@@ -107,7 +109,7 @@ class Recycled:
         room; False when it was not kept."""
         return self._keep(path, self._dirs, lambda info: stat.S_ISDIR(info.st_mode) and not info.st_mode & 0o7022)
 
-    def take(self, path: Path) -> bool:
+    def take(self, path: str) -> bool:
         """Put a kept file, emptied, at `path`; False when none is kept."""
         if not self._take(self._kept, path):
             return False
@@ -119,7 +121,7 @@ class Recycled:
             return False
         return True
 
-    def take_dir(self, path: Path) -> bool:
+    def take_dir(self, path: str) -> bool:
         """Put a kept directory at `path`, which must not exist; False when none is kept."""
         if not self._take(self._dirs, path):
             return False
@@ -140,20 +142,20 @@ class Recycled:
             info = os.lstat(path)
             if info.st_uid != self._uid or not fits(info):
                 return False
-            os.rename(path, self.dir / name)
+            os.rename(path, f"{self.dir}/{name}")
         except OSError:
             return False
         with self._lock:
             pool.append(name)
         return True
 
-    def _take(self, pool: list[str], path: Path) -> bool:
+    def _take(self, pool: list[str], path: str) -> bool:
         with self._lock:
             if not pool:
                 return False
             name = pool.pop()
         try:
-            os.rename(self.dir / name, path)
+            os.rename(f"{self.dir}/{name}", path)
         except OSError:
             return False
         return True
@@ -168,7 +170,7 @@ class Spares:
     def __init__(self, jobs_dir: Path, count: int = SPARES) -> None:
         self.jobs_dir, self.count = jobs_dir, count
         self.recycled = Recycled(jobs_dir)
-        self._ready: list[Path] = []
+        self._ready: list[str] = []
         self._names = itertools.count()
         self._lock = threading.Lock()
         self._wanted = threading.Event()
@@ -222,16 +224,15 @@ class Spares:
                 with self._lock:
                     self._ready.append(spare)
 
-    def _make(self) -> Path:
+    def _make(self) -> str:
         n = next(self._names)
-        making, spare = self.jobs_dir / f".making-{n}", self.jobs_dir / f".spare-{n}"
+        making, spare = f"{self.jobs_dir}/.making-{n}", f"{self.jobs_dir}/.spare-{n}"
         if not self.recycled.take_dir(making):
             os.mkdir(making, JOB_DIR_MODE)
-        wanted = {**JOB_FILES, **dict.fromkeys(RECORD_FILES, 0o600)}
-        made = [(name, mode) for name, mode in wanted.items()
-                if name not in KEPT_FILES or not self.recycled.take(making / name)]
+        made = [(name, mode) for name, mode in _SPARE_FILES
+                if name not in KEPT_FILES or not self.recycled.take(f"{making}/{name}")]
         for name, mode in made:
-            os.close(os.open(making / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode))
+            os.close(os.open(f"{making}/{name}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode))
         os.rename(making, spare)
         return spare
 
@@ -239,7 +240,7 @@ class Spares:
 def discard(jobs_dir: Path, job_dir: Path, job_id: int) -> None:
     """Move a forgotten job's directory out of the way, for `empty_trash` to delete."""
     with contextlib.suppress(OSError):
-        job_dir.rename(jobs_dir / f".trash-{job_id}-{time.monotonic_ns()}")
+        os.rename(job_dir, f"{jobs_dir}/.trash-{job_id}-{time.monotonic_ns()}")
 
 
 def empty_trash(jobs_dir: Path, *, left_behind: bool = False, recycled: Recycled | None = None) -> None:

@@ -97,8 +97,8 @@ def _nanum_vars(launch: JobLaunch, record: JobRecord) -> dict[str, str]:
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "NANUM_JOB_ID": str(launch.job_id),
         "NANUM_JOB_NAME": launch.name,
-        "NANUM_PREEMPT_FILE": str(record.preempt_path),
-        "NANUM_ACTIVITY_FILE": str(record.activity_path),
+        "NANUM_PREEMPT_FILE": record.preempt_path,
+        "NANUM_ACTIVITY_FILE": record.activity_path,
     }
     if launch.checkpoint_dir:
         env["NANUM_CHECKPOINT_DIR"] = launch.checkpoint_dir
@@ -129,8 +129,8 @@ def prepare(record: JobRecord, account: Account, *, node: str, switch_user: bool
         launch.workdir = os.path.join(account.home, launch.workdir)
     if not switch_user and not os.path.isdir(launch.workdir):
         raise Refused(f"working directory {launch.workdir} does not exist on node {node}")
-    for path in (record.log_path, record.exit_path):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, JOB_FILES[path.name]))
+    for path, name in ((record.log_path, "output.log"), (record.exit_path, "exit")):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, JOB_FILES[name]))
     _make_activity_file(record.activity_path, account, switch_user)
     if switch_user:  # the job's own output belongs to its owner
         os.chown(record.log_path, account.uid, account.gid, follow_symlinks=False)
@@ -138,9 +138,9 @@ def prepare(record: JobRecord, account: Account, *, node: str, switch_user: bool
         make_checkpoint_dir(Path(launch.checkpoint_dir), account, switch_user=switch_user)
 
 
-def _make_activity_file(path: Path, account: Account, switch_user: bool) -> None:
+def _make_activity_file(path: str, account: Account, switch_user: bool) -> None:
     """The job's activity file, owned by its user so it can touch it; dated 1970 until it does."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, JOB_FILES[path.name])
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, JOB_FILES["activity"])
     try:
         if switch_user:
             os.fchown(fd, account.uid, account.gid)

@@ -58,7 +58,7 @@ class JobView:
     gpus: tuple[int, ...]
     env: dict[str, str] = field(default_factory=dict)
     started_at: float | None = None
-    activity_file: Path | None = None
+    activity_file: str | None = None
     #: Sessions of its processes besides its own: those in its container.
     sessions: tuple[int, ...] = ()
 
@@ -262,7 +262,7 @@ def last_activity(job: JobView) -> float | None:
     found = None
     if job.activity_file is not None:
         with contextlib.suppress(OSError):
-            found = job.activity_file.stat().st_mtime or None  # 1970: never touched
+            found = os.stat(job.activity_file).st_mtime or None  # 1970: never touched
     url = job.env.get("NANUM_JUPYTER_URL")
     if url:
         jupyter = _jupyter_activity(url, job.env.get("JUPYTER_TOKEN"))

@@ -15,9 +15,15 @@ __all__ = ["boot_id", "holding", "is_alive", "open_pidfd", "start_ticks"]
 
 def _stat_fields(pid: int) -> list[str] | None:
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        raw = os.read(fd, 4096).decode(errors="replace")  # at most a few hundred bytes
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     # The command name (field 2) is in parentheses and may itself contain spaces or parentheses.
     return raw[raw.rindex(")") + 2 :].split()
 
@@ -36,19 +42,19 @@ def is_alive(pid: int, ticks: int | None) -> bool:
     return ticks is None or int(fields[19]) == ticks
 
 
-def holding(path: Path, fds: tuple[int, ...] = (1, 3)) -> int | None:
+def holding(path: str | Path, fds: tuple[int, ...] = (1, 3)) -> int | None:
     """The live process that leads its own session and has `path` open as one of `fds`; None when there is none.
     A job's waiter holds its exit file so (descriptor 3; standard output in earlier versions): this finds a job
     whose pid was never recorded."""
     return next((pid for pid in _holders(path, fds) if _leads(pid)), None)
 
 
-def opened_by_other(path: Path, me: int) -> int | None:
+def opened_by_other(path: str | Path, me: int) -> int | None:
     """A live process other than `me` that has `path` open (at any descriptor); None when there is none."""
     return next((pid for pid in _holders(path, None) if pid != me), None)
 
 
-def _holders(path: Path, fds: tuple[int, ...] | None) -> Iterator[int]:
+def _holders(path: str | Path, fds: tuple[int, ...] | None) -> Iterator[int]:
     """The live processes that have `path` open as one of `fds` (None: as any descriptor)."""
     try:
         target = os.stat(path)
