@@ -110,7 +110,7 @@ def agent(
     import signal
     import socket
 
-    from nanum import heap
+    from nanum import eventloop, heap
     from nanum.agent import nodetoken
     from nanum.agent.agent import Agent, AgentConfig
     from nanum.agent.gpus import SpecError, parse_spec
@@ -176,7 +176,7 @@ def agent(
             watch.cancel()
 
     try:
-        asyncio.run(main())
+        eventloop.run(main())
     except AgentError as exc:
         fail(str(exc))
 
@@ -204,7 +204,7 @@ def _simulate_nodes(server: str, token_file: Path | None, count: int, gpus: str,
     import signal
     import time
 
-    from nanum import heap
+    from nanum import eventloop, heap
     from nanum.agent.gpus import SpecError, parse_spec
     from nanum.agent.simnodes import NodeTokensError, SimulatedNode, read_node_tokens, run_nodes
     from nanum.cli.common import fail
@@ -235,7 +235,7 @@ def _simulate_nodes(server: str, token_file: Path | None, count: int, gpus: str,
         await run_nodes(server.split(",")[0].strip(), nodes, stopping)
 
     began = time.monotonic()
-    asyncio.run(main())
+    eventloop.run(main())
     took = max(time.monotonic() - began, 1e-9)
     beats, failed = sum(n.heartbeats for n in nodes), sum(n.errors for n in nodes)
     print(f"simulated nodes: {beats} heartbeats in {took:.1f} s ({beats / took:.1f}/s), {failed} failed", flush=True)

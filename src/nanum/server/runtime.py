@@ -42,6 +42,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from nanum import heap
 from nanum.config import load_credentials, save_credentials
+from nanum.eventloop import loop_factory
 from nanum.server.app import create_app
 from nanum.server.callers import hash_token, new_token
 from nanum.server.context import ServerContext
@@ -103,7 +104,7 @@ def start(settings: ServerSettings, host: str, port: int, agent: LocalAgent | No
             heap.settle()  # before the forks: the workers share these pages
             Workers(settings, _listening_socket(host, port), workers).run()
             return
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
             runner.run(_serve(ctx, host, port, url, agent, node))
 
 
@@ -360,7 +361,7 @@ class Workers:
                 self.sock.close()  # at once: the scheduling worker never takes a connection
             ctx = ServerContext.create(self.settings)
             url = f"http://{_connect_host(host)}:{port}"
-            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            with asyncio.Runner(loop_factory=loop_factory()) as runner:
                 if number == self.count:
                     runner.run(_schedule(ctx, parent))
                 else:
@@ -443,15 +444,6 @@ class AgentSupervisor:
 
 
 # -- small helpers -------------------------------------------------------------------------------------------
-
-
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's event loop where it is installed (faster request handling), else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
 
 
 def _check_port(host: str, port: int) -> None:
