@@ -15,7 +15,7 @@ the file's, in its order.
 
 A fleet exists to load a server, often on the same machine, so each node's connection is as cheap as an HTTP/1.1
 client can be: one kept-alive connection on asyncio's streams, answers read by httptools (`_Connection`). Through
-httpx, the 1,000-node benchmark's fleet spent about three quarters of its Python time in the client, a fifth
+httpx, the 1,000-node benchmark's fleet spent about three quarters of its Python time in the client, a quarter
 of a core or more that the server and its database went without.
 """
 
@@ -145,8 +145,9 @@ class SimulatedNode:
                                                  ANSWER_S + beat.wait_s)
             except (OSError, TimeoutError, httptools.HttpParserError) as exc:
                 self.errors += 1
-                log.warning("node %s: no answer from the server at %s (%s)", self.name, server.url,
-                            type(exc).__name__)
+                why = (f"did not answer within {ANSWER_S + beat.wait_s:g} s: it is overloaded or stuck"
+                       if isinstance(exc, TimeoutError) else f"cannot be reached ({type(exc).__name__}: {exc})")
+                log.warning("node %s: the server at %s %s", self.name, server.url, why)
                 await _pause(stopping, 1.0)
                 continue
             if status != 200:
