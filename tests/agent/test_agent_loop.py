@@ -73,6 +73,19 @@ def held_long_poll(server: FakeServer) -> None:
     time.sleep(0.05)
 
 
+def test_the_first_heartbeat_asks_for_an_answer_at_once_and_the_next_waits_for_work(
+        server: FakeServer, state_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Held like the others, the first heartbeat of an idle node was answered 10 s later: `nanum up` said the
+    agent was connected 10 s after it started."""
+    caplog.set_level(logging.INFO, logger="nanum.agent")
+    began = time.monotonic()
+    with running(make_agent(server.url, state_dir)):
+        held_long_poll(server)
+        assert server.beats[0].wait_s == 0
+        assert time.monotonic() - began < 5
+        assert "connected to" in caplog.text
+
+
 def test_runs_a_desired_job_reports_its_exit_and_log_then_forgets_it(server: FakeServer, state_dir: Path) -> None:
     with running(make_agent(server.url, state_dir)):
         server.submit(make_launch(1, "sh", "-c", "echo hello $CUDA_VISIBLE_DEVICES; exit 3", gpus=[2]))

@@ -230,7 +230,9 @@ class Agent:
         version = self.executor.version
         statuses = self.executor.statuses()
         chunks = self._logs.chunks(self.executor, statuses)
-        wait_s = min(self._wait_for(version, statuses, chunks), self._reply.lease_s / 3)
+        # The first heartbeat is answered at once: the node then holds the server's lease and settings, and says it
+        # is connected, before it waits for work (held, `nanum up` said so 10 s after it started).
+        wait_s = min(self._wait_for(version, statuses, chunks), self._reply.lease_s / 3) if self.heartbeats else 0.0
         started, sent = time.monotonic(), fence.boottime()
         samples = self.monitor.pending()
         problems = self.health.check() if self.health is not None else []
