@@ -40,9 +40,8 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from nanum import heap
+from nanum import eventloop, heap
 from nanum.config import load_credentials, save_credentials
-from nanum.eventloop import loop_factory
 from nanum.server.app import create_app
 from nanum.server.callers import hash_token, new_token
 from nanum.server.context import ServerContext
@@ -104,8 +103,7 @@ def start(settings: ServerSettings, host: str, port: int, agent: LocalAgent | No
             heap.settle()  # before the forks: the workers share these pages
             Workers(settings, _listening_socket(host, port), workers).run()
             return
-        with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            runner.run(_serve(ctx, host, port, url, agent, node))
+        eventloop.run(_serve(ctx, host, port, url, agent, node))
 
 
 @contextlib.contextmanager
@@ -361,11 +359,10 @@ class Workers:
                 self.sock.close()  # at once: the scheduling worker never takes a connection
             ctx = ServerContext.create(self.settings)
             url = f"http://{_connect_host(host)}:{port}"
-            with asyncio.Runner(loop_factory=loop_factory()) as runner:
-                if number == self.count:
-                    runner.run(_schedule(ctx, parent))
-                else:
-                    runner.run(_serve(ctx, host, port, url, None, None, sock=self.sock, parent=parent))
+            if number == self.count:
+                eventloop.run(_schedule(ctx, parent))
+            else:
+                eventloop.run(_serve(ctx, host, port, url, None, None, sock=self.sock, parent=parent))
         except BaseException:  # a worker never returns into the supervisor's code
             log.exception("server worker %d failed", number)
             code = 1
