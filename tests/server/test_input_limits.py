@@ -55,6 +55,46 @@ def test_a_nul_byte_is_refused_in_every_input(client: AsgiClient) -> None:
         assert r.status_code == 422 and r.json() == {"detail": "the URL contains a NUL byte; remove it"}
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        pytest.param("gpus", "1_6", "invalid gpus: '1_6' is not a whole number; give digits only, such as 3",
+                     id="underscore"),
+        pytest.param("gpus", " +2", "invalid gpus: ' +2' is not a whole number; give digits only, such as 3",
+                     id="sign-and-space"),
+        pytest.param("gpus", True, "invalid gpus: true is not a whole number; give digits only, such as 3", id="bool"),
+        pytest.param("time_limit_s", "3_600", "invalid time_limit_s: '3_600' is not a number; give digits and a "
+                     "decimal point, such as 1.5", id="float"),
+    ],
+)
+def test_a_number_is_read_only_as_written(client: AsgiClient, field: str, value: Any, message: str) -> None:
+    """pydantic alone reads "1_6" as 16 and true as 1: a job asking for GPUs it was never meant to have."""
+    r = post_job(client, **{field: value})
+    assert r.status_code == 422 and r.json() == {"detail": message}, r.text
+    assert client.get("/api/v1/jobs", headers=auth(ALICE)).json() == []
+    job = post_job(client, gpus="2", time_limit_s="90.5").json()  # text with a number as written is the number
+    assert (job["gpus"], job["time_limit_s"]) == (2, 90.5)
+    r = client.patch(f"/api/v1/jobs/{job['id']}", json={"gpus": "1_6"}, headers=auth(ALICE))
+    assert r.status_code == 422 and "'1_6' is not a whole number" in r.json()["detail"]
+    r = client.patch("/api/v1/labs/vision", json={"max_gpus": False}, headers=auth(ADMIN))
+    assert r.status_code == 422 and r.json() == {"detail": "invalid max_gpus: false is not a whole number; give "
+                                                 "digits only, such as 3"}, r.text
+
+
+def test_a_number_in_a_path_or_query_is_read_only_as_written(client: AsgiClient) -> None:
+    job_id = submit(client, gpus=1)["id"]
+    assert client.get(f"/api/v1/jobs/{job_id}", headers=auth(ALICE)).status_code == 200
+    spelt = "_".join(str(job_id))  # job 1 as '1', job 12 as '1_2': not a job id when it has an underscore
+    for path in (f"/api/v1/jobs/{job_id}%20", f"/api/v1/jobs/+{job_id}", f"/api/v1/jobs/{spelt}_0"):
+        r = client.get(path, headers=auth(ALICE))
+        assert r.status_code == 422 and r.json()["detail"].endswith("is not a whole number; give digits only, such as 3")
+    r = client.get("/api/v1/jobs?array=1_0", headers=auth(ALICE))
+    assert r.json() == {"detail": "invalid array: '1_0' is not a whole number; give digits only, such as 3"}
+    r = client.post(f"/api/v1/jobs/{spelt}_0/cancel", headers=auth(ALICE))
+    assert r.status_code == 422
+    assert client.get(f"/api/v1/jobs/{job_id}", headers=auth(ALICE)).json()["state"] != "cancelled"
+
+
 def test_a_field_the_api_does_not_know_is_refused_not_dropped(client: AsgiClient) -> None:
     """A misspelt field would otherwise run a job other than the one asked for (1 GPU for `gpu: 3`)."""
     r = post_job(client, gpu=3, time_limit="1h")

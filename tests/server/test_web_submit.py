@@ -80,7 +80,7 @@ def test_an_array_from_the_form_is_one_job_per_index(client: AsgiClient, alice: 
 @pytest.mark.parametrize(
     ("fields", "status", "sentence"),
     [
-        ({"gpus": "abc"}, 422, "invalid gpus: input should be a valid integer, unable to parse string as an integer"),
+        ({"gpus": "abc"}, 422, "invalid gpus: 'abc' is not a whole number; give digits only, such as 3"),
         ({"gpus": "-1"}, 422, "invalid gpus: input should be greater than or equal to 0"),
         ({"time": "4x"}, 422, "time limit: cannot read '4x'; give e.g. 90s, 30m, 4h, 2d, 1:30:00 or 2-00:00:00 "
                               "(a bare number is minutes)"),

@@ -59,7 +59,7 @@ def validation_message(errors: Sequence[Any]) -> str:
     err = errors[0]
     if err.get("type") == "json_invalid":
         return "the request body is not valid JSON"
-    if err.get("type") == "nul_byte":
+    if err.get("type") in ("nul_byte", "plain_number"):
         return str(err.get("msg"))
     loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path", "header") and not _type_tag(p)]
     field = ".".join(loc) or "request body"

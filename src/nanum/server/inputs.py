@@ -1,35 +1,33 @@
-"""The base of every input model: no NUL byte in any string, no NaN or Infinity in any number.
+"""The base of every input model: no NUL byte in any string, no NaN or Infinity in any number, and a number
+written as text only as plain digits.
 
 Every body a user or admin sends is parsed into an `ApiIn` (or checked with `refuse_nul`), so a string the store
 cannot hold (PostgreSQL refuses NUL in text) or a job could not use (an argument or environment variable cut at
 the NUL) is refused at the edge with 422 and one sentence naming where it is: `command[1] contains a NUL byte;
 remove it`. Each field carries its own bounds (`nanum.server.limits`).
+
+A number field takes a JSON number, or text that is a number as written (the web forms send text): pydantic
+alone would read `"1_6"` as 16, `" +16 "` as 16 and `true` as 1, a job other than the one asked for, where the
+command line refuses `--gpus 1_6` (`nanum.cli.base.whole_number`).
 """
 
 from __future__ import annotations
 
+import re
+import types
+import typing
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from fastapi import Depends, Path, Request, Response
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
 from nanum.server.errors import Invalid, NotFound
 from nanum.server.limits import MAX_ID, MAX_STORED_ID
 from nanum.units import quoted
-
-
-def _job_id(job_id: Annotated[int, Path(ge=0, le=MAX_ID)]) -> int:
-    if job_id > MAX_STORED_ID:
-        raise NotFound(f"no job {job_id}")
-    return job_id
-
-
-#: A job id in a path: a signed 64-bit integer (anything else is 422); one no job can have is 404 at once.
-JobIdPath = Annotated[int, Depends(_job_id)]
 
 
 class KnownQuery(APIRoute):
@@ -69,12 +67,80 @@ class ApiIn(BaseModel):
     of different versions still talk.)"""
 
     model_config = ConfigDict(allow_inf_nan=False, extra="forbid")
+    #: The model's number fields, by name: `int` or `float` (`_plain_numbers`).
+    _numbers: ClassVar[dict[str, type]] = {}
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls._numbers = {name: kind for name, info in cls.model_fields.items()
+                        if (kind := _number_kind(info.annotation)) is not None}
 
     @model_validator(mode="before")
     @classmethod
     def _no_nul(cls, data: Any) -> Any:
         refuse_nul(data)
+        if cls._numbers and isinstance(data, dict):
+            _plain_numbers(data, cls._numbers)
         return data
+
+
+#: A whole number or a decimal one, as text: digits, with a sign and (a decimal one) a point and an exponent.
+_WHOLE = re.compile(r"-?[0-9]+")
+_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+
+def _plain_numbers(data: dict[str, Any], numbers: dict[str, type]) -> None:
+    """Refuse a number field given `true`/`false`, or text that is not a number as written (`_WHOLE`, `_DECIMAL`)."""
+    for name, kind in numbers.items():
+        wrong = _not_plain(data.get(name), whole=kind is int)
+        if wrong is not None:
+            raise PydanticCustomError("plain_number", "invalid {field}: {wrong}", {"field": name, "wrong": wrong})
+
+
+def _not_plain(value: Any, *, whole: bool) -> str | None:
+    """Why `value` given for a number is not one as written (`true`, `"1_6"`); None where it is, or is no text."""
+    if not isinstance(value, bool) and (not isinstance(value, str) or (_WHOLE if whole else _DECIMAL).fullmatch(value)):
+        return None
+    shown = "true" if value is True else "false" if value is False else quoted(value)
+    if whole:
+        return f"{shown} is not a whole number; give digits only, such as 3"
+    return f"{shown} is not a number; give digits and a decimal point, such as 1.5"
+
+
+def _plain(whole: bool) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        wrong = _not_plain(value, whole=whole)
+        if wrong is not None:
+            raise ValueError(wrong)
+        return value
+
+    return check
+
+
+#: A number in a path or query, read as written (`/jobs/1_6` is not job 16), as in bodies (`ApiIn`).
+WHOLE = BeforeValidator(_plain(whole=True))
+DECIMAL = BeforeValidator(_plain(whole=False))
+
+
+def _job_id(job_id: Annotated[int, WHOLE, Path(ge=0, le=MAX_ID)]) -> int:
+    if job_id > MAX_STORED_ID:
+        raise NotFound(f"no job {job_id}")
+    return job_id
+
+
+#: A job id in a path: a signed 64-bit integer (anything else is 422); one no job can have is 404 at once.
+JobIdPath = Annotated[int, Depends(_job_id)]
+
+
+def _number_kind(annotation: Any) -> type | None:
+    """`int` or `float` where a field's type is that number (or None beside it), else None."""
+    if typing.get_origin(annotation) is Annotated:
+        return _number_kind(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _number_kind(kinds[0]) if len(kinds) == 1 else None
+    return annotation if annotation in (int, float) else None
 
 
 def refuse_nul(data: Any, where: str = "") -> None:

@@ -19,7 +19,7 @@ from nanum.server.identity import (
     TokenInfo,
     TokenNew,
 )
-from nanum.server.inputs import KnownQuery
+from nanum.server.inputs import WHOLE, KnownQuery
 from nanum.server.limits import MAX_STORED_ID
 from nanum.server.services import logins, onboarding, sso, tokens
 
@@ -61,7 +61,7 @@ def list_tokens(ctx: Context, caller: CallerDep, user: OfUser = None) -> list[To
 
 
 @router.delete("/tokens/{token_id}", status_code=204)
-def revoke_token(token_id: Annotated[int, Path(ge=0, le=MAX_STORED_ID)], ctx: Context, caller: CallerDep,
+def revoke_token(token_id: Annotated[int, WHOLE, Path(ge=0, le=MAX_STORED_ID)], ctx: Context, caller: CallerDep,
                  user: OfUser = None) -> Response:
     """Revoke one of your tokens at once (id 0: your first token)."""
     tokens.revoke(ctx, caller, token_id, user)

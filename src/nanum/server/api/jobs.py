@@ -9,7 +9,7 @@ from fastapi.responses import Response
 
 from nanum.server.api import rendering
 from nanum.server.auth import CallerDep, Context
-from nanum.server.inputs import JobIdPath, KnownQuery
+from nanum.server.inputs import WHOLE, JobIdPath, KnownQuery
 from nanum.server.job_schemas import JobOut, JobPatch, JobSubmit
 from nanum.server.limits import MAX_OFFSET, MAX_STORED_ID
 from nanum.server.services import accounts, control, jobs
@@ -34,7 +34,8 @@ def list_jobs(
     user: Annotated[str | None, Query(max_length=64)] = None,
     lab: Annotated[str | None, Query(max_length=64)] = None,
     state: Annotated[list[str] | None, Query(max_length=16)] = None,
-    array: Annotated[int | None, Query(ge=0, le=MAX_STORED_ID, description="only the tasks of this array")] = None,
+    array: Annotated[int | None, WHOLE,
+                     Query(ge=0, le=MAX_STORED_ID, description="only the tasks of this array")] = None,
 ) -> Response:
     """Active jobs of every user (with `all=true`, finished ones too), ordered by id. `env` is shown only on the
     caller's own jobs (every job's, to an admin)."""
@@ -101,7 +102,7 @@ def job_logs(
     job_id: JobIdPath,
     ctx: Context,
     caller: CallerDep,
-    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    offset: Annotated[int, WHOLE, Query(ge=0, le=MAX_OFFSET)] = 0,
     node: Annotated[str | None, Query(max_length=128, description=(
         "one node's output of a multi-node job: the node's name or its rank"))] = None,
 ) -> Response:

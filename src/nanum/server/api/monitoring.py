@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from nanum.server.auth import AdminDep, CallerDep, Context
 from nanum.server.errors import Forbidden, NotFound
-from nanum.server.inputs import ApiIn, JobIdPath, KnownQuery, refuse_nul
+from nanum.server.inputs import DECIMAL, WHOLE, ApiIn, JobIdPath, KnownQuery, refuse_nul
 from nanum.server.limits import MAX_GPUS, MAX_SETTING_VALUE, MAX_SETTINGS
 from nanum.server.services import history, jobusage, monitor_settings
 from nanum.store import NodeRow
@@ -65,10 +65,10 @@ def job_usage(job_id: JobIdPath, ctx: Context, _: CallerDep) -> dict[str, Any]:
 @router.get("/nodes/{name}/gpus/{index}/history")
 def gpu_history(
     name: str,
-    index: Annotated[int, Path(ge=0, le=MAX_GPUS)],
+    index: Annotated[int, WHOLE, Path(ge=0, le=MAX_GPUS)],
     ctx: Context,
     _: CallerDep,
-    hours: Annotated[float, Query(gt=0, le=24 * 365, allow_inf_nan=False)] = 1.0,
+    hours: Annotated[float, DECIMAL, Query(gt=0, le=24 * 365, allow_inf_nan=False)] = 1.0,
 ) -> dict[str, Any]:
     """`[[t, util, memory_mb], ...]`: full rate for the last hour, per minute for a week, per hour beyond."""
     since = time.time() - hours * 3600
