@@ -71,6 +71,17 @@ def test_placeholders_are_filled_and_quoted() -> None:
         commands("train {x}", [{"lr": 1}], "s")
 
 
+def test_a_nul_byte_in_a_sweep_is_refused_naming_the_sweep(tmp_path: Path, api: FakeApi, nanum: Nanum) -> None:
+    """The server named the array's argument it reached ('command[4] contains a NUL byte'), not the sweep line."""
+    (tmp_path / "nul.toml").write_text('command = "train --opt {opt}"\n[grid]\nopt = ["adam", "sg\\u0000d"]\n')
+    result = nanum("sweep", str(tmp_path / "nul.toml"))
+    assert result.exit_code == 2, result.output
+    assert "nul.toml: a value of parameter opt ('sg\\x00d') contains a NUL byte; remove it" in result.stderr
+    (tmp_path / "nul.toml").write_text('command = "train\\u0000 {opt}"\n[grid]\nopt = ["adam"]\n')
+    assert "nul.toml: the command contains a NUL byte; remove it" in nanum("sweep", str(tmp_path / "nul.toml")).stderr
+    assert api.requests == []
+
+
 def test_metric_lines_give_the_last_value_of_each_name() -> None:
     found: dict[str, float] = {}
     for line in ("NANUM_METRIC loss=0.5 acc=0.7", "epoch 2", "NANUM_METRIC loss=0.25", "NANUM_METRIC bad=x"):

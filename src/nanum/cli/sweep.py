@@ -163,8 +163,14 @@ def commands(template: str, sets: list[dict[str, Any]], where: str) -> list[str]
     """The template with each trial's values, quoted for the shell."""
     import shlex
 
+    if "\0" in template:
+        raise UsageProblem(f"{where}: the command contains a NUL byte; remove it")
     out = []
     for values in sets:
+        for name, value in values.items():
+            if "\0" in str(value):
+                raise UsageProblem(f"{where}: a value of parameter {name} ({str(value)!r}) contains a NUL byte; "
+                                   "remove it")
         try:
             out.append(template.format_map({k: shlex.quote(str(v)) for k, v in values.items()}))
         except (KeyError, IndexError, ValueError) as exc:
