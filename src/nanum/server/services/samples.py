@@ -373,7 +373,8 @@ def _reading(sample: Sample, job_id: int, gpus: list[int]) -> Reading | None:
     )
 
 
-def tally_of(row: JobStatsRow | SimpleNamespace) -> Tally:
+def tally_of(row: Any) -> Tally:
+    """The tally in `row`: anything with `job_stats` tally columns as attributes (its ORM object, a plain row)."""
     return Tally(
         readings=row.readings or 0,
         util_sum=row.util_sum or 0.0,
