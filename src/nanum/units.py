@@ -2,24 +2,49 @@
 the dashboard's submit form): `parse_mem` reads 512M, 32G, 1.5T (a bare number is MiB) into MiB; `parse_time`
 reads the forms sbatch knows (90 = 90 minutes, 30:00, 1:30:00, 2-00:00:00, 2-12) or a unit suffix (90s, 30m, 4h,
 2d) into seconds; `parse_label` checks a node label (net=ib). A value they cannot read raises `ValueError` with
-one sentence naming `what`, the value (cut short where it is long: `quoted`) and an example that works. No I/O,
-and nothing from the CLI or the server but the label pattern jobs are checked with (`nanum.jobfields`)."""
+one sentence naming `what`, the value (cut short where it is long: `quoted`) and an example that works.
+`whole_number` and `decimal_number` read a number only as it is written plainly (not `1_6`, `１６` or `nan`, which
+Python's `int` and `float` read), for the command line and the API alike. No I/O, and nothing from the CLI or the
+server but the label pattern jobs are checked with (`nanum.jobfields`)."""
 
 from __future__ import annotations
 
+import math
 import re
 
 from nanum.jobfields import LABEL_PATTERN
 
-__all__ = ["parse_label", "parse_mem", "parse_time", "quoted"]
+__all__ = ["all_digits", "decimal_number", "parse_label", "parse_mem", "parse_time", "quoted", "whole_number"]
 
 _LABEL = re.compile(LABEL_PATTERN)
 
-_MEM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_MEM = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _MEM_FACTOR = {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024 * 1024}
-_UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|hr|d|day|days)\s*$", re.IGNORECASE)
+_UNIT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(s|sec|m|min|h|hr|d|day|days)\s*$", re.IGNORECASE)
 _UNIT_SECONDS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400, "day": 86400,
                  "days": 86400}
+_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+
+def all_digits(text: str) -> bool:
+    """Whether `text` is a whole number as ids are written: ASCII digits only (`str.isdigit` alone takes '²', which
+    `int` refuses; `int` alone takes '1_2' as 12)."""
+    return text.isascii() and text.isdigit()
+
+
+def whole_number(text: str) -> int | None:
+    """`text` as a whole number written the plain way (ASCII digits, with a '-' for a negative one), else None.
+    Python's `int` also reads '1_6' as 16, and '１６' and ' 16' as 16: `--gpus 1_6` asked for 16 GPUs."""
+    return int(text) if all_digits(text.removeprefix("-")) else None
+
+
+def decimal_number(text: str) -> float | None:
+    """`text` as a finite number written the plain way ('2', '0.5', '-1.5', '1e3'), else None: not '1_0.5',
+    'nan', 'inf', '1e999' (infinity) or '１.５', all of which Python's `float` reads."""
+    if not _DECIMAL.fullmatch(text):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
 
 
 def parse_mem(text: str, what: str) -> int:

@@ -38,6 +38,19 @@ def test_a_cluster_too_small_is_short_and_the_suggested_addition_meets_the_targe
     assert not next(o for o in outcomes if o.option.label == "x1").meets
 
 
+def test_the_search_for_a_larger_cluster_stops_at_the_largest_the_simulator_takes() -> None:
+    """A large cluster that no option helps is doubled only while the result is one the simulator can replay."""
+    tried: list[int] = []
+
+    def never_enough(option: cap.Option) -> cap.Outcome:
+        tried.append(sum(g.count for g in option.spec.groups))
+        return cap.Outcome(option, option.spec.total_gpus, 1, 1, 0.0, 0.0, 0.0, 0.0, meets=False)
+
+    outcomes = cap.search(parse_cluster("6000x8"), (1.0, 1.5), [], never_enough)
+    assert tried == [6000, 9000, 18000]  # x1, x1.5, x3; x6 would be 36,000 nodes: over the limit, not tried
+    assert cap.verdict(outcomes).text.startswith("short: even the largest option tried (x3, 144,000 GPUs)")
+
+
 def test_an_idle_cluster_is_over_supplied() -> None:
     trace = steady(50, 3600.0, 600.0)  # one GPU busy a sixth of the time on 64 GPUs
     found, outcomes = verdict_of(trace, "16x4")
@@ -73,6 +86,10 @@ def test_report_capacity_prints_each_option_and_one_verdict(tmp_path: Path) -> N
     (["--target", "fast please"], "target 'fast please' is not like 'p95 wait < 1h'"),
     (["--add", "H100"], "--add 'H100' is not like 8xH100"),
     (["--scale", "1,-2"], "--scale '1,-2' needs positive factors"),
+    (["--scale", "1_0"], "--scale '1_0' is not a list of numbers"),  # Python's float reads it as 10
+    (["--scale", "1e9"], "cluster 1x4 x1e+09 has 1,000,000,000 nodes; a simulated cluster has at most 20,000"),
+    (["--add", "99999999x8xH100"], "has 100,000,000 nodes; a simulated cluster has at most 20,000"),
+    (["--add", "1x99999xH100"], "has nodes of 99,999 GPUs; a simulated node has at most 1,024"),
 ])
 def test_report_capacity_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str], message: str) -> None:
     trace = tmp_path / "t.csv"

@@ -40,6 +40,8 @@ def test_toml_groups_owners_and_default_guarantees(tmp_path: Path) -> None:
     [
         pytest.param("8by4", "neither NxG", id="junk"),
         pytest.param("0x4", "at least one node", id="zero"),
+        pytest.param("99999999x8", "99,999,999 nodes; a simulated cluster has at most 20,000", id="huge"),
+        pytest.param("８x4", "neither NxG", id="full-width"),
     ],
 )
 def test_bad_short_specs(text: str, message: str) -> None:
@@ -56,6 +58,8 @@ def test_bad_short_specs(text: str, message: str) -> None:
         pytest.param({"nodes": [{"count": -1, "gpus": 4}]}, "count must be", id="negative"),
         pytest.param({"lend": "yes", "nodes": [{"count": 1, "gpus": 4}]}, "lend must be", id="lend"),
         pytest.param({"nodes": [{"count": 1, "gpus": 4}], "labs": {"a": {"weight": 0}}}, "weight", id="weight"),
+        pytest.param({"nodes": [{"count": 15_000, "gpus": 8}, {"count": 15_000, "gpus": 8}]}, "30,000 nodes",
+                     id="huge"),
     ],
 )
 def test_bad_cluster_files(data: dict[str, object], message: str) -> None:

@@ -9,8 +9,6 @@ without importing them; `nanum.cli.common` adds the Typer pieces.
 from __future__ import annotations
 
 import functools
-import math
-import re
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -23,30 +21,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class UsageProblem(Exception):
     """A bad value on the command line or in a script header: exit code 2."""
-
-
-def all_digits(text: str) -> bool:
-    """Whether `text` is a whole number as ids are written: ASCII digits only (`str.isdigit` alone takes '²', which
-    `int` refuses; `int` alone takes '1_2' as 12)."""
-    return text.isascii() and text.isdigit()
-
-
-def whole_number(text: str) -> int | None:
-    """`text` as a whole number written the plain way (ASCII digits, with a '-' for a negative one), else None.
-    Python's `int` also reads '1_6' as 16, and '１６' and ' 16' as 16: `--gpus 1_6` asked for 16 GPUs."""
-    return int(text) if all_digits(text.removeprefix("-")) else None
-
-
-_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
-
-
-def decimal_number(text: str) -> float | None:
-    """`text` as a finite number written the plain way ('2', '0.5', '-1.5', '1e3'), else None: not '1_0.5',
-    'nan', 'inf', '1e999' (infinity) or '１.５', all of which Python's `float` reads."""
-    if not _DECIMAL.fullmatch(text):
-        return None
-    value = float(text)
-    return value if math.isfinite(value) else None
 
 
 def fail(message: str, code: int = 1) -> NoReturn:

@@ -17,16 +17,14 @@ import typer.core
 
 from nanum.cli.base import (
     UsageProblem,
-    all_digits,
     clean_errors,
     connect,
-    decimal_number,
     exit_code_for_status,
     fail,
     note,
     print_json,
-    whole_number,
 )
+from nanum.units import all_digits, decimal_number, whole_number
 
 __all__ = ["Command", "Group", "JobIdArg", "JsonOpt", "ServerOpt", "TokenOpt", "UsageProblem", "clean_errors",
            "connect", "digits", "exit_code_for_status", "fail", "note", "print_json"]

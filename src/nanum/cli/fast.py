@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nanum.cli.base import whole_number
+from nanum.units import whole_number
 
 #: command -> {"options": {flag: [parameter, kind, multiple]}, "args": [[parameter, nargs, required]],
 #: "interspersed": options may follow arguments}. kind: "flag", "int" or "str". Regenerate with

@@ -8,7 +8,8 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from nanum.cli.base import UsageProblem, all_digits, clean_errors, connect, note, print_json
+from nanum.cli.base import UsageProblem, clean_errors, connect, note, print_json
+from nanum.units import all_digits
 
 if TYPE_CHECKING:
     from nanum.cli.jobspec import SubmitOptions

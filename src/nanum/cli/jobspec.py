@@ -23,9 +23,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from nanum import units
-from nanum.cli.base import UsageProblem, whole_number
+from nanum.cli.base import UsageProblem
 from nanum.jobfields import SubmitFields, bounds
 from nanum.server.limits import MAX_CPUS, MAX_GPUS, MAX_MEMORY_MB, MAX_NODES, MAX_TIME_LIMIT_S
+from nanum.units import whole_number
 
 if TYPE_CHECKING:
     from os import PathLike

@@ -53,6 +53,7 @@ def capacity(
         scales = cap.parse_scales(scale)
         added = [cap.parse_add(a) for a in add]
         jobs, spec, policy_text, source = _history(since, trace, cluster, policy, server, token)
+        cap.options(spec, scales, added)  # each a cluster the simulator takes, before any replay
         from nanum.core import Policy, PolicyError
 
         try:

@@ -8,12 +8,11 @@ remove it`. Each field carries its own bounds (`nanum.server.limits`).
 
 A number field takes a JSON number, or text that is a number as written (the web forms send text): pydantic
 alone would read `"1_6"` as 16, `" +16 "` as 16 and `true` as 1, a job other than the one asked for, where the
-command line refuses `--gpus 1_6` (`nanum.cli.base.whole_number`).
+command line refuses `--gpus 1_6` (both read numbers with `nanum.units.whole_number` and `decimal_number`).
 """
 
 from __future__ import annotations
 
-import re
 import types
 import typing
 from collections.abc import Callable, Coroutine, Iterator
@@ -27,7 +26,7 @@ from pydantic_core import PydanticCustomError
 
 from nanum.server.errors import Invalid, NotFound
 from nanum.server.limits import MAX_ID, MAX_STORED_ID
-from nanum.units import quoted
+from nanum.units import decimal_number, quoted, whole_number
 
 
 class KnownQuery(APIRoute):
@@ -85,13 +84,8 @@ class ApiIn(BaseModel):
         return data
 
 
-#: A whole number or a decimal one, as text: digits, with a sign and (a decimal one) a point and an exponent.
-_WHOLE = re.compile(r"-?[0-9]+")
-_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
-
-
 def _plain_numbers(data: dict[str, Any], numbers: dict[str, type]) -> None:
-    """Refuse a number field given `true`/`false`, or text that is not a number as written (`_WHOLE`, `_DECIMAL`)."""
+    """Refuse a number field given `true`/`false`, or text that is not a number as written."""
     for name, kind in numbers.items():
         wrong = _not_plain(data.get(name), whole=kind is int)
         if wrong is not None:
@@ -100,7 +94,8 @@ def _plain_numbers(data: dict[str, Any], numbers: dict[str, type]) -> None:
 
 def _not_plain(value: Any, *, whole: bool) -> str | None:
     """Why `value` given for a number is not one as written (`true`, `"1_6"`); None where it is, or is no text."""
-    if not isinstance(value, bool) and (not isinstance(value, str) or (_WHOLE if whole else _DECIMAL).fullmatch(value)):
+    if not isinstance(value, bool) and (
+            not isinstance(value, str) or (whole_number(value) if whole else decimal_number(value)) is not None):
         return None
     shown = "true" if value is True else "false" if value is False else quoted(value)
     if whole:

@@ -23,14 +23,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from nanum.core import Policy
-from nanum.sim.cluster import ClusterSpec, NodeGroup
+from nanum.sim.cluster import ClusterError, ClusterSpec, NodeGroup
 from nanum.sim.engine import SimOptions, Simulation
 from nanum.sim.metrics import percentile, queue_delay
 from nanum.sim.traces import TraceJob
+from nanum.units import decimal_number
 
-ADD_RE = re.compile(r"^(?:(\d+)x)?(\d+)x([A-Za-z][A-Za-z0-9_.\-]*)$")
+ADD_RE = re.compile(r"^(?:([0-9]+)x)?([0-9]+)x([A-Za-z][A-Za-z0-9_.\-]*)$")
 TARGET_RE = re.compile(r"^(avg|mean|p50|p90|p95|p99)\s+wait\s*<\s*(\S+)$", re.IGNORECASE)
-DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|min|h|d)?$")
+DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(s|m|min|h|d)?$")
 SECONDS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 DEFAULT_SCALES = (0.5, 0.75, 1.0, 1.25, 1.5)
 
@@ -111,11 +112,11 @@ def parse_add(text: str) -> NodeGroup:
 
 
 def parse_scales(text: str) -> tuple[float, ...]:
-    try:
-        scales = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ValueError(f"--scale {text!r} is not a list of numbers like 0.5,0.75,1,1.25,1.5") from None
-    if not scales or any(s <= 0 or not math.isfinite(s) for s in scales):
+    read = [decimal_number(x.strip()) for x in text.split(",") if x.strip()]
+    scales = tuple(s for s in read if s is not None)
+    if len(scales) != len(read):
+        raise ValueError(f"--scale {text!r} is not a list of numbers like 0.5,0.75,1,1.25,1.5")
+    if not scales or any(s <= 0 for s in scales):
         raise ValueError(f"--scale {text!r} needs positive factors like 0.5,0.75,1,1.25,1.5")
     return scales
 
@@ -221,7 +222,11 @@ def search(spec: ClusterSpec, scales: Sequence[float], added: Sequence[NodeGroup
     factor = max(scales)
     while not any(o.meets for o in outcomes) and factor < MAX_SCALE:
         factor *= 2
-        tried(Option(f"x{factor:g}", scaled(spec, factor), factor))
+        try:
+            larger = Option(f"x{factor:g}", scaled(spec, factor), factor)
+        except ClusterError:  # larger than the simulator takes: the largest tried stands
+            break
+        tried(larger)
     for _ in range(REFINE_STEPS):
         pair = _gap(outcomes)
         if pair is None:

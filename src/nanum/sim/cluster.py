@@ -37,10 +37,14 @@ from typing import Any
 
 from nanum.core import Gpu, Lab, Limits, Node
 
-SPEC_RE = re.compile(r"^(\d+)x(\d+)(?::([A-Za-z0-9_.\-]+))?$")
+SPEC_RE = re.compile(r"^([0-9]+)x([0-9]+)(?::([A-Za-z0-9_.\-]+))?$")
 DEFAULT_MODEL = "GPU"
 GROUP_KEYS = {"count", "gpus", "model", "cpus", "memory_mb", "lab", "name", "islands"}
 LAB_KEYS = {"guaranteed_gpus", "max_gpus", "max_running_jobs", "monthly_gpu_hours", "weight"}
+#: The most nodes a simulated cluster has, and GPUs one of its nodes has: a replay holds every node and GPU in
+#: memory (`--add 99999999x8xH100` grew the command past 800 MB before any job was replayed).
+MAX_NODES = 20_000
+MAX_GPUS_PER_NODE = 1_024
 
 
 class ClusterError(ValueError):
@@ -78,6 +82,16 @@ class ClusterSpec:
     labs: Mapping[str, LabSpec] = field(default_factory=dict)
     lend: bool = True
     reclaim: bool = True
+
+    def __post_init__(self) -> None:
+        nodes = sum(g.count for g in self.groups)
+        if nodes > MAX_NODES:
+            raise ClusterError(f"cluster {self.name} has {nodes:,} nodes; a simulated cluster has at most "
+                               f"{MAX_NODES:,}")
+        crowded = next((g for g in self.groups if g.gpus > MAX_GPUS_PER_NODE), None)
+        if crowded is not None:
+            raise ClusterError(f"cluster {self.name} has nodes of {crowded.gpus:,} GPUs; a simulated node has at most "
+                               f"{MAX_GPUS_PER_NODE:,}")
 
     @property
     def total_gpus(self) -> int:
