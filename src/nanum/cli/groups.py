@@ -9,6 +9,7 @@ import typer
 
 from nanum.cli.app import app
 from nanum.cli.common import Group, UsageProblem
+from nanum.units import decimal_number, whole_number
 
 __all__ = ["NameArg", "lab_app", "limit_value", "node_app", "user_app"]
 
@@ -25,11 +26,10 @@ def limit_value(flag: str, value: str, kind: type[int] | type[float]) -> int | f
     """`8` -> 8; `none`/`unlimited` -> None (removes the limit); anything else is a usage error."""
     if value.strip().lower() in ("none", "unlimited", "-"):
         return None
-    try:
-        number = kind(value)
-    except ValueError:
+    number = whole_number(value) if kind is int else decimal_number(value)  # as written: '1_0' is not 10
+    if number is None:
         what = "a whole number" if kind is int else "a number"
-        raise UsageProblem(f"{flag}: {value!r} is not {what} (or `none` to remove the limit)") from None
+        raise UsageProblem(f"{flag}: {value!r} is not {what} (or `none` to remove the limit)")
     if number < 0:
         raise UsageProblem(f"{flag} must not be negative")
     return number
