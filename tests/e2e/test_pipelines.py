@@ -71,6 +71,9 @@ def test_an_arrays_tasks_are_waited_for_and_read_by_the_names_ps_gives_them(clus
     assert (first.returncode, first.stdout) == (0, "task 0\n")
     assert first.stderr == (f"nanum: {array} is an array: this is its task {array}_0's output; `nanum logs "
                             f"{array}_N` shows task N's\n")
+    second = next(t["id"] for t in cluster.api("GET", "/jobs", query=f"array={array}") if t["array_task"] == 1)
+    by_id = cluster.nanum("logs", str(second), user="alice")  # a task's own job id: no word of an array
+    assert (by_id.returncode, by_id.stdout, by_id.stderr) == (0, "task 1\n", "")
     assert cluster.nanum("wait", f"{array}_2", user="alice").returncode == 0
     for bad in (f"{array}_x", "1_2_3", "\u00b2"):
         refused = cluster.nanum("logs", bad, user="alice")

@@ -239,7 +239,7 @@ def logs(
     with connect(server, token) as client:
         job_id = jobcmds.resolve(client, ref)[0]
         first = client.logs(job_id, 0, node)
-        if "_" in first.ref and "_" not in ref:  # the array's id reads its first task
+        if "_" not in ref and first.ref.partition("_")[0] == str(job_id) != first.ref:  # an array's id: its first task
             note(f"nanum: {ref} is an array: this is its task {first.ref}'s output; `nanum logs {ref}_N` shows "
                  "task N's")
         if follow:
