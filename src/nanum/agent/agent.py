@@ -164,6 +164,10 @@ class Agent:
             checkpoint_root=self.config.checkpoint_root,
         )
         self._lease.take(self._reply.lease_s)
+        if os.geteuid() == 0:  # jobs run as their users: a Python for their shells every user may run
+            sessions.make_session_python(self.config.state_dir)
+            if (problem := sessions.session_python_problem()) is not None:
+                log.warning("%s", problem)  # said now, not at the first shell
         sampling = asyncio.create_task(self.monitor.run(self._job_views, wake.set), name="nanum-monitor")
         leasing = asyncio.create_task(self._lease.watch(self._check_lease), name="nanum-lease")
         try:

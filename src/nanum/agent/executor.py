@@ -41,7 +41,7 @@ from nanum.agent.exitwatch import POLL_S, ExitWatch
 from nanum.agent.jobrecord import JobRecord, read_exit_file, read_log, read_workdir_failure
 from nanum.agent.jobsdir import Spares, discard, empty_trash, make_jobs_dir
 from nanum.agent.launch import Spawning, check_fields, find_setpriv, job_env, launcher, prepare, spawn
-from nanum.agent.sessions import relayed
+from nanum.agent.sessions import refuse_unrunnable, relayed
 from nanum.protocol import JobLaunch, JobStatus
 
 __all__ = ["Executor"]
@@ -246,6 +246,8 @@ class Executor:
             launch.checkpoint_dir = str(self._checkpoint_root / str(launch.job_id))
         account = job_account(launch.unix_user, node=self.node, allow_root=allow_root, agent=self._agent)
         switch = account.uid != self._agent.uid
+        if switch:
+            refuse_unrunnable(launch)
         prepare(record, account, node=self.node, switch_user=switch)
         env = job_env(launch, record, account, switch_user=switch)
         if in_container(launch):  # the runtime starts as the agent; the job runs as its user inside

@@ -16,19 +16,36 @@ pairs it with the owner's `nanum shell`; in a Python environment or behind a set
 In a container image the relay runs as the agent (as the runtime does for any container job) and what it runs on
 its terminal is the runtime's `run --interactive --tty ... IMAGE /bin/sh -l` (`relayed`): the shell runs inside,
 as the job's user, like any container job. Nodes need no port open to users.
+
+The session Python runs as the job's user, so every user must be able to run it: one under `/root` (a pyenv
+install, say) cannot be, and a shell or notebook would end at once with exit code 126. An agent running as root
+whose own Python is such (and that was given no `NANUM_SESSION_PYTHON`) makes one when it starts
+(`make_session_python`): a venv of the system's Python of the same version, in its state directory, that reads
+the agent's own packages. Where it cannot, it says why (`session_python_problem`), and such a job fails to start
+with that sentence (`refuse_unrunnable`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
+import logging
 import os
+import shutil
 import socket
+import stat
+import subprocess
 import sys
+import sysconfig
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
 
+from nanum.agent.accounts import Refused
 from nanum.protocol import JobLaunch
 
-__all__ = ["NOTEBOOK_ADDRESS", "RELAY_VARS", "prepared", "relayed"]
+__all__ = ["NOTEBOOK_ADDRESS", "RELAY_VARS", "prepared", "refuse_unrunnable", "relayed", "session_python_problem"]
 
 #: The variable of a notebook's launch that holds `HOST:PORT` (reported in its status).
 NOTEBOOK_ADDRESS = "NANUM_NOTEBOOK_ADDRESS"
@@ -41,6 +58,15 @@ RELAY_VARS = (RELAY_URL, RELAY_SECRET)
 CONTAINER_SHELL = ("/bin/sh", "-l")
 #: How long the agent tries to connect to a notebook's port on its own address (`free_port`), in seconds.
 SELF_CONNECT_S = 1.0
+#: The system's Pythons a session Python may be made of (`make_session_python`), the version's own first.
+SYSTEM_PYTHONS = ("/usr/bin/python{v}", "/usr/local/bin/python{v}", "/usr/bin/python3", "/usr/local/bin/python3")
+#: The file of a made session Python that adds the agent's packages to it.
+_PACKAGES_PTH = "nanum-agent-packages.pth"
+#: Where a session Python is made when other users cannot enter the agent's state directory.
+SHARED_PLACE = Path("/var/lib/nanum")
+
+log = logging.getLogger("nanum.agent")
+_made: str | None = None  # the session Python `make_session_python` made, if it did
 
 
 def prepared(launch: JobLaunch, *, address: str, server: str) -> JobLaunch:
@@ -84,7 +110,124 @@ def relayed(command: list[str], launch: JobLaunch, runtime_env: dict[str, str]) 
 def session_python() -> str:
     """The Python that notebooks and shell relays run with: `$NANUM_SESSION_PYTHON` where the agent was given
     one (an interpreter every user may run, with nanum and JupyterLab), else the agent's own."""
-    return os.environ.get(SESSION_PYTHON) or sys.executable
+    return os.environ.get(SESSION_PYTHON) or _made or sys.executable
+
+
+def make_session_python(state_dir: Path, own: str = sys.executable, systems: Sequence[str] = SYSTEM_PYTHONS,
+                        packages: Sequence[str] | None = None, elsewhere: Path = SHARED_PLACE) -> str | None:
+    """Where the agent's own Python (`own`) cannot run as other users and it was given no `NANUM_SESSION_PYTHON`,
+    make one that can, and use it from now on: a venv of a system Python of the same version that every user may
+    run (the first of `systems`), with a `.pth` file that adds the agent's packages (`packages`: its site
+    directories), each of which every user may read. Made in `state_dir/session-python`, or where others cannot
+    enter the state directory (a home under /root), in `elsewhere/session-python-HASH` (HASH: of the packages' places,
+    so that agents of different installations on one machine keep theirs apart); kept while it reads the same
+    packages. Returns what was made, or None (not needed, or not possible: `session_python_problem` then says
+    why)."""
+    global _made
+    if os.environ.get(SESSION_PYTHON) or unrunnable(own) is None:
+        return None
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    system = next((p for p in (s.format(v=version) for s in systems)
+                   if os.path.exists(p) and unrunnable(p) is None and _version(p) == version), None)
+    dirs = [d for d in (packages if packages is not None else _site_dirs()) if os.path.isdir(d)]
+    if system is None or not dirs or any(unrunnable(d) is not None for d in dirs):
+        return None  # no such Python, or packages others cannot read
+    lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in dirs)
+    if unrunnable(str(state_dir)) is None:
+        venv = state_dir / "session-python"
+    else:
+        venv = elsewhere / f"session-python-{hashlib.sha256(lines.encode()).hexdigest()[:12]}"
+    if _reads(venv, version, lines) or _build(system, venv, version, lines):
+        _made = str(venv / "bin" / "python")
+        log.info("shells and notebooks run with %s (%s with this agent's packages): %s", _made, system,
+                 unrunnable(own))
+    return _made
+
+
+def _reads(venv: Path, version: str, lines: str) -> bool:
+    """Whether `venv` is a session Python of `version` that reads the packages `lines` adds."""
+    try:
+        pth = (venv / "lib" / f"python{version}" / "site-packages" / _PACKAGES_PTH).read_text()
+    except OSError:
+        return False
+    return pth == lines and _version(str(venv / "bin" / "python")) == version
+
+
+def _build(system: str, venv: Path, version: str, lines: str) -> bool:
+    """Make `venv` of `system` with `lines` as its `.pth`: built beside it and moved into place, so that agents
+    starting together (or a shell running one made before) never see half of one."""
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=".session-python-", dir=venv.parent))
+    try:
+        building.chmod(0o755)
+        made = subprocess.run([system, "-m", "venv", "--without-pip", str(building)], capture_output=True, text=True)
+        if made.returncode != 0:
+            log.warning("could not make a Python for shells and notebooks from %s: %s", system, made.stderr.strip())
+            return False
+        (building / "lib" / f"python{version}" / "site-packages" / _PACKAGES_PTH).write_text(lines)
+        share = Path(sys.prefix) / "share"  # JupyterLab's own files (its themes and extensions)
+        if share.is_dir():
+            (building / "share").symlink_to(share)
+        if venv.exists() and not _reads(venv, version, lines):
+            shutil.rmtree(venv, ignore_errors=True)  # one of packages no longer there
+        with contextlib.suppress(OSError):  # another agent's, moved in first, is as good
+            building.rename(venv)
+        return _reads(venv, version, lines)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+
+
+def _version(python: str) -> str | None:
+    """The `X.Y` version of the Python at `python`, or None where it does not run."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        found = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True, timeout=30)
+        return found.stdout.strip() if found.returncode == 0 else None
+    return None
+
+
+def _site_dirs() -> list[str]:
+    """The directories the agent's packages are installed in (a venv's, or the installation's)."""
+    paths = sysconfig.get_paths()
+    return list(dict.fromkeys((paths["purelib"], paths["platlib"])))
+
+
+def session_python_problem() -> str | None:
+    """Why the session Python cannot run as another user (`unrunnable`), as a sentence saying what to do; None
+    where it can."""
+    python = session_python()
+    why = unrunnable(python)
+    if why is None:
+        return None
+    return (f"shells and notebooks cannot start on this node: they run {python} as their user, and {why}; set "
+            f"{SESSION_PYTHON} in the agent's environment to a Python every user may run, with nanum installed "
+            "(docs/interactive.md)")
+
+
+def unrunnable(program: str) -> str | None:
+    """Why a user other than the owner cannot run `program`: a directory on its way (through its links, and to
+    what they point at) that others may not enter, or the file itself that they may not run; None where any
+    user may."""
+    for path in dict.fromkeys((os.path.abspath(program), os.path.realpath(program))):
+        parts = path.split("/")
+        for depth in range(2, len(parts)):
+            where = "/".join(parts[:depth])
+            with contextlib.suppress(OSError):
+                if os.path.isdir(where) and not os.stat(where).st_mode & stat.S_IXOTH:
+                    return f"{where} is closed to other users"
+    with contextlib.suppress(OSError):
+        if not os.stat(program).st_mode & stat.S_IXOTH:
+            return f"{os.path.realpath(program)} may be run by its owner alone"
+    return None
+
+
+def refuse_unrunnable(launch: JobLaunch) -> None:
+    """A notebook or shell whose command is the session Python, which the job's user cannot run: `Refused`
+    with `session_python_problem`'s sentence, rather than a job that ends at once with exit code 126."""
+    if launch.kind in ("notebook", "shell") and launch.command[:1] == [session_python()]:
+        problem = session_python_problem()
+        if problem is not None:
+            raise Refused(problem)
 
 
 def jupyter_command(launch: JobLaunch) -> list[str]:
