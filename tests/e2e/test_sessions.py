@@ -359,10 +359,12 @@ def test_notebooks_shells_and_runs_take_an_environment(cluster: Cluster, workdir
 
 
 def test_nanum_shell_gives_up_when_the_shell_never_starts(cluster: Cluster, workdir: Path) -> None:
-    assert cluster.nanum("environment", "add", "broken", "--setup", "exit 5").returncode == 0
+    setup = "echo 'module cuda/12.4 not found' >&2; exit 5"
+    assert cluster.nanum("environment", "add", "broken", "--setup", setup).returncode == 0
     result = cluster.nanum("shell", "-E", "broken", "--gpus", "0", user="alice", cwd=workdir, timeout=60)
     assert result.returncode == 5, result.stderr
-    assert re.search(r"^shell \d+ ended: exited with code 5$", result.stderr, re.M), result.stderr
+    assert re.search(r"^shell \d+ ended: exited with code 5; its last output:\nmodule cuda/12.4 not found$",
+                     result.stderr, re.M), result.stderr
 
 
 def test_a_notebook_submitted_from_the_dashboard_opens_in_a_new_tab(cluster: Cluster, workdir: Path) -> None:

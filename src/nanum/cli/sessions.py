@@ -196,7 +196,7 @@ def shell(
             except WaitTimeout:  # it runs, but its terminal could not be reached
                 client.cancel(job["id"])
                 fail(f"could not open the terminal of shell {job['id']} through {client.server}; cancelled it")
-            note(f"shell {job['id']} ended: {ended.get('reason') or ended['state']}")
+            note(f"shell {job['id']} ended: {ended.get('reason') or ended['state']}{_last_output(client, job['id'])}")
             code = wait_exit_code(ended["state"], ended.get("exit_code"), job["id"])
     raise SystemExit(code)
 
@@ -238,12 +238,17 @@ def _wait_for_jupyter(client: Client, job_id: int, url: str, token: str | None) 
             pass
         job = client.job(job_id)
         if job["state"] != "running":
-            tail = client.logs(job_id).text.strip().splitlines()[-5:]
-            fail(f"notebook {job_id} is {job['state']}: {job.get('reason') or 'it ended'}" +
-                 ("; its last output:\n" + "\n".join(tail) if tail else ""))
+            fail(f"notebook {job_id} is {job['state']}: {job.get('reason') or 'it ended'}"
+                 f"{_last_output(client, job_id)}")
         time.sleep(0.5)
     fail(f"notebook {job_id} runs but JupyterLab did not answer within {NOTEBOOK_START_S:.0f} s; "
          f"see `nanum logs {job_id}`")
+
+
+def _last_output(client: Client, job_id: int) -> str:
+    """`; its last output:` and the job's last five lines of output, where it has any (why a session ended)."""
+    tail = client.logs(job_id).text.strip().splitlines()[-5:]
+    return "; its last output:\n" + "\n".join(tail) if tail else ""
 
 
 def _where(job: Job) -> str:
