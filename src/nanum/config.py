@@ -6,11 +6,19 @@ import json
 import os
 from pathlib import Path
 
+#: Where nanum keeps its state when root runs it without `$NANUM_HOME`: the jobs it runs as their users reach their
+#: checkpoint directories and preemption notices under it, which they cannot under /root (closed to them).
+SYSTEM_HOME = Path("/var/lib/nanum")
+
 
 def default_home() -> Path:
-    """`$NANUM_HOME`, else `~/.local/share/nanum`."""
+    """`$NANUM_HOME`; else, for root, `/var/lib/nanum` (`SYSTEM_HOME`), unless an earlier run keeps its state in
+    `~/.local/share/nanum` already, which is then used still; else `~/.local/share/nanum`."""
     env = os.environ.get("NANUM_HOME")
-    return Path(env) if env else Path.home() / ".local" / "share" / "nanum"
+    if env:
+        return Path(env)
+    personal = Path.home() / ".local" / "share" / "nanum"
+    return SYSTEM_HOME if os.geteuid() == 0 and not personal.exists() else personal
 
 
 def credentials_path() -> Path:

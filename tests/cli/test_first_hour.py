@@ -128,3 +128,23 @@ def test_the_readme_documents_exactly_the_options_a_nanum_line_takes() -> None:
     documented = set(re.findall(r"`(--[a-z-]+)", prose))
     assert documented == {*HEADER_OPTIONS, *FLAGS, *REPEATED, "--env"}
     assert set(re.findall(r"`(-[a-zA-Z])`", prose)) == set(SHORT_OPTIONS)
+
+
+def test_root_keeps_nanums_state_where_the_jobs_it_runs_as_their_users_can_reach_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under /root (closed to other users) a job could neither write its checkpoint directory nor read its
+    preemption notice: `make run` as root gave every job both under /root/.local/share/nanum."""
+    from nanum.config import SYSTEM_HOME, default_home
+
+    monkeypatch.delenv("NANUM_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    personal = tmp_path / ".local" / "share" / "nanum"
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert default_home() == SYSTEM_HOME == Path("/var/lib/nanum")
+    personal.mkdir(parents=True)  # an earlier run's state: used still, not left behind
+    assert default_home() == personal
+    personal.rmdir()
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert default_home() == personal
+    monkeypatch.setenv("NANUM_HOME", str(tmp_path / "given"))
+    assert default_home() == tmp_path / "given"

@@ -58,7 +58,8 @@ def agent(
         typer.Option(
             "--state-dir",
             metavar="DIR",
-            help="Where job records and logs live (default: $NANUM_HOME/agent-NAME).",
+            help="Where job records and logs live (default: agent-NAME in $NANUM_HOME, else in /var/lib/nanum for "
+                 "root, ~/.local/share/nanum for others).",
         ),
     ] = None,
     sample_interval: Annotated[

@@ -11,7 +11,8 @@ from nanum.cli.app import app
 
 HomeOpt = Annotated[
     Path | None,
-    typer.Option("--home", metavar="DIR", help="State directory (default: $NANUM_HOME, else ~/.local/share/nanum)."),
+    typer.Option("--home", metavar="DIR", help=(
+        "State directory (default: $NANUM_HOME, else /var/lib/nanum for root, ~/.local/share/nanum for others).")),
 ]
 HostOpt = Annotated[str, typer.Option("--host", metavar="H", help="Address to listen on.")]
 PortOpt = Annotated[int, typer.Option("--port", metavar="P", help="Port to listen on.")]
