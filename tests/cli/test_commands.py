@@ -172,6 +172,20 @@ def test_ps_prints_a_table_and_json_prints_the_api_list(api: FakeApi, nanum: Nan
     assert json.loads(nanum("ps", "--json").stdout) == jobs
 
 
+def test_another_users_control_characters_never_reach_the_terminal(api: FakeApi, nanum: Nanum) -> None:
+    """A job named with escape sequences would retitle, clear or rewrite the terminal of whoever lists it."""
+    named = job(id=3, user="mallory", name="a\x1b]0;pwned\x07b", command=["ev\x1b[2Jil"], reason="x\x9by")
+    api.on("GET", "/jobs", [named])
+    api.on("GET", "/jobs/3", named)
+    for args in (("ps",), ("show", "3")):
+        result = nanum(*args, env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        assert not any(c in result.stdout for c in "\x1b\x07\x9b"), result.stdout
+        assert "a^[]0;pwned^Gb" in result.stdout
+    assert "ev^[[2Jil" in nanum("show", "3").stdout and "x\\x9by" in nanum("show", "3").stdout
+    assert json.loads(nanum("ps", "--json").stdout) == [named]  # JSON carries them escaped, as sent
+
+
 def test_ps_filters_reach_the_server(api: FakeApi, nanum: Nanum) -> None:
     api.on("GET", "/jobs", [])
     result = nanum("ps", "--all", "--user", "bob", "--state", "failed", "--state", "cancelled")

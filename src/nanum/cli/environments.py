@@ -100,9 +100,11 @@ def environment_show(name: NameArg, json: JsonOpt = False, server: ServerOpt = N
     if json:
         print_json(found)
         return
+    from nanum.cli.views import printable
+
     for key in ("name", "image", "runtime", "python", "setup", "description", "owner"):
         if found.get(key):
-            print(f"{key + ':':<13}{found[key]}")
+            print(f"{key + ':':<13}{printable(str(found[key]))}")
     print(f"{'for:':<13}{_scope(found)}\n{'uses:':<13}{found['uses']}\n{'created:':<13}{found['created']}")
 
 

@@ -139,10 +139,10 @@ def show(job_id: str, json: bool = False, server: str | None = None, token: str 
     if json:
         print_json(job)
         return
-    from nanum.cli.views import show_lines
+    from nanum.cli.views import printable, show_lines
 
     lines = show_lines(job)  # type: ignore[arg-type]
-    lines += [("waits for" if i == 0 else "", line) for i, line in enumerate(waits)]
+    lines += [("waits for" if i == 0 else "", printable(line)) for i, line in enumerate(waits)]
     width = max(len(k) for k, _ in lines)
     sys.stdout.write("".join(f"{k + ':' if k else '':<{width + 1}} {v}\n" for k, v in lines))
 

@@ -2,11 +2,13 @@
 
 Pure functions from API objects (and `now`) to strings and rows, so they are tested without a server.
 Tables are plain aligned text (as `ps` and `squeue` print them): one line per row, fitted to the terminal,
-and no Rich, which would add 35 ms to every `nanum ps`.
+and no Rich, which would add 35 ms to every `nanum ps`. What users wrote (job names, commands, reasons) is shown
+with its control characters spelt out (`printable`): anyone's job is in everyone's `nanum ps`.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -18,6 +20,18 @@ from nanum.predicted import prediction_text
 
 ACTIVE = ("pending", "held")
 BORROW_MARK = "*"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters spelt out as `cat -v` does (`^[` for ESC), not sent to the terminal: a
+    job named `\x1b]0;...\x07` would otherwise retitle, clear or rewrite the terminal of whoever lists it."""
+    return _CONTROL.sub(_spelt, text) if _CONTROL.search(text) else text
+
+
+def _spelt(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"^{chr(code ^ 0x40)}" if code < 0x20 or code == 0x7F else f"\\x{code:02x}"
 
 
 def parse_time(value: str | None) -> datetime | None:
@@ -139,7 +153,7 @@ def show_lines(job: dict[str, Any]) -> list[tuple[str, str]]:
     """Every field of a job, known ones in a reading order, then anything newer servers add."""
     hidden = (*SHOW_ORDER, *FIELDS, *PREDICTION)
     keys = [k for k in SHOW_ORDER if k in job] + sorted(k for k in job if k not in hidden)
-    lines = [(key, _show_value(key, job[key])) for key in keys]
+    lines = [(key, printable(_show_value(key, job[key]))) for key in keys]
     if job.get("array_id") is not None:  # an array's task, named as ps and cancel name it
         lines[0] = ("id", f"{job_ref(job)} (task {job.get('array_task')} of array {job['array_id']}; job id "
                           f"{job['id']})")
@@ -250,6 +264,7 @@ def format_table(columns: Sequence[str], rows: Sequence[tuple[str, ...]], width:
                  wide: str | None = None) -> list[str]:
     """Rows as aligned text lines, like `ps` and `squeue`: one line per row, never wrapped. When `width` is
     given and the table is wider, the `wide` column (then the widest others) is cut short with an ellipsis."""
+    rows = [tuple(map(printable, row)) for row in rows]
     widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
     if width is not None:
         _fit(widths, list(columns), width, wide)
