@@ -79,6 +79,13 @@ def test_token_commands(api: FakeApi, nanum: Nanum) -> None:
     assert api.sent("DELETE", "/tokens/3")[1].query == {"user": ["bob"]}
 
 
+def test_an_empty_expiry_is_refused_not_read_as_never(api: FakeApi, nanum: Nanum) -> None:
+    """`--expires "$TTL"` with TTL unset made a token that never lapses."""
+    result = nanum("token", "create", "ci", "--expires", "")
+    assert result.exit_code == 2 and "--expires: cannot read ''" in result.stderr
+    assert api.requests == []
+
+
 @pytest.mark.parametrize("given", ["1_0", "\u00b2", "-1", "+3"])
 def test_a_token_id_is_digits_only(api: FakeApi, nanum: Nanum, given: str) -> None:
     """Python's int reads '1_0' as 10: `nanum token revoke 1_0` revoked token 10."""

@@ -43,7 +43,8 @@ def token_create(
     """Create a token for yourself and print it (shown only this once)."""
     from nanum.cli.jobspec import parse_time
 
-    seconds = parse_time(expires, "--expires") if expires else None
+    # `--expires ""` (an unset variable in a script) is refused, not read as "never": a token meant to lapse would not
+    seconds = parse_time(expires, "--expires") if expires is not None else None
     with connect(server, token) as client:
         created = client.create_token(name, seconds)
     print(created["token"])
