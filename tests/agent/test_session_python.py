@@ -75,6 +75,11 @@ def test_the_agent_makes_a_session_python_every_user_can_run(shared: Path, close
     assert ran.stdout.strip() == str(sys.version_info[:2])
     assert as_account(str(closed_python), "-c", "").returncode != 0  # what the job's user ran before: refused
     assert sessions.make_session_python(state, own=str(closed_python)) == made  # kept, not made again
+    venv = state / "session-python"
+    subprocess.run(["chown", "-R", ACCOUNT, str(venv)], check=True)  # as if another user had put it there
+    sessions._made = None
+    assert sessions.make_session_python(state, own=str(closed_python)) == made
+    assert os.lstat(venv).st_uid == os.geteuid()  # made again: another user's is never run for everyone's shells
     assert sessions.session_python_problem() is None
     sessions._made = None
     closed_state = closed_python.parent / "state"  # one others cannot enter (a home under /root): made elsewhere

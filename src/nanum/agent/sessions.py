@@ -137,7 +137,12 @@ def make_session_python(state_dir: Path, own: str = sys.executable, systems: Seq
         venv = state_dir / "session-python"
     else:
         venv = elsewhere / f"session-python-{hashlib.sha256(lines.encode()).hexdigest()[:12]}"
-    if _reads(venv, version, lines) or _build(system, venv, version, lines):
+    try:
+        ready = _reads(venv, version, lines) or _build(system, venv, version, lines)
+    except OSError as exc:  # a state directory on a read-only file system, say: shells then say why they cannot run
+        log.warning("could not make a Python for shells and notebooks in %s: %s", venv.parent, exc)
+        ready = False
+    if ready:
         _made = str(venv / "bin" / "python")
         log.info("shells and notebooks run with %s (%s with this agent's packages): %s", _made, system,
                  unrunnable(own))
@@ -145,12 +150,26 @@ def make_session_python(state_dir: Path, own: str = sys.executable, systems: Seq
 
 
 def _reads(venv: Path, version: str, lines: str) -> bool:
-    """Whether `venv` is a session Python of `version` that reads the packages `lines` adds."""
+    """Whether `venv` is a session Python of `version` that reads the packages `lines` adds, made by this agent's
+    user and changeable by no one else (in a state directory others may write to, one of theirs would run every
+    other user's shells)."""
+    site = venv / "lib" / f"python{version}" / "site-packages"
+    if not all(_ours(path) for path in (venv, venv / "bin", venv / "lib", site.parent, site, site / _PACKAGES_PTH)):
+        return False
     try:
-        pth = (venv / "lib" / f"python{version}" / "site-packages" / _PACKAGES_PTH).read_text()
+        pth = (site / _PACKAGES_PTH).read_text()
     except OSError:
         return False
     return pth == lines and _version(str(venv / "bin" / "python")) == version
+
+
+def _ours(path: Path) -> bool:
+    """Whether `path` is no link, belongs to this process's user, and no one else may change it."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return False
+    return not stat.S_ISLNK(found.st_mode) and found.st_uid == os.geteuid() and not found.st_mode & 0o022
 
 
 def _build(system: str, venv: Path, version: str, lines: str) -> bool:
@@ -169,7 +188,9 @@ def _build(system: str, venv: Path, version: str, lines: str) -> bool:
         if share.is_dir():
             (building / "share").symlink_to(share)
         if venv.exists() and not _reads(venv, version, lines):
-            shutil.rmtree(venv, ignore_errors=True)  # one of packages no longer there
+            if venv.is_symlink():  # not one this agent made: set aside, never followed
+                venv.unlink()
+            shutil.rmtree(venv, ignore_errors=True)  # one that reads packages no longer there
         with contextlib.suppress(OSError):  # another agent's, moved in first, is as good
             building.rename(venv)
         return _reads(venv, version, lines)
