@@ -117,12 +117,14 @@ def test_normalised_trace_round_trips(tmp_path: Path) -> None:
 
 
 def test_reading_reports_bad_and_duplicate_rows(tmp_path: Path) -> None:
-    raw = write(tmp_path / "t.csv", "job_id,submit_time,duration,num_gpus\n1,0,5,1\n1,1,5,1\n2,x,5,1\n3,0,5,1.5\n")
+    raw = write(tmp_path / "t.csv", "job_id,submit_time,duration,num_gpus\n1,0,5,1\n1,1,5,1\n2,x,5,1\n3,0,5,1.5\n"
+                "4,0,nan,1\n5,0,5,1_0\n")
     jobs, report = read_trace(raw)
     assert [j.job_id for j in jobs] == ["1"]
     assert [(p.line, p.why) for p in report.problems] == [
         (3, "duplicate job_id"), (4, "submit_time is not a number ('x')"),
-        (5, "num_gpus is not a whole number ('1.5')")]
+        (5, "num_gpus is not a whole number ('1.5')"), (6, "duration is not finite ('nan')"),
+        (7, "num_gpus is not a number ('1_0')")]  # Python's float reads it as 10
 
 
 @needs_shared

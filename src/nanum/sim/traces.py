@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from nanum.units import decimal_number
+
 REQUIRED = ("job_id", "submit_time", "duration", "num_gpus")
 OPTIONAL = ("user", "lab", "gpu_type", "num_nodes", "time_limit", "status", "name", "priority", "kind")
 COLUMNS = REQUIRED + OPTIONAL
@@ -188,13 +190,15 @@ def _job_from_row(row: list[str], cols: dict[str, int]) -> TraceJob:
 
 
 def number(text: str, what: str, *, positive: bool = False) -> float:
-    """A finite float, or ValueError naming the field: `duration is not a number ('abc')`."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{what} is not a number ({text!r})") from None
-    if not math.isfinite(value):
-        raise ValueError(f"{what} is not finite ({text!r})")
+    """A finite number as written (`nanum.units.decimal_number`: not `1_0`, which Python's float reads as 10), or
+    ValueError naming the field: `duration is not a number ('abc')`."""
+    value = decimal_number(text.strip())
+    if value is None:
+        try:
+            finite = math.isfinite(float(text))
+        except ValueError:
+            finite = True
+        raise ValueError(f"{what} is {'not a number' if finite else 'not finite'} ({text!r})")
     if positive and value <= 0:
         raise ValueError(f"{what} is not positive ({text!r})")
     return value
