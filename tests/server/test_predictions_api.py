@@ -93,6 +93,6 @@ def test_a_tick_keeps_every_pending_and_running_jobs_prediction_and_only_theirs(
         tick(client)
         assert ctx.predictions.keys() == active
         kept = dict(ctx.predictions)
-        scheduler._published = (None, None)  # the next tick makes them all afresh
+        scheduler._published = (None, None, None)  # the next tick makes them all afresh
         tick(client)
         assert ctx.predictions == kept

@@ -53,9 +53,10 @@ class JobRows:
         """Read every pending and running row afresh next time, as at first."""
         self.running, self.pending, self.held, self.written, self.mark, self.since = {}, {}, {}, [], None, None
 
-    def read(self, s: Session, names: Mapping[int, str]) -> tuple[list[Any], list[Any]]:
+    def read(self, s: Session, names: Mapping[int, str] | None) -> tuple[list[Any], list[Any]]:
         """(running rows, pending rows in id order) as of `s`'s snapshot (a repeatable read on PostgreSQL), and
-        `held` brought up to date. `names`: every node's name by its id."""
+        `held` brought up to date. `names`: every node's name by its id; None: `held` is not kept (a reader that
+        needs no placements, `nanum.server.snapshot.followed_jobs`)."""
         conn = s.connection()
         mark = revs.mark(conn)
         running, pending = self.running, self.pending
@@ -84,7 +85,8 @@ class JobRows:
                 running.pop(job_id, None)
         if unordered:
             self.pending = pending = dict(sorted(pending.items()))  # by id: ids are unique, rows never compared
-        self._read_held(conn, names, None if self.mark is None else written)
+        if names is not None:
+            self._read_held(conn, names, None if self.mark is None else written)
         self.written, self.since = written, self.mark
         self.mark = mark  # last: a read that fails half way is done again from the same mark
         return list(running.values()), list(pending.values())

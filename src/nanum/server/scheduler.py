@@ -31,7 +31,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 # The Gittins index computes with numpy once a service table is long (`HistoryPredictor._best_quantum`), which
@@ -144,10 +144,14 @@ class Scheduler:
         self.leadership = Leadership(ctx.db)
         self._learned_until = 0.0
         self._cache = snapshot.SnapshotCache()
+        #: the jobs a server that does not schedule follows for their predictions (`_follow`): a cache of its own,
+        #: whose nodes and runs are never kept, so that a tick after this server takes the leadership builds anew
+        self._followed = snapshot.SnapshotCache()
         #: predictions by (user, name, lab, GPUs, nodes), valid until the predictor learns something new
         self._explained: dict[tuple[str, str, str, int, int], Prediction] = {}
-        #: what the predictions published last were made from: the job rows' mark and the `_explained` then
-        self._published: tuple[int | None, object] = (None, None)
+        #: what the predictions published last were made from: the job rows (their cache) and mark, and the
+        #: `_explained` then
+        self._published: tuple[object, int | None, object] = (None, None, None)
         #: The core's incremental scheduler: it decides each tick, and knows after it whether a GPU is free.
         self.core = Incremental(ctx.policy, self.predictor, (), {}, explain=True)
         self._ticked = False
@@ -258,8 +262,12 @@ class Scheduler:
         if moment - self._followed_at < EXPLAIN_EVERY_S:
             return
         self._followed_at = moment
-        plan, _ = self._read(now)
-        self._explain(plan)
+        with self.ctx.db.read() as s:
+            if self.ctx.db.is_postgres:
+                s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            self._learn(s)
+            jobs = snapshot.followed_jobs(s, self._followed)  # the jobs alone: no nodes, usage or runs
+        self._explain(self._followed, jobs)
 
     def _cycle(self, now: float | None) -> TickResult:
         began = time.perf_counter()
@@ -280,7 +288,8 @@ class Scheduler:
         if explain:
             self._explained_at = now
             self.ctx.places = {p.job_id: p.ahead + 1 for p in decisions.pending if p.ahead is not None}
-        self._explain(plan)
+        snap = plan.snapshot
+        self._explain(self._cache, itertools.chain(snap.pending, plan.waiting, (r.job for r in snap.running)))
         self._ticked = True
         result.seconds = time.perf_counter() - began
         self.last = result
@@ -300,27 +309,32 @@ class Scheduler:
         with self.ctx.db.read() as s:
             if self.ctx.db.is_postgres:
                 s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-            learned = snapshot.learn(s, self.predictor, self._learned_until)  # the first read: the view is fixed
+            self._learn(s)  # the first read: the view is fixed
             now = time.time() if now is None else now
-            if learned != self._learned_until:
-                self._explained = {}
-            self._learned_until = learned
             settings = self.ctx.settings
             plan = snapshot.build(s, now, settings.node_timeout_s, self.predictor, self._cache, settings.half_life_s,
                                   self.ctx.last_seen.since)
             return plan, now
 
-    def _explain(self, plan: snapshot.Plan) -> None:
+    def _learn(self, s: Session) -> None:
+        """Teach the predictor the runs that ended since it last learned (`snapshot.learn`)."""
+        learned = snapshot.learn(s, self.predictor, self._learned_until)
+        if learned != self._learned_until:
+            self._explained = {}
+        self._learned_until = learned
+
+    def _explain(self, cache: snapshot.SnapshotCache, every: Iterable[Job]) -> None:
         """Publish each pending (held back by dependencies or array limits too) and running job's prediction and
         its basis (once per kind of job while the predictor learns nothing new): the API shows them without touching
-        the predictor, which only ticks use. While the predictor learned nothing since the last predictions
-        published, and those were made at the read before this one, only the jobs whose rows were written since
-        are looked at (a job's core object changes only then: `nanum.server.snapshot`)."""
-        explained, rows = self._explained, self._cache.rows
-        mark, used = self._published
-        if rows.since is not None and rows.since == mark and used is explained:
+        the predictor, which only ticks use. `every`: those jobs, as `cache` was brought up to date with them. While
+        the predictor learned nothing since the last predictions published, and those were made from the same
+        cache at the read before this one, only the jobs whose rows were written since are looked at (a job's core
+        object changes only then: `nanum.server.snapshot`)."""
+        explained, rows = self._explained, cache.rows
+        made_from, mark, used = self._published
+        if made_from is cache and rows.since is not None and rows.since == mark and used is explained:
             out = dict(self.ctx.predictions)
-            jobs = self._cache.jobs
+            jobs = cache.jobs
             for job_id in rows.written:
                 entry = jobs.get(job_id)
                 if entry is None:  # no longer pending or running
@@ -328,12 +342,10 @@ class Scheduler:
                 else:
                     out[job_id] = self._prediction(entry[2], explained)
         else:
-            snap = plan.snapshot
-            out = {job.id: self._prediction(job, explained)
-                   for job in itertools.chain(snap.pending, plan.waiting, (r.job for r in snap.running))}
+            out = {job.id: self._prediction(job, explained) for job in every}
         if len(explained) > 4 * len(out) + 1000:
             self._explained = {}
-        self._published = (rows.mark, self._explained)
+        self._published = (cache, rows.mark, self._explained)
         self.ctx.predictions = out
 
     def _prediction(self, job: Job, explained: dict[tuple[str, str, str, int, int], Prediction]) -> Prediction:
