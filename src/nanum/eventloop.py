@@ -8,12 +8,12 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["loop_factory", "run"]
+__all__ = ["run"]
 
 T = TypeVar("T")
 
 
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's event loop where it is installed, else None (asyncio's)."""
     try:
         import uvloop
@@ -23,6 +23,6 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
-    """`asyncio.run(main)` on the loop `loop_factory` gives."""
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+    """`asyncio.run(main)` on uvloop's event loop where it is installed."""
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         return runner.run(main)
