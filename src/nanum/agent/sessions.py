@@ -179,7 +179,8 @@ def _build(system: str, venv: Path, version: str, lines: str) -> bool:
     building = Path(tempfile.mkdtemp(prefix=".session-python-", dir=venv.parent))
     try:
         building.chmod(0o755)
-        made = subprocess.run([system, "-m", "venv", "--without-pip", str(building)], capture_output=True, text=True)
+        made = subprocess.run([system, "-I", "-m", "venv", "--without-pip", str(building)], capture_output=True,
+                              text=True, cwd="/")
         if made.returncode != 0:
             log.warning("could not make a Python for shells and notebooks from %s: %s", system, made.stderr.strip())
             return False
@@ -199,10 +200,11 @@ def _build(system: str, venv: Path, version: str, lines: str) -> bool:
 
 
 def _version(python: str) -> str | None:
-    """The `X.Y` version of the Python at `python`, or None where it does not run."""
+    """The `X.Y` version of the Python at `python`, or None where it does not run. Isolated (`-I`) and from `/`:
+    the agent is root here, and no module of the directory it was started in or of `PYTHON*` variables runs."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        found = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                               capture_output=True, text=True, timeout=30)
+        found = subprocess.run([python, "-I", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True, timeout=30, cwd="/")
         return found.stdout.strip() if found.returncode == 0 else None
     return None
 
