@@ -34,8 +34,18 @@ def all_digits(text: str) -> bool:
 
 def whole_number(text: str) -> int | None:
     """`text` as a whole number written the plain way (ASCII digits, with a '-' for a negative one), else None.
-    Python's `int` also reads '1_6' as 16, and '１６' and ' 16' as 16: `--gpus 1_6` asked for 16 GPUs."""
-    return int(text) if all_digits(text.removeprefix("-")) else None
+    Python's `int` also reads '1_6' as 16, and '１６' and ' 16' as 16: `--gpus 1_6` asked for 16 GPUs. A number of
+    more digits than Python converts (4,300) is read as ±10^4000, past every bound: `int` would raise instead."""
+    digits = text.removeprefix("-")
+    if not all_digits(digits):
+        return None
+    if len(digits) > _MOST_DIGITS:
+        return -_HUGE if text.startswith("-") else _HUGE
+    return int(text)
+
+
+_MOST_DIGITS = 4000
+_HUGE: int = 10**_MOST_DIGITS
 
 
 def decimal_number(text: str) -> float | None:

@@ -126,6 +126,7 @@ def test_a_request_the_server_refuses_exits_2_with_its_reason(api: FakeApi, nanu
         pytest.param(["modify", "3", "--priority", "+2"], "'+2' is not a whole number", id="modify-plus"),
         pytest.param(["lab", "set", "ml", "--weight", "nan"], "'nan' is not a number", id="float-nan"),
         pytest.param(["lab", "set", "ml", "--weight", "1_0"], "'1_0' is not a number", id="float-underscore"),
+        pytest.param(["submit", "--gpus", "9" * 5000, "--", "true"], "at most 1024", id="more-digits-than-int-reads"),
         pytest.param(["lab", "set", "ml", "--guaranteed-gpus", "1_0"], "--guaranteed-gpus: '1_0' is not a whole number",
                      id="limit-underscore"),
         pytest.param(["user", "set", "bob", "--monthly-gpu-hours", "inf"], "--monthly-gpu-hours: 'inf' is not a number",

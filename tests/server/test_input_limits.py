@@ -89,6 +89,11 @@ def test_a_number_in_a_path_or_query_is_read_only_as_written(client: AsgiClient)
         r = client.get(path, headers=auth(ALICE))
         assert r.status_code == 422
         assert r.json()["detail"].endswith("is not a whole number; give digits only, such as 3")
+    r = client.get(f"/api/v1/jobs/{'1' * 5000}", headers=auth(ALICE))  # more digits than Python's int converts
+    assert r.status_code == 422 and r.json() == {"detail": f"invalid job_id: input should be less than or equal to "
+                                                           f"{MAX_ID}"}
+    r = post_job(client, gpus="9" * 5000)
+    assert r.status_code == 422 and r.json() == {"detail": "invalid gpus: input should be less than or equal to 1024"}
     r = client.get("/api/v1/jobs?array=1_0", headers=auth(ALICE))
     assert r.json() == {"detail": "invalid array: '1_0' is not a whole number; give digits only, such as 3"}
     r = client.post(f"/api/v1/jobs/{spelt}_0/cancel", headers=auth(ALICE))

@@ -85,9 +85,10 @@ class _Strict(click.ParamType[Any]):
     refusal: str
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, str) and type(self).reads(value) is None:
+        read = type(self).reads(value) if isinstance(value, str) else value  # the number, not click's reading of it
+        if read is None:
             self.fail(f"{value!r} {self.refusal}", param, ctx)
-        return super().convert(value, param, ctx)
+        return super().convert(read, param, ctx)
 
 
 class _StrictInt(_Strict, click.types.IntParamType):
