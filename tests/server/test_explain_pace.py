@@ -1,5 +1,6 @@
-"""A long queue is explained (reasons, estimates, places) at most once a second: the ticks between only decide,
-so a queue that drains quickly is not re-explained many times a second. A short queue is explained at every tick."""
+"""A long queue is explained (reasons, estimates, places) at most once a second, and at most a tenth of the time:
+the ticks between only decide, so a queue that drains quickly is not re-explained many times a second, and one
+that takes long to explain is explained less often. A short queue is explained at every tick."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def test_a_long_queue_gets_its_reasons_at_most_once_a_second(
     client: AsgiClient, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch, now: float
 ) -> None:
     monkeypatch.setattr(scheduler, "EXPLAIN_LONG_QUEUE", 3)
+    monkeypatch.setattr(scheduler, "EXPLAIN_SHARE", 1.0)  # once a second, however slow this machine's ticks
     blocker = submit(client, gpus=4)
     tick_at(client, now)
     assert job(client, blocker["id"])["state"] == "running"
@@ -41,6 +43,29 @@ def test_a_long_queue_gets_its_reasons_at_most_once_a_second(
     shown = job(client, late["id"])
     assert shown["reason_code"] == "resources", shown["reason"]
     assert "3 jobs ahead" in shown["reason"]
+
+
+def test_a_queue_that_takes_long_to_explain_is_explained_less_often(
+    client: AsgiClient, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch, now: float
+) -> None:
+    """The pause after an explaining tick is that tick's time over `EXPLAIN_SHARE` (here a thousandth, so that
+    this small queue's few milliseconds stand for 100,000 jobs' second)."""
+    monkeypatch.setattr(scheduler, "EXPLAIN_LONG_QUEUE", 3)
+    monkeypatch.setattr(scheduler, "EXPLAIN_SHARE", 0.001)
+    blocker = submit(client, gpus=4)
+    tick_at(client, now)
+    waiting = [submit(client, gpus=4) for _ in range(3)]
+    explained = client.app.state.scheduler.tick(now=now + 1)
+    assert job(client, blocker["id"])["state"] == "running"
+    assert all(job(client, j["id"])["reason_code"] == "resources" for j in waiting)
+    pause = max(1.0, explained.seconds / 0.001)
+    assert pause > 1.5, f"an explaining tick took {explained.seconds * 1000:.2f} ms: too quick to test the share"
+
+    late = submit(client, gpus=4)
+    tick_at(client, now + 1 + pause * 0.9)  # before the pause is over: decides only
+    assert job(client, late["id"])["reason"] == "waiting for the scheduler"
+    tick_at(client, now + 1 + pause * 1.1)
+    assert job(client, late["id"])["reason_code"] == "resources"
 
 
 def test_a_short_queue_is_explained_at_every_tick(client: AsgiClient, agent: FakeAgent, now: float) -> None:
@@ -61,6 +86,7 @@ def test_between_explanations_a_tick_cycles_only_when_a_job_could_start(
     """A full cluster with a long queue: a tick that explains nothing and has nothing to start passes over no
     queue; once GPUs come free, the next such tick starts the first waiting job all the same."""
     monkeypatch.setattr(scheduler, "EXPLAIN_LONG_QUEUE", 3)
+    monkeypatch.setattr(scheduler, "EXPLAIN_SHARE", 1.0)
     holders = [submit(client, gpus=1)["id"] for _ in range(4)]
     tick_at(client, now)
     agent.beat()

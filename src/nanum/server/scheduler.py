@@ -10,7 +10,8 @@ It runs on events (submit, cancel, an exit reported, a node change: `Signals.pok
 3. `Incremental.sync(snapshot)`: the core takes in what changed since the last tick; then `Incremental.cycle`
    (the core's `schedule`, with the state it carries from tick to tick). A tick that explains cycles though nothing
    may be `due` to start: the cycle also explains every pending job (its reason, place and estimated start), and
-   those move whenever the queue does. A long queue is explained at most once a second (`EXPLAIN_EVERY_S`); a tick
+   those move whenever the queue does. A long queue is explained at most once a second (`EXPLAIN_EVERY_S`), and
+   at most a tenth of the time (`EXPLAIN_SHARE`: a queue of 100,000 every few seconds); a tick
    between that explains nothing cycles only when something is `due`;
 4. apply in one short write transaction: requeue the jobs of nodes silent for longer than their agents' lease
    and the jobs' grace (their agents have stopped them by then: `nanum.agent.fence`); start jobs (state, allocation
@@ -74,6 +75,10 @@ PACE_MAX_S = 0.5
 #: the core's cycle, and while a queue drains ticks come many times a second.
 EXPLAIN_LONG_QUEUE = 200
 EXPLAIN_EVERY_S = 1.0
+#: ... and at most this share of the time: a tick that explained in T seconds is explained again no sooner than
+#: T / EXPLAIN_SHARE later. Explaining 100,000 waiting jobs takes most of a second, which once a second kept a
+#: core a third busy with nothing to start; they are explained every few seconds instead.
+EXPLAIN_SHARE = 0.1
 #: The decisions of a tick that had no need to cycle.
 IDLE = Decisions(starts=(), preemptions=(), pending=())
 #: A tick reads the replies of at most this many woken nodes with a heartbeat held here (`Scheduler._replies`).
@@ -158,6 +163,8 @@ class Scheduler:
         #: whether this server held the leadership at its last tick (it schedules, and keeps the database tidy)
         self.leading = False
         self._explained_at = float("-inf")
+        #: seconds from one explaining tick of a long queue to the next (`EXPLAIN_EVERY_S`, `EXPLAIN_SHARE`)
+        self._explain_every = EXPLAIN_EVERY_S
         self._settled_at = float("-inf")
         self._followed_at = float("-inf")
         self._shown_at: dict[int, float] = {}
@@ -275,12 +282,12 @@ class Scheduler:
             self.ctx.last_seen.flush(self.ctx.db, wait=False)
         plan, now = self._read(now)
         self.core.sync(plan.snapshot)
-        explain = self.core.explain = (len(plan.snapshot.pending) < EXPLAIN_LONG_QUEUE
-                                       or not _within(now, self._explained_at, EXPLAIN_EVERY_S))
+        long_queue = len(plan.snapshot.pending) >= EXPLAIN_LONG_QUEUE
+        explain = self.core.explain = not long_queue or not _within(now, self._explained_at, self._explain_every)
         # A tick that explains nothing needs no cycle when none could start or preempt anything (`due`): a full
         # cluster with a long queue then costs no pass over the queue. The reasons shown stand until the next tick
-        # that explains (at most `EXPLAIN_EVERY_S` away), which also cycles whatever `due` says: a change `due`
-        # does not see (a lab's limit raised) waits at most that long.
+        # that explains (`EXPLAIN_EVERY_S` away, more for a queue that takes long to explain), which also cycles
+        # whatever `due` says: a change `due` does not see (a lab's limit raised) waits at most that long.
         decisions = self.core.cycle(plan.snapshot) if explain or self.core.due(now) else IDLE
         result, woken, replies = self._apply(plan, decisions, now, explain)
         self.ctx.signals.wake(woken, replies)
@@ -292,6 +299,8 @@ class Scheduler:
         self._explain(self._cache, itertools.chain(snap.pending, plan.waiting, (r.job for r in snap.running)))
         self._ticked = True
         result.seconds = time.perf_counter() - began
+        if explain and long_queue:
+            self._explain_every = max(EXPLAIN_EVERY_S, result.seconds / EXPLAIN_SHARE)
         self.last = result
         if self.on_tick is not None:
             self.on_tick(result)
