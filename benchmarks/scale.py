@@ -217,7 +217,9 @@ def main() -> None:
 
     with contextlib.ExitStack() as stack:
         db = None if args.db == "sqlite" else stack.enter_context(pg_schema(args.db))
-        url, admin, _ = stack.enter_context(server(db, "--workers", str(args.workers), keep=args.keep))
+        # One user submits every job: the cap on a user's jobs (20,000 by default) must not cut a larger --jobs.
+        url, admin, _ = stack.enter_context(server(db, "--workers", str(args.workers), "--max-jobs-per-user",
+                                                   str(max(args.jobs, 20_000)), keep=args.keep))
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="nanum-scale-")))
         began = time.monotonic()
         token = register(url, admin, args.nodes, root / "tokens")

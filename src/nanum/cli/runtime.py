@@ -34,6 +34,9 @@ WebhookHostOpt = Annotated[
     typer.Option("--webhook-allow-host", metavar="HOST", help="Let webhooks reach HOST although it is a loopback, "
                  "private or link-local address (refused by default); repeat for more hosts."),
 ]
+MaxJobsOpt = Annotated[int | None, typer.Option(
+    "--max-jobs-per-user", metavar="N", min=1, max=10_000_000, help="Most jobs one user may have waiting, held or "
+    "running at once; a submission beyond it is refused, as Slurm's MaxSubmitJobs (default: 20,000).")]
 MetricsNamesOpt = Annotated[
     bool, typer.Option("--metrics-names", help="Name users and labs in /metrics, served without a token (off by "
                        "default).")
@@ -135,6 +138,7 @@ def up(
     checkpoint_retention: RetentionOpt = None,
     webhook_allow_host: WebhookHostOpt = None,
     metrics_names: MetricsNamesOpt = False,
+    max_jobs_per_user: MaxJobsOpt = None,
     ldap_url: LdapUrlOpt = None,
     ldap_base: LdapBaseOpt = None,
     ldap_bind_dn: LdapBindOpt = None,
@@ -156,6 +160,8 @@ def up(
 ) -> None:
     """Start nanum on this machine: the server, the scheduler and an agent for this machine's GPUs."""
     tuning = _scheduling(policy, half_life, grace, lease) | _exposure(webhook_allow_host, metrics_names)
+    if max_jobs_per_user is not None:
+        tuning["max_jobs_per_user"] = max_jobs_per_user
     tuning |= _checkpoints(checkpoint_root, checkpoint_retention)
     tuning |= _directory(ldap_url, ldap_base, ldap_bind_dn, ldap_bind_password_file, ldap_group_lab, ldap_recheck,
                          ldap_token_days, ldap_ca_file)
@@ -180,6 +186,7 @@ def server(
     checkpoint_retention: RetentionOpt = None,
     webhook_allow_host: WebhookHostOpt = None,
     metrics_names: MetricsNamesOpt = False,
+    max_jobs_per_user: MaxJobsOpt = None,
     ldap_url: LdapUrlOpt = None,
     ldap_base: LdapBaseOpt = None,
     ldap_bind_dn: LdapBindOpt = None,
@@ -205,6 +212,8 @@ def server(
 ) -> None:
     """Start only the server and scheduler; GPU machines join with `nanum agent`."""
     tuning = _scheduling(policy, half_life, grace, lease) | _exposure(webhook_allow_host, metrics_names)
+    if max_jobs_per_user is not None:
+        tuning["max_jobs_per_user"] = max_jobs_per_user
     tuning |= _checkpoints(checkpoint_root, checkpoint_retention)
     tuning |= _directory(ldap_url, ldap_base, ldap_bind_dn, ldap_bind_password_file, ldap_group_lab, ldap_recheck,
                          ldap_token_days, ldap_ca_file)

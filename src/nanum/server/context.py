@@ -110,6 +110,9 @@ class Caches:
     #: the memory (MiB) of each GPU model some node has (`services.history.cluster_models`), read again each minute:
     #: finished jobs' summaries name the smallest that would have held them
     models: TtlCache[str, dict[str, int]] = field(default_factory=lambda: TtlCache(60.0))
+    #: by user id, how many more jobs the user may submit here before theirs are counted again
+    #: (`services.jobs._refuse_over_cap`)
+    room: dict[int, int] = field(default_factory=dict)
 
     def forget_labs(self) -> None:
         """A lab was created or changed: forget what was read of labs, and the launches that carry their grace."""

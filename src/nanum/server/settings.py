@@ -94,6 +94,8 @@ class ServerSettings:
     checkpoint_retention_s: float = 7 * 86400.0
     #: Hosts webhooks may reach although they resolve to loopback, private or link-local addresses (lower case).
     webhook_allow_hosts: frozenset[str] = frozenset()
+    #: Most jobs one user may have waiting, held or running at once (Slurm's MaxSubmitJobs); more are refused.
+    max_jobs_per_user: int = 20_000
     #: Whether `/metrics` (served without a token) names users and labs; off, it gives cluster totals only.
     metrics_names: bool = False
     #: A directory people log in to with their password; None: API tokens only.
