@@ -218,6 +218,30 @@ def test_an_idle_job_is_flagged_on_the_dashboard(browser: Browser, cluster: Clus
         cluster.nanum("idle", "set", "--batch-flag", "inherit")
 
 
+def test_a_long_queue_shows_its_first_jobs_and_counts_the_rest(
+    browser: Browser, cluster: Cluster, workdir: Path
+) -> None:
+    """600 waiting tasks: the queue page lists the 500 that start first and says how many more wait; the live
+    updates keep the count as the queue moves."""
+    array = cluster.submit("alice", "--array", "0-600", "--gpus", "4", "--", "sleep", "300", cwd=workdir)
+    try:
+        cluster.wait_state(array, "running")  # task 0 holds every GPU; the other 600 wait
+        page = login(browser, cluster, cluster.tokens["alice"])
+        rows = page.locator('[data-rows="pending"] tr')
+        expect(page.locator('[data-count="pending"]')).to_have_text("600")
+        expect(rows).to_have_count(501)
+        expect(rows.last).to_have_text("and 100 more; nanum ps lists every one")
+        cluster.api("POST", f"/jobs/{array + 600}/cancel", query="one=true")  # one task fewer: the page follows
+        expect(page.locator('[data-count="pending"]')).to_have_text("599")
+        expect(rows.last).to_have_text("and 99 more; nanum ps lists every one")
+        expect(rows).to_have_count(501)
+        rows.last.scroll_into_view_if_needed()
+        page.screenshot(path=str(SHOTS / "queue-long.png"))  # the end of the list, not all 500 rows
+        page.close()
+    finally:
+        cluster.api("POST", f"/jobs/{array}/cancel")
+
+
 def test_every_other_page(browser: Browser, cluster: Cluster, workdir: Path) -> None:
     cluster.api("PATCH", "/labs/vision", {"guaranteed_gpus": 2, "monthly_gpu_hours": 500})
     job_id = cluster.submit("alice", "--gpus", "1", "--", "sleep", "1", cwd=workdir)

@@ -11,7 +11,7 @@ import pytest
 from nanum.server.context import ServerContext
 from nanum.server.services import accounts
 from tests.server.asgiclient import AsgiClient
-from tests.server.conftest import ADMIN, ALICE, BOB, job, submit, tick
+from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, submit, tick
 from tests.server.monitoredagent import MonitoredAgent
 
 
@@ -120,6 +120,30 @@ def test_every_page_renders(client: AsgiClient, node: MonitoredAgent) -> None:
     assert [p["position"] for p in queue["pending"]] == [1] and queue["running"][0]["util"] == "64%"
     live = get(client, f"/ui/jobs/{j['id']}.json", cookies).json()
     assert live["state"] == "running" and live["util"] == "64%" and live["may_cancel"]
+
+
+def test_a_long_queue_lists_its_first_jobs_and_counts_the_rest(
+    client: AsgiClient, node: MonitoredAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queue page lists the waiting jobs that start first (`QUEUE_SHOWN` of them) and says how many more
+    wait, in the page and in its live updates."""
+    from nanum.server.web import data
+
+    monkeypatch.setattr(data, "QUEUE_SHOWN", 2)
+    cookies = login(client, ALICE)
+    submit(client, gpus=4)
+    for p in (10, 90, 50):
+        submit(client, gpus=4, priority=p)
+    tick(client)
+    shown = client.get("/api/v1/jobs?state=pending", headers=auth(ALICE)).json()
+    by_start = sorted(shown, key=lambda j: (j["estimated_start"], -j["priority"], j["id"]))  # as the queue orders
+    queue = get(client, "/ui/queue.json", cookies).json()
+    assert queue["waiting"] == 3
+    assert [(p["position"], p["id"]) for p in queue["pending"]] == [(1, by_start[0]["id"]), (2, by_start[1]["id"])]
+    page = get(client, "/queue", cookies).text
+    assert '<span class="count" data-count="pending">3</span>' in page
+    assert "and 1 more; <code>nanum ps</code> lists every one" in page
+    assert f'href="/jobs/{by_start[2]["id"]}"' not in page
 
 
 def test_only_the_owner_or_an_admin_may_cancel(client: AsgiClient, node: MonitoredAgent) -> None:

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
@@ -55,20 +55,29 @@ def _jobs_query(states: tuple[str, ...]) -> Any:
     )
 
 
-def queue(ctx: ServerContext) -> dict[str, list[dict[str, Any]]]:
-    """Pending jobs in the order they should start (by estimated start, then tier, priority and age), and running
-    jobs, newest first."""
+#: The queue page lists this many waiting jobs, the first to start, and counts the rest: a browser polling a
+#: 100,000-row table every few seconds made the server read and send 100,000 rows each time, and could not draw them.
+QUEUE_SHOWN = 500
+_WAITING = ("pending", "held")
+_WAITING_COUNT = select(func.count()).where(JobRow.state.in_(_WAITING))
+
+
+def queue(ctx: ServerContext) -> dict[str, Any]:
+    """The first `QUEUE_SHOWN` waiting jobs in the order they should start (by estimated start, then tier,
+    priority and age), how many wait in all (`waiting`), and running jobs, newest first."""
+    first = _jobs_query(_WAITING).order_by(
+        JobRow.estimated_start.asc().nulls_last(), JobRow.tier.desc(), JobRow.priority.desc(), JobRow.submit_time,
+        JobRow.id).limit(QUEUE_SHOWN)
     with ctx.db.read() as s:
-        waiting = [dict(r._mapping) for r in s.execute(_jobs_query(("pending", "held")))]
+        shown = [dict(r._mapping) for r in s.execute(first)]
+        waiting = s.execute(_WAITING_COUNT).scalar_one() if len(shown) == QUEUE_SHOWN else len(shown)
         running = [dict(r._mapping) for r in s.execute(_jobs_query(("running",)).order_by(JobRow.start_time.desc()))]
-    far = float("inf")
-    waiting.sort(key=lambda j: (j["estimated_start"] or far, -j["tier"], -j["priority"], j["submit_time"], j["id"]))
-    for i, job in enumerate(waiting, 1):
+    for i, job in enumerate(shown, 1):
         job["position"] = i
     for job in running:
         job["gpu_util_avg"] = job["util_sum"] / job["readings"] if job["readings"] else None
         job["where"] = "; ".join(f"{a['node']}:{','.join(map(str, a['gpus']))}" for a in job["allocation"] or ())
-    return {"pending": waiting, "running": running}
+    return {"pending": shown, "waiting": waiting, "running": running}
 
 
 @dataclass(frozen=True, slots=True)

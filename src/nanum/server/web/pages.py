@@ -81,7 +81,7 @@ async def cluster_live(request: Request, _: WebCaller) -> Response:
     return JSONResponse(cluster_json(view), headers={"Cache-Control": "no-store"})
 
 
-def queue_json(found: dict[str, list[dict[str, Any]]], now: float) -> dict[str, Any]:
+def queue_json(found: dict[str, Any], now: float) -> dict[str, Any]:
     pending = [
         {
             "position": j["position"],
@@ -115,7 +115,7 @@ def queue_json(found: dict[str, list[dict[str, Any]]], now: float) -> dict[str, 
         }
         for j in found["running"]
     ]
-    return {"time": now, "pending": pending, "running": running}
+    return {"time": now, "pending": pending, "waiting": found["waiting"], "running": running}
 
 
 def _gpus(job: dict[str, Any]) -> str:

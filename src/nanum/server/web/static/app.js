@@ -81,7 +81,7 @@
   }
 
   function updateQueue(data) {
-    text($('[data-count="pending"]'), String(data.pending.length));
+    text($('[data-count="pending"]'), String(data.waiting));
     text($('[data-count="running"]'), String(data.running.length));
     var pending = $('[data-rows="pending"]'), running = $('[data-rows="running"]');
     pending.replaceChildren.apply(pending, data.pending.length ? data.pending.map(function (j) {
@@ -90,7 +90,8 @@
       cell(tr, j.name); cell(tr, j.user); cell(tr, j.lab); cell(tr, j.gpus, "r");
       cell(tr, j.waiting); cell(tr, j.estimate); cell(tr, j.reason, "reason");
       return tr;
-    }) : [empty(9, "Nothing is waiting.")]);
+    }).concat(data.waiting > data.pending.length ? [more(data.waiting - data.pending.length)] : [])
+      : [empty(9, "Nothing is waiting.")]);
     running.replaceChildren.apply(running, data.running.length ? data.running.map(function (j) {
       var tr = document.createElement("tr");
       cell(tr, link("/jobs/" + j.id, String(j.ref)), "r"); cell(tr, j.name); cell(tr, j.user); cell(tr, j.lab);
@@ -105,6 +106,14 @@
   function empty(span, message) {
     var tr = document.createElement("tr"); tr.className = "none";
     var td = cell(tr, message); td.colSpan = span;
+    return tr;
+  }
+
+  // The waiting jobs past the first the page lists (as the queue page's template says it).
+  function more(count) {
+    var tr = empty(9, "and " + count + " more; "), code = document.createElement("code");
+    code.textContent = "nanum ps";
+    tr.firstChild.append(code, " lists every one");
     return tr;
   }
 
