@@ -217,6 +217,9 @@ class JobLaunch(BaseModel):
     memory_mb: int | None = Field(default=None, ge=0, description="memory (RAM and swap) it may use; None: no limit")
     checkpoint_dir: str
     grace_s: float = 60.0
+    max_output_bytes: ByteCount | None = Field(
+        default=None, description="the most of its output (stdout and stderr) kept and sent: a job that writes more "
+        "is stopped; None: no limit")
     run: Count32 = Field(default=0, description="which run of the job this is (1 for its first); echoed in its status")
     environment: str | None = Field(default=None, description="the name of the environment it runs in")
     environment_spec: EnvironmentSpec | None = None

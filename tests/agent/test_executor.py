@@ -167,6 +167,22 @@ def test_time_limit_times_out(executor: Executor) -> None:
     assert status.reason == "time limit of 0.3s reached"
 
 
+def test_a_job_that_writes_more_output_than_it_may_is_stopped_and_its_first_bytes_kept(executor: Executor) -> None:
+    """A runaway print loop (`yes`) writes hundreds of megabytes a second into the node's state directory: past
+    `max_output_bytes` the job is stopped, however it exits, and only that much of its log is reported and read."""
+    script = 'trap "echo bye; exit 0" TERM; printf "é%.0s" $(seq 50); yes'  # exits 0 when told to stop
+    executor.start(allow_root=True, launch=make_launch(5, "bash", "-c", script, max_output_bytes=1 << 20))
+    status = executor.wait(5, 10)
+    assert status is not None and status.exit_code == 0 and status.stopped
+    assert status.reason == ("its output passed 1 MiB, the most a job may write (the server's --max-output): it was "
+                             "stopped, and its first 1 MiB kept; write large output to a file of your own")
+    assert status.log_size == 1 << 20
+    text, consumed = executor.read_log(5, 0, 4 << 20)
+    assert consumed == 1 << 20 and text.startswith("é" * 50 + "y\ny\n")
+    tail, more = executor.read_log(5, (1 << 20) - 10, 4 << 20)
+    assert more == 10 and text.endswith(tail)
+
+
 def test_processes_left_behind_are_killed_when_the_job_ends(executor: Executor, tmp_path: Path) -> None:
     pidfile = tmp_path / "bg.pid"
     executor.start(allow_root=True, launch=make_launch(10, "sh", "-c", f"sleep 60 & echo $! > {pidfile}; exit 0"))

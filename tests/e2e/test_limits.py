@@ -13,7 +13,7 @@ import pytest
 
 from nanum.agent.agent import Agent, AgentConfig
 from nanum.agent.gpus import simulated_gpus
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, job_account
 
 pytestmark = pytest.mark.e2e
 
@@ -61,3 +61,25 @@ def test_nodes_say_where_limits_are_not_enforced(cluster: Cluster, tmp_path: Pat
 
 def _enforced(cluster: Cluster) -> list[str]:
     return [name for name, limits in _limits(cluster).items() if limits.startswith("cgroup")]
+
+
+def test_a_job_writing_more_output_than_the_server_keeps_is_stopped(tmp_path: Path, workdir: Path) -> None:
+    """`nanum up --max-output 1M`: a runaway print loop is stopped once past it, `nanum show` says why, `nanum
+    logs` gives its first MiB, and nothing more of it is kept on the node once the server has it."""
+    cluster = Cluster(tmp_path, extra_args=["--max-output", "1M"])
+    cluster.start()
+    try:
+        cluster.add_user("alice", job_account(), "vision")
+        job = cluster.submit("alice", "--", "yes", "nanum", cwd=workdir)
+        ended = cluster.wait_state(job, "failed")
+        assert ended["exit_code"] == 143, ended
+        shown = cluster.nanum("show", str(job), user="alice").stdout
+        assert "its output passed 1 MiB, the most a job may write (the server's --max-output)" in shown, shown
+        logs = cluster.nanum("logs", str(job), user="alice")
+        assert logs.returncode == 0 and logs.stdout == "nanum\n" * ((1 << 20) // 6) + "nanu", logs.stderr[-300:]
+        deadline = time.monotonic() + 15  # the node forgets the job once the server holds its log
+        while (cluster.home / "agent" / "jobs" / str(job)).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not (cluster.home / "agent" / "jobs" / str(job)).exists()
+    finally:
+        cluster.stop()

@@ -49,6 +49,10 @@ __all__ = ["Executor"]
 log = logging.getLogger("nanum.agent")
 
 MAX_SLEEP_S = 5.0
+#: How often the running jobs' output is measured against their `max_output_bytes`, and the most grace a job
+#: that wrote more gets: it may be writing hundreds of megabytes a second.
+OUTPUT_CHECK_S = 1.0
+OUTPUT_GRACE_S = 5.0
 
 
 class Executor:
@@ -78,6 +82,7 @@ class Executor:
         self._cond = threading.Condition(threading.RLock())
         self._jobs: dict[int, JobRecord] = {}
         self._exits = ExitWatch()
+        self._output_checked = 0.0
         self._closed = False
         self._trash = False
         make_jobs_dir(self.jobs_dir, self._agent.uid)
@@ -208,7 +213,8 @@ class Executor:
             if record is None:
                 return "", 0
             path, final = record.log_path, record.state in ("exited", "failed_to_start")
-        return read_log(path, offset, limit, final=final)
+            end = record.launch.max_output_bytes
+        return read_log(path, offset, limit, final=final, end=end)
 
     def log_size(self, job_id: int) -> int:
         with self._cond:
@@ -370,7 +376,10 @@ class Executor:
     def _sleep_time(self, now: float) -> float:
         if self._exits.polled:
             return POLL_S
-        due = [t for r in self._jobs.values() if r.state == "running" and (t := self._next_due(r)) is not None]
+        running = [r for r in self._jobs.values() if r.state == "running"]
+        due = [t for r in running if (t := self._next_due(r)) is not None]
+        if any(r.launch.max_output_bytes is not None and r.stop_reason is None for r in running):
+            due.append(self._output_checked + OUTPUT_CHECK_S)
         return max(0.0, min([MAX_SLEEP_S, *(t - now for t in due)]))
 
     @staticmethod
@@ -386,11 +395,18 @@ class Executor:
                 self._finish(record)
 
     def _enforce(self, now: float) -> None:
+        measure = now - self._output_checked >= OUTPUT_CHECK_S
+        if measure:
+            self._output_checked = now
         for record in list(self._jobs.values()):
             if record.state != "running":
                 continue
+            cap = record.launch.max_output_bytes
             if record.stop_reason is None and record.deadline is not None and now >= record.deadline:
                 self._terminate(record, "timeout", record.launch.grace_s)
+            elif record.stop_reason is None and measure and cap is not None and record.output_size() > cap:
+                log.info("job %d: wrote more than %d bytes of output; stopping it", record.job_id, cap)
+                self._terminate(record, "output", min(record.launch.grace_s, OUTPUT_GRACE_S))
             elif record.stop_reason and not record.killed and record.kill_at is not None and now >= record.kill_at:
                 record.killed = True
                 record.save()

@@ -138,6 +138,13 @@ class JobRecord:
             return None
 
     def log_size(self) -> int:
+        """The bytes of its log that are kept and sent: at most its launch's `max_output_bytes`."""
+        size = self.output_size()
+        cap = self.launch.max_output_bytes
+        return size if cap is None or size <= cap else cap
+
+    def output_size(self) -> int:
+        """The bytes the job wrote to its log, kept or not."""
         try:
             return os.stat(self.log_path).st_size
         except OSError:
@@ -228,19 +235,22 @@ def signal_of(code: int) -> int | None:
     return code - 128 if 128 < code <= 128 + MAX_SIGNAL else None
 
 
-def read_log(path: str, offset: int, limit: int, *, final: bool) -> tuple[str, int]:
-    """Up to `limit` bytes of `path` from `offset`, as (text, bytes consumed).
+def read_log(path: str, offset: int, limit: int, *, final: bool, end: int | None = None) -> tuple[str, int]:
+    """Up to `limit` bytes of `path` from `offset`, as (text, bytes consumed), and none from `end` on (the most
+    kept of a job's output).
 
     A multi-byte UTF-8 character cut by the end of the chunk is left for the next chunk, unless this chunk
-    reaches the end of a `final` log (the job has ended); bytes that are not UTF-8 become U+FFFD.
+    reaches the end of a `final` log (the job has ended) or `end`; bytes that are not UTF-8 become U+FFFD.
     """
+    if end is not None and offset + limit >= end:
+        limit, final = max(end - offset, 0), True
     try:
         with open(path, "rb") as f:
             f.seek(offset)
             raw = f.read(limit)
     except OSError:
         return "", 0
-    if not final or len(raw) == limit:  # more may follow: keep a split character for the next chunk
+    if not final or (len(raw) == limit and offset + limit != end):  # more may follow: keep a split character
         raw = raw[: len(raw) - _incomplete_tail(raw)]
     return raw.decode("utf-8", errors="replace"), len(raw)
 

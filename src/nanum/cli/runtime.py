@@ -37,6 +37,9 @@ WebhookHostOpt = Annotated[
 MaxJobsOpt = Annotated[int | None, typer.Option(
     "--max-jobs-per-user", metavar="N", min=1, max=10_000_000, help="Most jobs one user may have waiting, held or "
     "running at once; a submission beyond it is refused, as Slurm's MaxSubmitJobs (default: 20,000).")]
+MaxOutputOpt = Annotated[str | None, typer.Option(
+    "--max-output", metavar="SIZE", help="The most of a job's output (stdout and stderr) kept, per node, e.g. 512M "
+    "or 10G: a job that writes more is stopped (default: 1G).")]
 MetricsNamesOpt = Annotated[
     bool, typer.Option("--metrics-names", help="Name users and labs in /metrics, served without a token (off by "
                        "default).")
@@ -139,6 +142,7 @@ def up(
     webhook_allow_host: WebhookHostOpt = None,
     metrics_names: MetricsNamesOpt = False,
     max_jobs_per_user: MaxJobsOpt = None,
+    max_output: MaxOutputOpt = None,
     ldap_url: LdapUrlOpt = None,
     ldap_base: LdapBaseOpt = None,
     ldap_bind_dn: LdapBindOpt = None,
@@ -160,8 +164,7 @@ def up(
 ) -> None:
     """Start nanum on this machine: the server, the scheduler and an agent for this machine's GPUs."""
     tuning = _scheduling(policy, half_life, grace, lease) | _exposure(webhook_allow_host, metrics_names)
-    if max_jobs_per_user is not None:
-        tuning["max_jobs_per_user"] = max_jobs_per_user
+    tuning |= _limits(max_jobs_per_user, max_output)
     tuning |= _checkpoints(checkpoint_root, checkpoint_retention)
     tuning |= _directory(ldap_url, ldap_base, ldap_bind_dn, ldap_bind_password_file, ldap_group_lab, ldap_recheck,
                          ldap_token_days, ldap_ca_file)
@@ -187,6 +190,7 @@ def server(
     webhook_allow_host: WebhookHostOpt = None,
     metrics_names: MetricsNamesOpt = False,
     max_jobs_per_user: MaxJobsOpt = None,
+    max_output: MaxOutputOpt = None,
     ldap_url: LdapUrlOpt = None,
     ldap_base: LdapBaseOpt = None,
     ldap_bind_dn: LdapBindOpt = None,
@@ -212,8 +216,7 @@ def server(
 ) -> None:
     """Start only the server and scheduler; GPU machines join with `nanum agent`."""
     tuning = _scheduling(policy, half_life, grace, lease) | _exposure(webhook_allow_host, metrics_names)
-    if max_jobs_per_user is not None:
-        tuning["max_jobs_per_user"] = max_jobs_per_user
+    tuning |= _limits(max_jobs_per_user, max_output)
     tuning |= _checkpoints(checkpoint_root, checkpoint_retention)
     tuning |= _directory(ldap_url, ldap_base, ldap_bind_dn, ldap_bind_password_file, ldap_group_lab, ldap_recheck,
                          ldap_token_days, ldap_ca_file)
@@ -249,6 +252,24 @@ def _scheduling(
         tuning["grace_s"] = grace
     if lease is not None:
         tuning["lease_s"] = lease
+    return tuning
+
+
+def _limits(max_jobs_per_user: int | None, max_output: str | None) -> dict[str, Any]:
+    """What one user or job may take of the cluster's shared parts: queue places, output kept."""
+    from nanum.cli.common import UsageProblem, fail
+    from nanum.cli.jobspec import parse_mem
+
+    tuning: dict[str, Any] = {}
+    if max_jobs_per_user is not None:
+        tuning["max_jobs_per_user"] = max_jobs_per_user
+    if max_output is not None:
+        try:
+            tuning["max_output_bytes"] = parse_mem(max_output, "--max-output") << 20
+        except UsageProblem as exc:
+            fail(str(exc), 2)
+        if tuning["max_output_bytes"] > 1 << 50:
+            fail(f"--max-output: {max_output} is more than a petabyte; give a size such as 512M or 10G", 2)
     return tuning
 
 

@@ -94,6 +94,9 @@ class ServerSettings:
     checkpoint_retention_s: float = 7 * 86400.0
     #: Hosts webhooks may reach although they resolve to loopback, private or link-local addresses (lower case).
     webhook_allow_hosts: frozenset[str] = frozenset()
+    #: The most of a job's output (stdout and stderr, per node) kept, on its node and here: a job that writes more
+    #: is stopped. A runaway print loop wrote 4 GB in 8 s, into the node's state directory and then the server's.
+    max_output_bytes: int = 1 << 30
     #: Most jobs one user may have waiting, held or running at once (Slurm's MaxSubmitJobs); more are refused.
     max_jobs_per_user: int = 20_000
     #: Whether `/metrics` (served without a token) names users and labs; off, it gives cluster totals only.

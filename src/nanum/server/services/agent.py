@@ -615,6 +615,7 @@ def _launch(
         cpus=job.cpus or 0,
         memory_mb=job.memory_mb or None,
         grace_s=grace,
+        max_output_bytes=ctx.settings.max_output_bytes,
         run=job.runs or 0,
         kind=job.kind,
         secret=job.session_secret or "",

@@ -175,6 +175,8 @@ def _part_outcome(st: JobStatus) -> tuple[str | None, str | None, int | None]:
         return "lost", st.reason or "stopped on its node, which lost contact with the server", code
     if st.timed_out:
         return "timeout", st.reason or "stopped at its time limit", code
+    if st.stopped and st.reason:  # stopped by its agent, not by anyone's request (its output): however it exited
+        return "fail", st.reason, code
     if st.signal:
         return "fail", st.reason or f"killed by signal {st.signal}", code
     if code:
