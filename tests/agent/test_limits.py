@@ -132,6 +132,46 @@ def test_a_job_and_what_it_starts_are_in_its_own_cgroup_from_its_first_instructi
         assert len(inside) == len(cgroups.parents), lines
 
 
+# Forks sleeping children until the kernel refuses one; prints how many it got.
+FORK_BOMB = (
+    "import os, time\n"
+    "n = 0\n"
+    "while n < 100_000:\n"
+    "    try:\n"
+    "        pid = os.fork()\n"
+    "    except OSError as exc:\n"
+    "        print('refused', n, exc.strerror, flush=True); break\n"
+    "    if pid == 0:\n"
+    "        time.sleep(300); os._exit(0)\n"
+    "    n += 1\n"
+)
+
+
+def test_a_fork_bomb_is_held_to_its_share_of_the_machines_processes(
+    state_dir: Path, cgroups: Cgroups, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job forking without end gets at most `tasks_max()` processes (here held to 200), then the kernel refuses
+    it; the agent and the machine keep the rest, and what it forked is killed when it ends."""
+    if not cgroups.pids:
+        pytest.skip("this machine's cgroups have no pids controller")
+    from nanum.agent import cgroups as module
+
+    monkeypatch.setattr(module, "tasks_max", lambda: 200)
+    cgroups, _ = probe(NODE, state_dir)
+    assert cgroups is not None
+    ex = Executor(state_dir, NODE, cgroups=cgroups)
+    try:
+        ex.start(_launch(8, PYTHON, "-c", FORK_BOMB))
+        status = ex.wait(8, 60)
+        assert status is not None and status.exit_code == 0
+        said = ex.read_log(8, 0, 10_000)[0]
+        assert said.startswith("refused ") and 150 <= int(said.split()[1]) < 200, said
+        assert not any(d.exists() for d in _job_dirs(cgroups, 8))  # its children killed, its cgroup removed
+    finally:
+        ex.close()
+        cgroups.close()
+
+
 def test_without_a_writable_cgroup_limits_are_not_enforced(tmp_path: Path) -> None:
     assert probe(NODE, tmp_path / "state", root=tmp_path / "no-cgroups") == (None, NOT_ENFORCED)
 

@@ -23,6 +23,10 @@ job's largest process. When a job ends the agent asks whether that happened (`fi
 oom_kill, v1 memory.oom_control oom_kill), kills whatever the job left in its cgroup, and removes it; a cgroup
 still busy is retried when the next job ends.
 
+Processes: where the pids controller is there (v2 `pids`, v1 its own tree), a job may have at most `tasks_max()`
+processes and threads at once: a quarter of what the machine may have, so that a fork bomb in one job leaves the
+agent and the other jobs the rest (a machine with the common pid_max of 32,768 had none left for anyone).
+
 Where nothing is writable (not root, a container whose cgroup is not delegated) `probe` returns no `Cgroups`
 and a summary saying so; jobs then run without limits and the node reports `not enforced`.
 """
@@ -55,6 +59,9 @@ MIB = 1024 * 1024
 NOT_ENFORCED = "not enforced (no writable cgroup)"
 _REMOVE_TRIES = 20
 _REMOVE_PAUSE_S = 0.005
+#: A job may have this share of the machine's process ids (`tasks_max`), and at least `MIN_TASKS`.
+TASKS_SHARE = 4
+MIN_TASKS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +81,8 @@ class Cgroups(Protocol):
     kind: ClassVar[str]
     #: The agent's own cgroup in each tree the jobs' cgroups (`job-ID`) are made in.
     parents: list[Path]
+    #: Whether jobs are held to `tasks_max()` processes and threads.
+    pids: bool
 
     def create(self, job_id: int, *, cpus: int, memory_mb: int | None) -> list[str]:
         """Make the job's cgroup afresh (killing what an earlier run of the same job left there) with its
@@ -112,10 +121,19 @@ def probe(node: str, state_dir: Path, root: Path = ROOT) -> tuple[Cgroups | None
         except OSError as exc:
             problems.append(f"{cls.kind}: {_oserror(exc)}")
             continue
-        log.info("limits: --cpus and --mem enforced with %s under %s", found.kind, parent)
+        log.info("limits: --cpus and --mem enforced with %s under %s%s", found.kind, parent,
+                 f"; at most {tasks_max():,} processes and threads a job" if found.pids else "")
         return found, found.kind
     log.warning("limits: --cpus and --mem are not enforced on this node, no writable cgroup (%s)", "; ".join(problems))
     return None, NOT_ENFORCED
+
+
+def tasks_max() -> int:
+    """How many processes and threads one job may have at once (`pids.max`): a `TASKS_SHARE` of the fewer of the
+    kernel's process ids and threads."""
+    limits = [int(text) for name in ("pid_max", "threads-max")
+              if (text := (_read(f"/proc/sys/kernel/{name}") or "").strip()).isdigit()]
+    return max(MIN_TASKS, min(limits, default=32768) // TASKS_SHARE)
 
 
 def agent_cgroup_name(node: str, state_dir: Path) -> str:
@@ -144,8 +162,11 @@ class _Hierarchy(ABC):
     #: The file in a job's cgroup that its first process writes `0` into to enter it.
     ENTER: ClassVar[str]
 
-    def __init__(self, parents: list[Path]) -> None:
+    def __init__(self, parents: list[Path], *, pids: bool = False) -> None:
         self.parents = parents
+        #: whether jobs' cgroups hold them to `tasks_max()` processes (in the last of `parents`, on v1)
+        self.pids = pids
+        self._tasks = tasks_max()
         #: The parents as text, ending in a slash: a job's cgroups are paths made for every start and end, and
         #: text is cheaper to join than a `Path` is to make.
         self._within = [os.path.join(p, "") for p in parents]
@@ -239,9 +260,9 @@ class _Hierarchy(ABC):
                     os.kill(pid, signal.SIGKILL)
 
     @classmethod
-    def _prove(cls, parents: list[Path]) -> None:
+    def _prove(cls, parents: list[Path], *, pids: bool = False) -> None:
         """Make and remove a trial cgroup with limits: mkdir alone succeeds in places that refuse limits."""
-        trial = cls(parents)
+        trial = cls(parents, pids=pids)
         name = -os.getpid()  # job ids are positive: a negative one never meets a real job
         dirs = trial.dirs(name)
         try:
@@ -270,17 +291,20 @@ class CgroupV2(_Hierarchy):
         missing = [c for c in cls.CONTROLLERS if c not in controllers.split()]
         if missing:
             raise OSError(errno.ENOTSUP, f"controller {', '.join(missing)} not available", str(root))
-        enable = " ".join(f"+{c}" for c in cls.CONTROLLERS)
+        pids = "pids" in controllers.split()
+        wanted = (*cls.CONTROLLERS, "pids") if pids else cls.CONTROLLERS
         levels = [root, *(root / Path(*parent.parts[: i + 1]) for i in range(len(parent.parts)))]
         for level in levels:  # every level above a job's cgroup hands the controllers down
             level.mkdir(exist_ok=True)
-            if not set(cls.CONTROLLERS) <= set((_read(level / "cgroup.subtree_control") or "").split()):
-                (level / "cgroup.subtree_control").write_text(enable)
-        cls._prove(levels[-1:])
-        return cls(levels[-1:])
+            if not set(wanted) <= set((_read(level / "cgroup.subtree_control") or "").split()):
+                (level / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))
+        cls._prove(levels[-1:], pids=pids)
+        return cls(levels[-1:], pids=pids)
 
     def _limit(self, dirs: list[str], cpus: int, memory_mb: int | None) -> None:
         (d,) = dirs  # a new cgroup: no limit until one is written
+        if self.pids:
+            _write(f"{d}/pids.max", str(self._tasks))
         if cpus:
             _write(f"{d}/cpu.max", f"{cpus * PERIOD_US} {PERIOD_US}")
         if memory_mb:
@@ -327,10 +351,25 @@ class CgroupV1(_Hierarchy):
         for p in parents:
             p.mkdir(parents=True, exist_ok=True)
         cls._prove(parents)
+        pids = root / "pids"
+        if (pids / "cgroup.procs").exists() and pids.resolve() not in {t.resolve() for t in trees}:
+            try:  # its own tree, last; jobs run without a process limit where it refuses
+                (pids / parent).mkdir(parents=True, exist_ok=True)
+                cls._prove([*parents, pids / parent], pids=True)
+                return cls([*parents, pids / parent], pids=True)
+            except OSError as exc:
+                log.warning("limits: jobs' processes are not limited, the pids cgroup refused: %s", _oserror(exc))
         return cls(parents)
 
+    @property
+    def _cpu(self) -> int:
+        """Where the cpu tree is among `parents`: the memory tree's, or the next."""
+        return min(1, len(self.parents) - 1 - self.pids)
+
     def _limit(self, dirs: list[str], cpus: int, memory_mb: int | None) -> None:
-        memory, cpu = dirs[0], dirs[-1]  # new cgroups: no limit until one is written
+        memory, cpu = dirs[0], dirs[self._cpu]  # new cgroups: no limit until one is written
+        if self.pids:
+            _write(f"{dirs[-1]}/pids.max", str(self._tasks))
         if cpus:
             _write(f"{cpu}/cpu.cfs_period_us", str(PERIOD_US))
             _write(f"{cpu}/cpu.cfs_quota_us", str(cpus * PERIOD_US))
@@ -348,7 +387,7 @@ class CgroupV1(_Hierarchy):
         return any((count or "0").strip() not in ("", "0") for count in counts)
 
     def stats(self, job_id: int) -> CpuStats | None:
-        d = self.dirs(job_id)[-1]
+        d = self.dirs(job_id)[self._cpu]
         values = _keyed(f"{d}/cpu.stat")
         if not values:
             return None
