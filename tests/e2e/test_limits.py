@@ -83,3 +83,20 @@ def test_a_job_writing_more_output_than_the_server_keeps_is_stopped(tmp_path: Pa
         assert not (cluster.home / "agent" / "jobs" / str(job)).exists()
     finally:
         cluster.stop()
+
+
+def test_the_oom_killer_takes_a_job_before_the_agent_or_the_server(cluster: Cluster, workdir: Path) -> None:
+    """Run as root, `nanum up`'s server and agent lower their OOM score; a job is scored as any process and
+    cannot lower its own."""
+    import subprocess
+
+    if subprocess.run(["sh", "-c", "echo -1 > /proc/self/oom_score_adj"], capture_output=True).returncode != 0:
+        pytest.skip("this machine lets no process lower its OOM score (root without CAP_SYS_RESOURCE, or not root)")
+    lower = "cat /proc/self/oom_score_adj; echo -500 > /proc/self/oom_score_adj"
+    job = cluster.submit("alice", "--", "sh", "-c", lower, cwd=workdir)
+    ended = cluster.wait_state(job, "completed", "failed")
+    assert cluster.nanum("logs", str(job), user="alice").stdout.startswith("0\n")
+    assert ended["state"] == "failed"  # lowering it is refused: "Permission denied"
+    assert cluster.proc is not None
+    services = [cluster.proc.pid, *cluster.agent_pids()]
+    assert [Path(f"/proc/{pid}/oom_score_adj").read_text().strip() for pid in services] == ["-900"] * len(services)

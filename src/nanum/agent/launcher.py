@@ -59,6 +59,8 @@ import struct
 import sys
 import time
 
+from nanum.oom import as_any_process
+
 TYPE_CHECKING = False  # `typing` is not loaded: its modules would be copied into every fork
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -124,6 +126,7 @@ def main(fd: int) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the agent's terminal or unit: the agent decides
         signal.signal(sig, signal.SIG_IGN)
     _name_self("nanum-launcher")
+    as_any_process()  # the agent is spared by the OOM killer; the jobs, forked from here, are not
     sock = socket.socket(fileno=fd)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)

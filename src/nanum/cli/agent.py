@@ -111,7 +111,7 @@ def agent(
     import signal
     import socket
 
-    from nanum import eventloop, heap
+    from nanum import eventloop, heap, oom
     from nanum.agent import nodetoken
     from nanum.agent.agent import Agent, AgentConfig
     from nanum.agent.gpus import SpecError, parse_spec
@@ -163,6 +163,8 @@ def agent(
         checkpoint_root=checkpoint_root.expanduser().absolute() if checkpoint_root else None,
     )
     runner = Agent(config)
+    if why := oom.spare_the_service():
+        logging.getLogger("nanum.agent").info("%s: a machine out of memory may lose its agent before a job", why)
     _jobs_get_default_signals()
     heap.settle()
 

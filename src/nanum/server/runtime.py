@@ -40,7 +40,7 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from nanum import eventloop, heap
+from nanum import eventloop, heap, oom
 from nanum.config import load_credentials, save_credentials
 from nanum.server.app import create_app
 from nanum.server.callers import hash_token, new_token
@@ -86,6 +86,8 @@ def start(settings: ServerSettings, host: str, port: int, agent: LocalAgent | No
     if workers > 1 and agent is not None:
         raise StartError("--workers is for `nanum server`; `nanum up` runs one server process beside its agent")
     _check_port(host, port)
+    if why := oom.spare_the_service():
+        logging.getLogger("nanum.server").info("%s: a machine out of memory may lose its server before a job", why)
     ctx = prepare(settings)
     if workers > 1 and not ctx.db.is_postgres:
         raise StartError("--workers needs PostgreSQL (--db postgresql+psycopg://USER@HOST/DB): with SQLite one "
