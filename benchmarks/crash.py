@@ -244,7 +244,8 @@ def _states(server: ServerProc) -> dict[int, str]:
 def _jobs(server: ServerProc) -> dict[int, tuple[str, str]]:
     """Job id -> (state, reason) of every job."""
     try:
-        return {int(j["id"]): (str(j["state"]), str(j.get("reason"))) for j in server.api("GET", "/jobs?all=true")}
+        every = server.api("GET", "/jobs?all=true&limit=100000")
+        return {int(j["id"]): (str(j["state"]), str(j.get("reason"))) for j in every}
     except OSError:
         return {}
 

@@ -167,7 +167,7 @@ def started_waits(url: str, token: str, ids: list[int]) -> list[float]:
     """How long each of `ids` that has started (running or ended after running) waited from its submission to its
     start, in seconds."""
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120) as c:
-        jobs = c.get("/api/v1/jobs", params={"all": "true"}).json()
+        jobs = c.get("/api/v1/jobs", params={"all": "true", "limit": 100_000}).json()
     wanted = set(ids)
     return [(datetime.fromisoformat(j["start_time"]) - datetime.fromisoformat(j["submit_time"])).total_seconds()
             for j in jobs if j["id"] in wanted and j.get("start_time")]

@@ -376,7 +376,7 @@ def drained(client: Client, submitted: Submitted) -> Drained:
     `true` takes a few milliseconds, and the rest of its recorded run and a GPU's idle time between jobs are the
     pipeline's (the tick, the agent's start, the end's report)."""
     wanted = set(submitted.ids)
-    ours = [j for j in client.jobs(all=True) if j["id"] in wanted]
+    ours = [j for j in client.jobs(all=True, limit=100_000) if j["id"] in wanted]
     done = [j for j in ours if j["state"] == "completed" and j["exit_code"] == 0]
     runs = [(_at(j["start_time"]), _at(j["end_time"]), j["allocation"]) for j in done]
     by_gpu: dict[tuple[str, int], list[tuple[float, float]]] = {}

@@ -194,6 +194,16 @@ def test_ps_filters_reach_the_server(api: FakeApi, nanum: Nanum) -> None:
     assert api.requests[0].query == {"all": ["true"], "user": ["bob"], "state": ["failed", "cancelled"]}
 
 
+def test_ps_says_when_only_the_latest_finished_jobs_are_listed(api: FakeApi, nanum: Nanum) -> None:
+    api.on("GET", "/jobs", [job(id=8, state="completed", exit_code=0), job(id=9, state="failed", exit_code=1),
+                            job(id=10, state="running")])
+    result = nanum("ps", "--all", "--limit", "2")
+    assert result.exit_code == 0 and api.requests[0].query == {"all": ["true"], "limit": ["2"]}
+    assert result.stderr == "Finished jobs: the latest 2 are listed; `--limit N` lists more (at most 100,000).\n"
+    assert nanum("ps", "--all", "--limit", "3").stderr == ""  # fewer finished than asked for: that is all of them
+    assert "--limit" in nanum("ps", "--limit", "0").stderr
+
+
 def test_show_prints_every_field(api: FakeApi, nanum: Nanum) -> None:
     allocation = [{"node": "local", "gpus": [2, 3]}]
     api.on("GET", "/jobs/7", job(state="completed", exit_code=0, allocation=allocation))

@@ -122,8 +122,8 @@ def test_a_query_parameter_the_route_does_not_take_is_refused(client: AsgiClient
     submit(client, gpus=1)
     r = client.get("/api/v1/jobs?usr=bob", headers=auth(ADMIN))
     assert r.status_code == 422
-    assert r.json() == {"detail": "unknown query parameter 'usr'; this request takes all, array, lab, state, user "
-                                  "(docs/api.md)"}
+    assert r.json() == {"detail": "unknown query parameter 'usr'; this request takes all, array, lab, limit, state, "
+                                  "user (docs/api.md)"}
     assert len(client.get("/api/v1/jobs?user=alice&state=pending", headers=auth(ADMIN)).json()) == 1
     for path in ("/api/v1/jobs/1?verbose=1", "/api/v1/usage?mnth=2026-12", "/api/v1/monitoring/idle?lab=x",
                  "/api/v1/labs?" + "q" * 3000 + "=1"):

@@ -53,6 +53,27 @@ def test_list_shows_active_jobs_of_everyone_and_all_on_request(client: AsgiClien
     assert bad.status_code == 400 and "sleeping" in bad.json()["detail"]
 
 
+def test_a_listing_gives_every_active_job_and_the_latest_finished_ones(client: AsgiClient) -> None:
+    """Finished jobs pile up for years: a listing gives the latest `limit` of them (1,000 unless asked), and every
+    active job however old."""
+    old = submit(client, name="old")  # still waiting, submitted before every finished job
+    ended = [submit(client)["id"] for _ in range(5)]
+    for job_id in ended:
+        assert client.post(f"/api/v1/jobs/{job_id}/cancel", headers=auth(ALICE)).status_code == 200
+    new = submit(client, name="new")
+
+    def listed(**params: object) -> list[object]:
+        r = client.get("/api/v1/jobs", params=params, headers=auth(BOB))
+        assert r.status_code == 200, r.text
+        return [j["id"] for j in r.json()]
+
+    assert listed(all="true", limit=2) == [old["id"], *ended[-2:], new["id"]]
+    assert listed(all="true") == [old["id"], *ended, new["id"]]
+    assert listed(state=["cancelled", "pending"], limit=1) == [old["id"], ended[-1], new["id"]]
+    r = client.get("/api/v1/jobs", params={"all": "true", "limit": 100_001}, headers=auth(BOB))
+    assert r.status_code == 422 and "limit" in r.json()["detail"], r.text
+
+
 def test_cancel_pending_is_immediate_and_a_second_cancel_conflicts(client: AsgiClient) -> None:
     j = submit(client)
     r = client.post(f"/api/v1/jobs/{j['id']}/cancel", headers=auth(ALICE))

@@ -97,14 +97,20 @@ def submit_options(
 def ps(
     all: bool = False, user: str | None = None, lab: str | None = None, state: list[str] | None = None,
     expand: bool = False, format: str | None = None, fields: str | None = None, noheader: bool = False,
-    json: bool = False, server: str | None = None, token: str | None = None,
+    limit: int | None = None, json: bool = False, server: str | None = None, token: str | None = None,
 ) -> None:
     """The queue: running and waiting jobs of everyone (why they wait, when they should start)."""
     from nanum.cli import psformat
+    from nanum.client._objects import ACTIVE_STATES
+    from nanum.server.limits import FINISHED_SHOWN, MAX_FINISHED_SHOWN
 
     names = psformat.fields_from_format(format) if format else psformat.fields_from_list(fields) if fields else None
     with connect(server, token) as client:
-        jobs = client.jobs(all=all, user=user, lab=lab, state=state)
+        jobs = client.jobs(all=all, user=user, lab=lab, state=state, limit=limit)
+    latest = limit or FINISHED_SHOWN
+    if sum(job["state"] not in ACTIVE_STATES for job in jobs) >= latest:
+        note(f"Finished jobs: the latest {latest:,} are listed; `--limit N` lists more (at most "
+             f"{MAX_FINISHED_SHOWN:,}).")
     if json:
         print_json(jobs)
         return

@@ -146,6 +146,8 @@ def ps(
         "Fields by name: id,array,task,name,user,lab,state,st,gpus,nodes,node,time,limit,priority,tier,reason."))]
     = None,
     noheader: Annotated[bool, _Opt("--noheader", "-h", help="No header line.")] = False,
+    limit: Annotated[int | None, _Opt("--limit", metavar="N", min=1, max=100_000, help=(
+        "With --all or a finished --state: the latest N finished jobs (default: 1,000; at most 100,000)."))] = None,
     json: JsonOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,

@@ -54,9 +54,12 @@ class JobCalls(Connection):
         user: str | None = None,
         lab: str | None = None,
         state: str | Sequence[str] | None = None,
+        limit: int | None = None,
     ) -> list[Job]:
-        """Jobs ordered by id: active ones of every user, or with `all=True` finished ones too."""
+        """Jobs ordered by id: active ones of every user, or with `all=True` finished ones too (of those the latest
+        `limit`, 1,000 unless given; at most 100,000)."""
         params: list[tuple[str, str]] = [("all", "true")] if all else []
+        params += [("limit", str(limit))] if limit is not None else []
         params += [("user", user)] if user else []
         params += [("lab", lab)] if lab else []
         states = [state] if isinstance(state, str) else list(state or ())

@@ -30,6 +30,10 @@ MAX_MEMORY_MB = 64 << 20  # 64 TiB
 MAX_TIME_LIMIT_S = 365 * 86400
 #: Arrays and dependencies: tasks in one array, the largest task index, dependencies of one job, retries.
 MAX_ARRAY_TASKS = 10_000
+#: How many finished jobs a listing gives by default, and at most: the latest. A year of a university's jobs is
+#: millions; listing 100,000 took a server 4.9 s and 458 MiB, and any user may ask.
+FINISHED_SHOWN = 1_000
+MAX_FINISHED_SHOWN = 100_000
 MAX_ARRAY_INDEX = 1_000_000
 MAX_DEPENDENCIES = 100
 MAX_RETRIES = 100

@@ -11,7 +11,7 @@ from nanum.server.api import rendering
 from nanum.server.auth import CallerDep, Context
 from nanum.server.inputs import WHOLE, JobIdPath, KnownQuery
 from nanum.server.job_schemas import JobOut, JobPatch, JobSubmit
-from nanum.server.limits import MAX_OFFSET, MAX_STORED_ID
+from nanum.server.limits import FINISHED_SHOWN, MAX_FINISHED_SHOWN, MAX_OFFSET, MAX_STORED_ID
 from nanum.server.services import accounts, control, jobs
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=KnownQuery)
@@ -36,11 +36,13 @@ def list_jobs(
     state: Annotated[list[str] | None, Query(max_length=16)] = None,
     array: Annotated[int | None, WHOLE,
                      Query(ge=0, le=MAX_STORED_ID, description="only the tasks of this array")] = None,
+    limit: Annotated[int, WHOLE, Query(ge=1, le=MAX_FINISHED_SHOWN, description=(
+        "of the finished jobs asked for, the latest this many (an array's: all)"))] = FINISHED_SHOWN,
 ) -> Response:
-    """Active jobs of every user (with `all=true`, finished ones too), ordered by id. `env` is shown only on the
-    caller's own jobs (every job's, to an admin)."""
+    """Active jobs of every user (with `all=true`, the latest `limit` finished ones too), ordered by id. `env` is
+    shown only on the caller's own jobs (every job's, to an admin)."""
     found = jobs.list_jobs(ctx, caller, all=all or array is not None, user=user, lab=lab, states=state or (),
-                           array=array)
+                           array=array, limit=limit)
     return rendering.json(found)
 
 

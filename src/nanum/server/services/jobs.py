@@ -21,6 +21,7 @@ from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import ApiError, BadRequest, Conflict, Forbidden, NotFound
 from nanum.server.job_schemas import ACTIVE_STATES, JOB_STATES, JobSubmit
+from nanum.server.limits import FINISHED_SHOWN
 from nanum.server.schemas import iso
 from nanum.server.services import budgets, catalog, eligibility, environments, joblogs, jobusage, lifecycle, nodelogs
 from nanum.server.views import core_job, job_out
@@ -250,23 +251,30 @@ def list_jobs(
     lab: str | None = None,
     states: Sequence[str] = (),
     array: int | None = None,
+    limit: int = FINISHED_SHOWN,
 ) -> list[dict[str, Any]]:
+    """Jobs by id: every active one asked for, and of the finished ones asked for (`all`, or finished `states`)
+    the latest `limit` (an array's tasks, at most `MAX_ARRAY_TASKS`, all of them)."""
     unknown = sorted(set(states) - set(JOB_STATES))
     if unknown:
         raise BadRequest(f"unknown job state {unknown[0]}; choose from {', '.join(JOB_STATES)}")
-    query = _select().order_by(JobRow.id)
-    if states:
-        query = query.where(JobRow.state.in_(states))
-    elif not all:
-        query = query.where(JobRow.state.in_(ACTIVE_STATES))
+    wanted = list(states) if states else list(JOB_STATES) if all else list(ACTIVE_STATES)
+    active = [state for state in wanted if state in ACTIVE_STATES]
+    finished = [state for state in wanted if state not in ACTIVE_STATES]
+    query = _select()
     if user:
         query = query.where(UserRow.name == user)
     if lab:
         query = query.where(LabRow.name == lab)
     if array is not None:
         query = query.where(JobRow.array_id == array)
+    parts = [query.where(JobRow.state.in_(active)).order_by(JobRow.id)] if active else []
+    if finished:
+        last = query.where(JobRow.state.in_(finished)).order_by(JobRow.id.desc())
+        parts.append(last if array is not None else last.limit(limit))
     with ctx.db.read() as s:
-        out = [_shown(job_out(row, row.user_name, row.lab_name), row, caller) for row in s.connection().execute(query)]
+        rows = sorted((row for part in parts for row in s.connection().execute(part)), key=lambda row: row.id)
+        out = [_shown(job_out(row, row.user_name, row.lab_name), row, caller) for row in rows]
         eligibility.annotate(s, out)
     return jobusage.attach(ctx, with_predictions(ctx, _with_budget_warnings(ctx, out)))
 
