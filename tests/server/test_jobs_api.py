@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime
 
@@ -72,6 +73,29 @@ def test_a_listing_gives_every_active_job_and_the_latest_finished_ones(client: A
     assert listed(state=["cancelled", "pending"], limit=1) == [old["id"], ended[-1], new["id"]]
     r = client.get("/api/v1/jobs", params={"all": "true", "limit": 100_001}, headers=auth(BOB))
     assert r.status_code == 422 and "limit" in r.json()["detail"], r.text
+
+
+def test_a_listing_shows_each_job_once_while_jobs_end_and_are_queued_again(client: AsgiClient) -> None:
+    """Active and finished jobs are read apart (every active one, the latest finished ones), as of one moment: a
+    job that ends or is queued again meanwhile is listed once, never twice or not at all."""
+    ids = [submit(client)["id"] for _ in range(20)]
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            for job_id in ids:
+                client.post(f"/api/v1/jobs/{job_id}/cancel", headers=auth(ALICE))
+                client.post(f"/api/v1/jobs/{job_id}/requeue", headers=auth(ALICE))
+
+    worker = threading.Thread(target=churn, daemon=True)
+    worker.start()
+    try:
+        for _ in range(60):
+            listed = [j["id"] for j in client.get("/api/v1/jobs", params={"all": "true"}, headers=auth(BOB)).json()]
+            assert listed == ids
+    finally:
+        stop.set()
+        worker.join(10)
 
 
 def test_cancel_pending_is_immediate_and_a_second_cancel_conflicts(client: AsgiClient) -> None:
