@@ -33,6 +33,19 @@ def model(name: str, declared: type, base: type[Model], *, doc: str | None = Non
     return create_model(name, __base__=base, __module__=base.__module__, __doc__=doc, **fields)
 
 
+def changes_model(name: str, changes: type, declared: type, base: type[Model], *, doc: str | None = None,
+                  more: Mapping[str, Mapping[str, Any]] | None = None) -> type[Model]:
+    """A model called `name`, on `base`, of a change: one field for each key of the TypedDict `changes`, typed and
+    bounded as the same key of `declared` is (a change asks no more than a submission may), left out by default
+    (None); `more` adds bounds of its own to a field."""
+    hints = typing.get_type_hints(declared, include_extras=True)
+    fields: dict[str, Any] = {}
+    for key in typing.get_type_hints(changes):
+        typed, info = _field(hints[key], {}, default=None, **(more or {}).get(key, {}))
+        fields[key] = (typed | None, info)
+    return create_model(name, __base__=base, __module__=base.__module__, __doc__=doc, **fields)
+
+
 def field(spec: Spec, **more: Any) -> Any:
     """Pydantic's `Field` for `spec` (with `more` arguments, which win over its own)."""
     kwargs = {"default": spec.default, **spec.checks()}
@@ -41,14 +54,14 @@ def field(spec: Spec, **more: Any) -> Any:
     return Field(**(kwargs | more))
 
 
-def _field(hint: Any, models: Mapping[type, type[BaseModel]]) -> tuple[Any, FieldInfo]:
+def _field(hint: Any, models: Mapping[type, type[BaseModel]], **more: Any) -> tuple[Any, FieldInfo]:
     if typing.get_origin(hint) in (typing.Required, typing.NotRequired):
         hint = typing.get_args(hint)[0]
     spec = Spec()
     if typing.get_origin(hint) is Annotated:
         hint, *meta = typing.get_args(hint)
         spec = next((m for m in meta if isinstance(m, Spec)), spec)
-    info: FieldInfo = field(spec)
+    info: FieldInfo = field(spec, **more)
     return _typed(hint, models), info
 
 

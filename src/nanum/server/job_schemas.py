@@ -10,16 +10,15 @@ OpenAPI read the models.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from pydantic import BaseModel, field_validator
 
-from nanum.jobfields import Allocation, Job, JobRequest, Segment, spec
+from nanum.jobfields import Allocation, Job, JobChanges, JobRequest, Segment
 from nanum.server import fieldmodels
 from nanum.server.arrays import parse_array
 from nanum.server.inputs import ApiIn
 from nanum.server.limits import MAX_COMMAND_BYTES, MAX_ENV_BYTES
-from nanum.server.schemas import Constraint
 
 __all__ = ["ACTIVE_STATES", "FINISHED_STATES", "JOB_STATES", "AllocationOut", "JobOut", "JobPatch", "JobSubmit",
            "SegmentOut", "SubmitChecks"]
@@ -76,37 +75,29 @@ class SubmitChecks(ApiIn):
         return v
 
 
-def _changed(name: str, **more: Any) -> Any:
-    """A field of `JobPatch`: the submission's field `name`, with its bounds and meaning, left out by default."""
-    return fieldmodels.field(spec(JobRequest, name), default=None, **more)
+class PatchChecks(ApiIn):
+    """A change to a waiting job (`nanum modify`), and its fields as the typed dict they are declared as
+    (`changes`): `nanum.jobfields.JobChanges`, each bounded as a submission's, which `JobPatch` adds."""
 
-
-class JobPatch(ApiIn):
-    """`nanum modify`: what may change while a job waits. Only the fields present change; `null` makes
-    `gpu_model`, `gpu_memory_mb` and `memory_mb` any model, any memory and no limit
-    (`nanum.jobfields.CLEARED_BY_NULL`), and `constraints: []` drops every label asked for."""
-
-    time_limit_s: float | None = _changed("time_limit_s")
-    gpus: int | None = _changed("gpus")
-    nodes: int | None = _changed("nodes")
-    gpu_model: str | None = _changed("gpu_model")
-    gpu_memory_mb: int | None = _changed("gpu_memory_mb")
-    constraints: list[Constraint] | None = _changed("constraints")
-    cpus: int | None = _changed("cpus")
-    memory_mb: int | None = _changed("memory_mb")
-    priority: int | None = _changed("priority")
-    tier: int | None = _changed("tier")
-    lab: str | None = _changed("lab")
-    name: str | None = _changed("name", min_length=1)
+    @property
+    def changes(self) -> JobChanges:
+        """The fields given, and only those."""
+        return cast("JobChanges", self.model_dump(exclude_unset=True))
 
 
 if TYPE_CHECKING:  # mypy reads the fields from the TypedDicts they are declared as; pydantic, from these models
     JobSubmit = SubmitChecks
+    JobPatch = PatchChecks
     AllocationOut = BaseModel
     SegmentOut = BaseModel
     JobOut = BaseModel
 else:
     JobSubmit = fieldmodels.model("JobSubmit", JobRequest, SubmitChecks)
+    JobPatch = fieldmodels.changes_model(
+        "JobPatch", JobChanges, JobRequest, PatchChecks, more={"name": {"min_length": 1}},
+        doc="`nanum modify`: what may change while a job waits. Only the fields present change; `null` makes "
+            "`gpu_model`, `gpu_memory_mb` and `memory_mb` any model, any memory and no limit "
+            "(`nanum.jobfields.CLEARED_BY_NULL`), and `constraints: []` drops every label asked for.")
     AllocationOut = fieldmodels.model("AllocationOut", Allocation, BaseModel)
     SegmentOut = fieldmodels.model("SegmentOut", Segment, BaseModel, doc=Segment.__doc__)
     JobOut = fieldmodels.model("JobOut", Job, BaseModel, models={Allocation: AllocationOut, Segment: SegmentOut})

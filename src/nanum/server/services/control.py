@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from nanum.jobfields import CLEARED_BY_NULL, change_text
+from nanum.jobfields import CLEARED_BY_NULL, JobChanges, change_text
 from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import Conflict
@@ -69,8 +69,8 @@ def _is(targets: list[JobRow], job_id: int) -> str:
 def modify(ctx: ServerContext, caller: Caller, job_id: int, patch: JobPatch) -> dict[str, Any]:
     """Change a waiting (pending or held) job's time limit, request (GPUs, nodes, GPU model and memory, node
     labels, CPUs, memory), priority, lab or name, and as an admin its tier (`jobs.refuse_tier`)."""
-    changes = patch.model_dump(exclude_unset=True)
-    lab = jobs.lab_for(ctx, caller, patch.lab) if patch.lab is not None else None
+    changes = patch.changes
+    lab = jobs.lab_for(ctx, caller, changes["lab"]) if changes.get("lab") is not None else None
     now = ctx.clock()
     with ctx.db.write() as s:
         targets = jobs.owned_jobs(s, caller, job_id, active=True)
@@ -78,8 +78,8 @@ def modify(ctx: ServerContext, caller: Caller, job_id: int, patch: JobPatch) -> 
         if not waiting:
             raise Conflict(f"{_is(targets, job_id)}; only a pending or held job can be modified")
         for job in waiting:
-            if patch.tier is not None:
-                jobs.refuse_tier(caller, patch.tier, job.tier)
+            if (tier := changes.get("tier")) is not None:
+                jobs.refuse_tier(caller, tier, job.tier)
             _apply(job, changes, lab.id if lab is not None else None)
             if not caller.admin:
                 jobs.refuse_impossible(ctx, job, caller, lab.lab.name if lab is not None else _lab_name(ctx, job))
@@ -88,17 +88,17 @@ def modify(ctx: ServerContext, caller: Caller, job_id: int, patch: JobPatch) -> 
     return jobs.get_job(ctx, caller, job_id)
 
 
-def _apply(job: JobRow, changes: dict[str, Any], lab_id: int | None) -> None:
+def _apply(job: JobRow, changes: JobChanges, lab_id: int | None) -> None:
     for key, value in changes.items():
         if key == "constraints":
-            job.constraints = sorted(set(value or ())) or None  # as a submission stores them
+            job.constraints = sorted(set(changes["constraints"] or ())) or None  # as a submission stores them
         elif key != "lab" and (value is not None or key in CLEARED_BY_NULL):
             setattr(job, key, value)
     if lab_id is not None:
         job.lab_id = lab_id
 
 
-def _said(changes: dict[str, Any]) -> str:
+def _said(changes: JobChanges) -> str:
     """The changes as the job's event says them: `gpus 2, gpu_model any, constraints net=ib`."""
     return ", ".join(f"{k} {change_text(k, v)}" for k, v in changes.items())
 
