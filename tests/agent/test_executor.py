@@ -380,3 +380,21 @@ def test_a_job_whose_agent_died_before_spawning_it_starts_once_when_asked_again(
     finally:
         again.close()
     assert runs.read_text() == "run\n"
+
+
+def test_a_full_disk_stops_no_watching(small_disk: Path) -> None:
+    """A job fills the node's disk: another job's time limit still stops it, and both ends are reported. (The
+    record of a stop could not be written, which had ended the thread that watches every job.)"""
+    ex = Executor(small_disk / "state", NODE)
+    try:
+        ex.start(allow_root=True, launch=make_launch(1, "sleep", "60", time_limit_s=1.0, grace_s=1))
+        ex.start(allow_root=True, launch=make_launch(2, "sh", "-c", "head -c 4000000 /dev/zero; echo done"))
+        filled = ex.wait(2, 10)
+        assert filled is not None and filled.state == "exited"
+        stopped = ex.wait(1, 10)
+        assert stopped is not None and stopped.timed_out and stopped.reason == "time limit of 1s reached"
+    finally:
+        for job_id in (1, 2):
+            ex.stop(job_id, 0.0)
+            ex.wait(job_id, 5)
+        ex.close()

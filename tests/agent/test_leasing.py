@@ -3,7 +3,10 @@ the old one runs out soon, else once they have started; never later than the lea
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+
+import pytest
 
 from nanum.agent import fence
 from nanum.agent.leasing import WRITE_AHEAD_S, LeaseKeeper
@@ -39,3 +42,26 @@ def test_a_lease_about_to_run_out_is_written_before_the_replys_jobs_start(tmp_pa
     assert on_file(tmp_path) == now + 30.0
     keep.flush()  # nothing left to write
     assert on_file(tmp_path) == now + 30.0
+
+
+def test_a_full_disk_is_said_and_the_lease_written_once_there_is_room(
+    small_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job filled the node's disk: the agent (which had died of the lease's `No space left on device`) carries
+    on, says it cannot write its lease, and writes it as soon as it can; the guard meanwhile sees the lease on
+    file run out sooner, never later, than the agent's."""
+    keep = keeper(small_disk, 3 * WRITE_AHEAD_S)
+    before = on_file(small_disk)
+    filler = small_disk / "output.log"
+    with contextlib.suppress(OSError), filler.open("wb", buffering=0) as f:
+        while True:
+            f.write(b"x" * 65536)
+    keep.renew(fence.boottime(), 30.0)
+    keep.flush()
+    keep.flush()
+    assert on_file(small_disk) == before < keep.lease.expires
+    said = [r.getMessage() for r in caplog.records if "cannot write its lease" in r.getMessage()]
+    assert len(said) == 1 and "No space left on device" in said[0], said
+    filler.unlink()
+    keep.flush()
+    assert on_file(small_disk) == keep.lease.expires

@@ -81,6 +81,22 @@ def test_failures_and_time_limits_end_the_job_with_the_reason(
     assert events(ctx, crash["id"]) == ["submitted", "started", "failed"]
 
 
+def test_a_job_whose_node_could_not_tell_how_it_ended_fails_not_completes(
+    client: AsgiClient, agent: FakeAgent
+) -> None:
+    """Its exit status could not be written on the node (a full disk) or its agent was down when it ended: it had
+    been recorded as completed with exit code 0."""
+    unknown = submit(client, gpus=1)
+    tick(client)
+    agent.beat()
+    agent.running.pop(unknown["id"])
+    said = "its exit status is unknown: its node could not record it (the node's disk was full)"
+    agent.exited[unknown["id"]] = JobStatus(job_id=unknown["id"], state="exited", reason=said, ended_at=time.time())
+    agent.beat()
+    ended = job(client, unknown["id"])
+    assert (ended["state"], ended["exit_code"], ended["reason"]) == ("failed", None, said)
+
+
 def test_two_jobs_never_get_the_same_gpu(client: AsgiClient, agent: FakeAgent) -> None:
     ids = [submit(client, ALICE if i % 2 else BOB, gpus=1 + i % 2)["id"] for i in range(8)]
     done: set[int] = set()

@@ -53,7 +53,8 @@ def set_result(record: JobRecord, code: int | None, returncode: int | None, lost
     elif launcher_failed:
         record.reason = "the job ended before its command could run; its log says why"
     elif code is None:
-        record.reason = lost or "the job ended while the agent was not running; its exit status is unknown"
+        record.reason = lost or ("its exit status is unknown: its node could not record it (the agent was not "
+                                 "running, or the node's disk was full)")
 
 
 def describe_end(record: JobRecord) -> str:

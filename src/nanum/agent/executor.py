@@ -158,7 +158,7 @@ class Executor:
                 self._terminate(record, reason, grace_s)
             elif record.kill_at is not None and time.time() + grace_s < record.kill_at:
                 record.kill_at = time.time() + grace_s
-                record.save()
+                _keep(record, "its shorter grace")
         self._exits.wake()
 
     def fence(self, expires: float) -> list[int]:
@@ -409,7 +409,7 @@ class Executor:
                 self._terminate(record, "output", min(record.launch.grace_s, OUTPUT_GRACE_S))
             elif record.stop_reason and not record.killed and record.kill_at is not None and now >= record.kill_at:
                 record.killed = True
-                record.save()
+                _keep(record, "its SIGKILL")
                 self._signal_group(record, signal.SIGKILL)
 
     # --- stopping and ending --------------------------------------------------------------------------------
@@ -421,7 +421,7 @@ class Executor:
         except OSError as exc:
             log.warning("job %d: cannot create %s: %s", record.job_id, record.preempt_path, exc)
         record.stop_reason, record.term_at, record.kill_at = reason, now, now + max(0.0, grace_s)
-        record.save()
+        _keep(record, "its stop")
         if in_container(record.launch):
             terminate_container(record.launch, self._containers, self.node, record.kill_at,
                                 lambda: record.state == "running")
@@ -458,7 +458,7 @@ class Executor:
         if why is not None:  # the waiter, as the job's user, could not enter the working directory
             record.state, record.reason = "failed_to_start", workdir_failure(record, why)
             record.exit_code = record.signal = None
-        record.save()
+        _keep(record, "its end")
         log.info("job %d ended: %s", record.job_id, describe_end(record))
         self._changed()
 
@@ -473,3 +473,12 @@ class Executor:
         if self._on_change is not None:
             self._on_change()
 
+
+def _keep(record: JobRecord, what: str) -> None:
+    """Save `record` where the job goes on whether or not that can be done (a stop, an end): a full disk must not
+    stop the thread that watches every job. The job is reported from memory; an agent started anew reads its record
+    as it last was."""
+    try:
+        record.save()
+    except OSError as exc:
+        log.warning("job %d: cannot record %s in %s: %s", record.job_id, what, record.dir, exc)

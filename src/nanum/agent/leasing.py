@@ -36,6 +36,7 @@ class LeaseKeeper:
         self.lease = fence.Lease(expires=0.0)
         self._fenced_until = -1.0  # the lease expiry the running jobs were last fenced for
         self._unwritten = False  # renewed since STATE/lease was last written
+        self._unwritable: str | None = None  # why STATE/lease could not be written, while it cannot
         #: Jobs stopped because the lease ran out (for tests and logs).
         self.fenced: list[int] = []
 
@@ -45,7 +46,8 @@ class LeaseKeeper:
         fresh = held is None or held.boot != boot  # after a reboot no job of the old lease runs
         expires = fence.boottime() + lease_s if fresh or held is None else held.expires
         self.lease = fence.Lease(expires=expires, agent=os.getpid(), boot=boot)
-        self.lease.save(self.state_dir)
+        self._unwritten = True
+        self.flush()
         fence.ensure_guard(self.state_dir)
 
     def renew(self, sent: float, lease_s: float) -> None:
@@ -62,16 +64,30 @@ class LeaseKeeper:
             self.flush()
 
     def flush(self) -> None:
-        """Write a renewed lease still unwritten (`renew`)."""
-        if self._unwritten:
+        """Write a renewed lease still unwritten (`renew`). Where it cannot be written (a full disk) the agent
+        carries on, says so, and writes it when next asked: the guard then sees the lease on file run out and
+        stops the jobs, as it would had the agent stopped, and the agent reports their ends."""
+        if not self._unwritten:
+            return
+        try:
             self.lease.save(self.state_dir)
-            self._unwritten = False
+        except OSError as exc:
+            why = f"{exc.strerror or exc} ({exc.filename or self.state_dir})"
+            if why != self._unwritable:
+                log.error("cannot write its lease: %s; unless it can again, this node's jobs are stopped when the "
+                          "lease on file runs out", why)
+            self._unwritable = why
+            return
+        if self._unwritable is not None:
+            log.info("its lease is written again")
+            self._unwritable = None
+        self._unwritten = False
 
     def release(self) -> None:
         """The agent stops: the guard may leave once no job runs."""
         self.lease.stopped = True
-        self.lease.save(self.state_dir)
-        self._unwritten = False
+        self._unwritten = True
+        self.flush()
 
     def check(self, stop_jobs: Callable[[float], list[int]], lease_s: float) -> None:
         """Once the lease has run out, stop every running job (once per lapse): `stop_jobs(expires)` stops them

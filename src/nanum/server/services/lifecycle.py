@@ -181,7 +181,9 @@ def _part_outcome(st: JobStatus) -> tuple[str | None, str | None, int | None]:
         return "fail", st.reason or f"killed by signal {st.signal}", code
     if code:
         return "fail", st.reason or f"exited with code {code}", code
-    return None, None, 0 if code is None else code
+    if code is None:  # its agent could not learn how it ended (it was down, its exit file could not be written)
+        return "fail", st.reason or "it ended, and its node could not tell how", None
+    return None, None, code
 
 
 @dataclass(slots=True)
