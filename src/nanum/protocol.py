@@ -83,6 +83,11 @@ class JobStatus(Report):
         default=False,
         description="stopped on its node because the agent heard nothing from the server for longer than the lease",
     )
+    node_fault: bool = Field(
+        default=False,
+        description="it could not start because of its node (a full disk, no processes or memory left), not of what "
+        "it asked for: the server runs it elsewhere and drains the node",
+    )
     stopped: bool | None = Field(
         default=None,
         description="whether the agent had sent the job SIGTERM (a stop, its time limit) before it ended; "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -397,4 +398,21 @@ def test_a_full_disk_stops_no_watching(small_disk: Path) -> None:
         for job_id in (1, 2):
             ex.stop(job_id, 0.0)
             ex.wait(job_id, 5)
+        ex.close()
+
+
+def test_a_job_that_cannot_start_for_the_nodes_fault_says_so(small_disk: Path) -> None:
+    """A full disk is the node's fault, not the job's: the server then runs the job elsewhere and drains the node.
+    A job refused for what it asked (an account the node does not have) is its own."""
+    ex = Executor(small_disk / "state", NODE)
+    try:
+        refused = ex.start(allow_root=True, launch=make_launch(1, "true", unix_user="no-such-user-here"))
+        assert refused.state == "failed_to_start" and not refused.node_fault
+        with contextlib.suppress(OSError), (small_disk / "filler").open("wb", buffering=0) as f:
+            while True:
+                f.write(b"x" * 65536)
+        full = ex.start(allow_root=True, launch=make_launch(2, "true"))
+        assert full.state == "failed_to_start" and full.node_fault, full
+        assert full.reason == "the agent could not start the job: [Errno 28] No space left on device"
+    finally:
         ex.close()

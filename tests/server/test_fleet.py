@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from nanum.protocol import GpuProblem, HeartbeatReply
+from sqlalchemy import select
+
+from nanum.protocol import GpuProblem, HeartbeatReply, JobStatus
 from nanum.server.context import ServerContext
 from nanum.server.services import accounts
+from nanum.store import EventRow
 from tests.server.asgiclient import AsgiClient
 from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, submit, tick
 from tests.server.fakeagent import FakeAgent
@@ -69,6 +72,32 @@ def test_a_drained_node_finishes_its_jobs_takes_no_new_ones_and_comes_back_when_
     assert job(client, second)["state"] == "running"
     again = _admin(client, "POST", "gpu-01/resume")
     assert again.status_code == 409 and "nothing to resume" in again.json()["detail"]
+
+
+def test_a_node_that_cannot_start_jobs_for_its_own_fault_is_drained_and_its_jobs_run_elsewhere(
+    client: AsgiClient, ctx: ServerContext
+) -> None:
+    """Its disk is full: the job it could not start runs on another node (one submitted with --no-requeue fails),
+    and no more jobs are sent to it, where each would fail the same way, until an admin resumes it."""
+    full, other = _agent(client, ctx, "full", gpus=2), _agent(client, ctx, "other", gpus=1)
+    _admin(client, "POST", "other/drain", {"reason": "kept free until the full node has taken its jobs"})
+    moved, kept_here = submit(client, gpus=1)["id"], submit(client, gpus=1, requeue=False)["id"]
+    _run(client, full)
+    said = "the agent could not start the job: [Errno 28] No space left on device"
+    for job_id in (moved, kept_here):
+        full.running.pop(job_id)
+        full.exited[job_id] = JobStatus(job_id=job_id, state="failed_to_start", reason=said, node_fault=True)
+    _admin(client, "POST", "other/resume")
+    _run(client, full, other)
+    node = _node(client, "full")
+    assert (node["state"], node["drain_reason"]) == ("drained", f"job {moved} could not start here: {said}")
+    assert job(client, kept_here)["state"] == "failed"
+    _run(client, full, other)
+    again = job(client, moved)
+    assert again["state"] == "running" and [a["node"] for a in again["allocation"]] == ["other"], again
+    with ctx.db.read() as s:
+        told = list(s.scalars(select(EventRow.message).where(EventRow.job_id == moved, EventRow.kind == "requeued")))
+    assert told == [f"requeued (its node could not start it: {said}); waiting to run again"], told
 
 
 def test_a_node_is_removed_only_once_its_jobs_ended_and_its_agent_is_refused_then(

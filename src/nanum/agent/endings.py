@@ -8,20 +8,29 @@ so what a user is told can be read, and changed, in one place.
 
 from __future__ import annotations
 
+import errno
 import logging
 import signal
 import time
 
 from nanum.agent.jobrecord import JobRecord, signal_of
 
-__all__ = ["describe_end", "failed_to_start", "set_result", "workdir_failure"]
+__all__ = ["NODE_FAULTS", "describe_end", "failed_to_start", "set_result", "workdir_failure"]
 
 log = logging.getLogger("nanum.agent")
 
 
-def failed_to_start(record: JobRecord, reason: str) -> None:
-    """Record that the job could not start, and why (a refusal, a field no system call takes, an error)."""
+#: What a failure to start says of the node rather than of the job: its disk full or read-only, its processes,
+#: open files or memory exhausted, its disk failing. Every job sent there would fail the same way.
+NODE_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EAGAIN, errno.ENOMEM, errno.EMFILE,
+                         errno.ENFILE})
+
+
+def failed_to_start(record: JobRecord, reason: str, *, node_fault: bool = False) -> None:
+    """Record that the job could not start, and why (a refusal, a field no system call takes, an error), and
+    whether that was the node's fault (`NODE_FAULTS`)."""
     record.state, record.reason, record.ended_at = "failed_to_start", reason, time.time()
+    record.node_fault = node_fault
     try:
         record.save()
     except OSError as exc:  # still reported from memory; a restarted agent will not know the job

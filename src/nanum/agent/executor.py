@@ -27,7 +27,7 @@ from pathlib import Path
 from nanum.agent import fence, procs
 from nanum.agent.accounts import Refused, agent_account, job_account
 from nanum.agent.cgroups import Cgroups, oom_reason
-from nanum.agent.endings import describe_end, failed_to_start, set_result, workdir_failure
+from nanum.agent.endings import NODE_FAULTS, describe_end, failed_to_start, set_result, workdir_failure
 from nanum.agent.environments import (
     Containers,
     container_command,
@@ -143,7 +143,8 @@ class Executor:
             failed_to_start(record, str(exc))
         except Exception as exc:  # one job's bad launch must not stop the agent
             log.exception("job %d could not be started", record.job_id)
-            failed_to_start(record, f"the agent could not start the job: {exc}")
+            fault = isinstance(exc, OSError) and exc.errno in NODE_FAULTS
+            failed_to_start(record, f"the agent could not start the job: {exc}", node_fault=fault)
 
     def stop(self, job_id: int, grace_s: float | None = None, reason: str = "stopped") -> None:
         """SIGTERM the job's process group now and SIGKILL it `grace_s` later (default: the grace its launch

@@ -66,6 +66,8 @@ class JobRecord:
     killed: bool = False
     #: Stopped because the agent's lease ran out (`nanum.agent.fence`): the server requeues rather than fails it.
     fenced: bool = False
+    #: It could not start because of the node, not of its request (`nanum.agent.endings.NODE_FAULTS`).
+    node_fault: bool = False
     #: `dir` was made ahead (`nanum.agent.jobsdir.Spares`): it holds the record's blank for the next save; not saved.
     ahead: bool = False
     #: `dir` as text, ending in a slash: the files' paths are this and their names.
@@ -122,6 +124,7 @@ class JobRecord:
             log_size=self.log_size(),
             checkpoint_at=self.checkpoint_at(),
             fenced=self.fenced,
+            node_fault=self.node_fault,
             stopped=self.stop_reason is not None if self.state in ("exited", "failed_to_start") else None,
             run=self.launch.run or None,
             address=self.launch.env.get("NANUM_NOTEBOOK_ADDRESS") if self.launch.kind == "notebook" else None,

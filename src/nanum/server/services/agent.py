@@ -91,6 +91,9 @@ def heartbeat(ctx: ServerContext, who: NodeCaller, hb: Heartbeat) -> Outcome:
             poke = True
         held, stored = _held_jobs(s, node.id)
         acks, woken, freed, ended = _record_jobs(s, node, hb, held, stored, now)
+        if fleet.drain_for_fault(s, node, hb.jobs, now):
+            ctx.caches.nodes.clear()
+            poke = True
         poke = poke or bool(acks) or bool(woken) or freed
         version = lifecycle.desired_version(s, node)
         if ended is not None:  # the reports only ended jobs here: the others hold what they held

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from nanum.protocol import GpuProblem
+from nanum.protocol import GpuProblem, JobStatus
 from nanum.server.context import ServerContext
 from nanum.server.errors import BadRequest, Conflict, NotFound
 from nanum.server.schemas import NodeSet
@@ -100,6 +100,20 @@ def record_health(s: Session, node: NodeRow, problems: list[GpuProblem], now: fl
         message = f"GPU {p.index} of node {node.name} taken out of service: {p.problem}"
         _audit(s, now, "nanum", node.name, "health", {"gpu": [None, p.index]}, message)
     node.gpu_health = health
+    return True
+
+
+def drain_for_fault(s: Session, node: NodeRow, reports: list[JobStatus], now: float) -> bool:
+    """Drain `node` where one of its agent's `reports` says a job could not start there for the node's own fault
+    (its disk full, its processes exhausted): every job sent there would fail the same way, one after another, as
+    the queue drained into it. True when it was drained now; an admin resumes it (`nanum node resume`)."""
+    fault = next((st for st in reports if st.node_fault and st.state == "failed_to_start"), None)
+    if fault is None or node.drain_reason is not None:
+        return False
+    why = f"job {fault.job_id} could not start here: {fault.reason or 'a system error'}"
+    node.drain_reason, node.state = why, "draining"
+    log.warning("node %s drained: %s", node.name, why)
+    _audit(s, now, "nanum", node.name, "drain", {"drain_reason": [None, why]}, f"nanum drained node {node.name}: {why}")
     return True
 
 

@@ -169,6 +169,8 @@ def _holds_elsewhere(s: Session, job: JobRow) -> bool:
 def _part_outcome(st: JobStatus) -> tuple[str | None, str | None, int | None]:
     """(stop reason or None for success, message, exit code) of one node's process."""
     code = st.exit_code if st.exit_code is not None else (128 + st.signal if st.signal else None)
+    if st.state == "failed_to_start" and st.node_fault:  # its node's fault: run elsewhere, as when a node is lost
+        return "lost", f"its node could not start it: {st.reason or 'a system error'}", code
     if st.state == "failed_to_start":
         return "fail", st.reason or "the job failed to start", code
     if st.fenced:  # its agent lost the server for longer than the lease: requeued, as when its node goes silent
