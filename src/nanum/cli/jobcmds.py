@@ -109,8 +109,8 @@ def ps(
         jobs = client.jobs(all=all, user=user, lab=lab, state=state, limit=limit)
     latest = limit or FINISHED_SHOWN
     if sum(job["state"] not in ACTIVE_STATES for job in jobs) >= latest:
-        note(f"Finished jobs: the latest {latest:,} are listed; `--limit N` lists more (at most "
-             f"{MAX_FINISHED_SHOWN:,}).")
+        note(f"Finished jobs: the latest {latest:,} {'is' if latest == 1 else 'are'} listed; `--limit N` lists more "
+             f"(at most {MAX_FINISHED_SHOWN:,}).")
     if json:
         print_json(jobs)
         return
