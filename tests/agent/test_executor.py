@@ -413,6 +413,6 @@ def test_a_job_that_cannot_start_for_the_nodes_fault_says_so(small_disk: Path) -
                 f.write(b"x" * 65536)
         full = ex.start(allow_root=True, launch=make_launch(2, "true"))
         assert full.state == "failed_to_start" and full.node_fault, full
-        assert full.reason == "the agent could not start the job: [Errno 28] No space left on device"
+        assert full.reason == "the agent could not start the job: No space left on device"
     finally:
         ex.close()

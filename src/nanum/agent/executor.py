@@ -144,7 +144,7 @@ class Executor:
         except Exception as exc:  # one job's bad launch must not stop the agent
             log.exception("job %d could not be started", record.job_id)
             fault = isinstance(exc, OSError) and exc.errno in NODE_FAULTS
-            failed_to_start(record, f"the agent could not start the job: {exc}", node_fault=fault)
+            failed_to_start(record, f"the agent could not start the job: {_error_text(exc)}", node_fault=fault)
 
     def stop(self, job_id: int, grace_s: float | None = None, reason: str = "stopped") -> None:
         """SIGTERM the job's process group now and SIGKILL it `grace_s` later (default: the grace its launch
@@ -483,3 +483,10 @@ def _keep(record: JobRecord, what: str) -> None:
         record.save()
     except OSError as exc:
         log.warning("job %d: cannot record %s in %s: %s", record.job_id, what, record.dir, exc)
+
+
+def _error_text(exc: Exception) -> str:
+    """An error as a user reads it: the system's words and the file, not Python's `[Errno 28]`."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror + (f": {exc.filename}" if exc.filename else "")
+    return str(exc)
