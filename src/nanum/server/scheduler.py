@@ -269,9 +269,7 @@ class Scheduler:
         if moment - self._followed_at < EXPLAIN_EVERY_S:
             return
         self._followed_at = moment
-        with self.ctx.db.read() as s:
-            if self.ctx.db.is_postgres:
-                s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+        with self.ctx.db.read(one_moment=True) as s:
             self._learn(s)
             jobs = snapshot.followed_jobs(s, self._followed)  # the jobs alone: no nodes, usage or runs
         self._explain(self._followed, jobs)
@@ -315,9 +313,7 @@ class Scheduler:
         freed never seems to start before the run it replaces ended (its lab's usage would overlap, and a lab at
         its GPU limit would seem to exceed it). Taken before the read, a heartbeat that took its time after it
         and committed before the read could end a run later than the start of the job given its GPUs."""
-        with self.ctx.db.read() as s:
-            if self.ctx.db.is_postgres:
-                s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+        with self.ctx.db.read(one_moment=True) as s:
             self._learn(s)  # the first read: the view is fixed
             now = time.time() if now is None else now
             settings = self.ctx.settings

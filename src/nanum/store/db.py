@@ -79,9 +79,12 @@ class Database:
         self.precedence = Precedence()
 
     @contextmanager
-    def read(self) -> Iterator[Session]:
-        """A session for queries; rolled back at the end."""
+    def read(self, *, one_moment: bool = False) -> Iterator[Session]:
+        """A session for queries; rolled back at the end. `one_moment`: every statement sees the database as the
+        first one did (REPEATABLE READ on PostgreSQL; a SQLite read transaction always does)."""
         with self.precedence.turn(), self._read() as session:
+            if one_moment and self.is_postgres:
+                session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             yield session
 
     @contextmanager

@@ -272,9 +272,8 @@ def list_jobs(
     if finished:
         last = query.where(JobRow.state.in_(finished)).order_by(JobRow.id.desc())
         parts.append(last if array is not None else last.limit(limit))
-    with ctx.db.read() as s:
-        if len(parts) > 1 and ctx.db.is_postgres:  # both parts of one moment: a job that ended between them is in
-            s.connection(execution_options={"isolation_level": "REPEATABLE READ"})  # one, never both or neither
+    # Both parts of one moment: a job that ends between them is in one, never both or neither.
+    with ctx.db.read(one_moment=len(parts) > 1) as s:
         rows = sorted((row for part in parts for row in s.connection().execute(part)), key=lambda row: row.id)
         out = [_shown(job_out(row, row.user_name, row.lab_name), row, caller) for row in rows]
         eligibility.annotate(s, out)
