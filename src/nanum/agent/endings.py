@@ -13,6 +13,7 @@ import logging
 import signal
 import time
 
+from nanum.agent.cgroups import memory_text
 from nanum.agent.jobrecord import JobRecord, signal_of
 
 __all__ = ["NODE_FAULTS", "describe_end", "failed_to_start", "set_result", "workdir_failure"]
@@ -54,7 +55,7 @@ def set_result(record: JobRecord, code: int | None, returncode: int | None, lost
     if record.timed_out:
         record.reason = f"time limit of {_duration(record.launch.time_limit_s or 0)} reached"
     elif record.stop_reason == "output":
-        kept = _size(record.launch.max_output_bytes or 0)
+        kept = memory_text((record.launch.max_output_bytes or 0) >> 20)  # the server gives it in MiB
         record.reason = (f"its output passed {kept}, the most a job may write (the server's --max-output): it was "
                          f"stopped, and its first {kept} kept; write large output to a file of your own")
     elif record.fenced:
@@ -80,14 +81,6 @@ def workdir_failure(record: JobRecord, why: str) -> str:
     launch = record.launch
     text = f"cannot enter working directory {launch.workdir} as {launch.unix_user}"
     return f"{text}: {why}" if why else f"{text}; check that it exists and that {launch.unix_user} may enter it"
-
-
-def _size(nbytes: int) -> str:
-    """`1073741824` → `1 GiB`, `536870912` → `512 MiB`."""
-    for unit, factor in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= factor:
-            return f"{nbytes / factor:g} {unit}"
-    return f"{nbytes} bytes"
 
 
 def _duration(seconds: float) -> str:
