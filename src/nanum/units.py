@@ -63,6 +63,8 @@ def parse_mem(text: str, what: str) -> int:
     if not match:
         raise ValueError(f"{what}: cannot read {text!r}; give a size such as 512M, 32G or 1T")
     mib = float(match.group(1)) * _MEM_FACTOR[match.group(2).lower()]
+    if not math.isfinite(mib):  # more digits than a float holds
+        raise ValueError(f"{what}: {text[:40]!r}... is not a size a machine has; give e.g. 512M or 32G")
     if mib <= 0:
         raise ValueError(f"{what}: {text!r} is not a positive size; give e.g. 512M or 32G")
     return max(1, round(mib))
@@ -70,6 +72,8 @@ def parse_mem(text: str, what: str) -> int:
 
 def parse_time(text: str, what: str) -> int:
     """'4h' -> 14400, '1:30:00' -> 5400, '2-00:00:00' -> 172800, '90' -> 5400 (minutes, as in sbatch)."""
+    if sum(c.isdigit() for c in text) > 30:  # past any duration, and past what int() and float() convert
+        raise ValueError(f"{what}: {text[:40]!r}... is longer than any time limit; give e.g. 30m, 4h or 2d")
     seconds = _parse_duration(text.strip())
     if seconds is None:
         raise ValueError(
