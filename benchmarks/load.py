@@ -74,6 +74,15 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
 
 
+def machine_seconds() -> tuple[float, float, float]:
+    """(busy, waiting for I/O, all) CPU seconds of the whole machine since boot."""
+    user, nice, system, idle, iowait, irq, softirq, steal = (
+        int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9])
+    tick = os.sysconf("SC_CLK_TCK")
+    busy = user + nice + system + irq + softirq + steal
+    return busy / tick, iowait / tick, (busy + idle + iowait) / tick
+
+
 def stamped(stamp: Path) -> float:
     """The time a job wrote into `stamp` with `date +%s.%N` as its first instruction, once it has (polled)."""
     while not stamp.exists() or not stamp.read_text().strip():

@@ -13,7 +13,10 @@ the scheduling cycle (median and p99, from the server's `nanum_scheduler_cycle_s
 within buckets as Prometheus does), submit latency (p50, p99), heartbeats handled per second, errors, whether every
 job started, how long jobs waited from submission to start (p50, p99: with 70 % of the GPUs busy some queueing is
 expected, an 8-GPU job waits for a whole node), the server's CPU time and peak memory, and the CPU the simulated
-fleet's process and this submitting client took beside it (all share the machine); then the submissions accepted
+fleet's process and this submitting client took beside it (all share the machine), PostgreSQL's CPU (this
+machine's `postgres` processes, for a database that runs here), the server's and PostgreSQL's CPU per job
+submitted, and how busy the whole machine was (near 100 %, the run is bound by CPU, and latency is queueing
+for it); then the submissions accepted
 a second and their p99 by 5-second window, which show when in the run the latency came (and, where heartbeats
 failed, the seconds they failed in). `--keep DIR` keeps the server's log and the fleet's output for a closer look.
 Targets: no errors, every job started, API p99 < 200 ms, cycle p99 < 500 ms.
@@ -41,7 +44,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from load import cpu_seconds, interpreter, nanum_exe, pg_schema, server  # the benchmarks' shared helpers
+# the benchmarks' shared helpers
+from load import cpu_seconds, interpreter, machine_seconds, nanum_exe, pg_schema, server
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -184,6 +188,18 @@ def server_usage(url: str) -> tuple[float, float]:
     return (cpu, peak) if cpu else (float("nan"), float("nan"))
 
 
+def postgres_seconds() -> float:
+    """CPU seconds of this machine's PostgreSQL: every `postgres` process's own, and what its ended children took
+    (a backend that closed). Meaningful only where the database runs here, as with the default `--db`."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError):
+                if (entry / "comm").read_text().startswith("postgres"):
+                    total += sum(cpu_seconds(int(entry.name)))
+    return total
+
+
 def server_pids(port: str) -> list[int]:
     """The processes whose command line is `nanum server ... --port PORT` (read from /proc: no `ss` needed)."""
     found = []
@@ -234,6 +250,7 @@ def main() -> None:
             print(f"{args.nodes} nodes up in {up:.1f} s", flush=True)
             cpu0, _ = server_usage(url)
             fleet0, own0 = cpu_seconds(agents.pid)[0], time.process_time()
+            pg0, machine0 = postgres_seconds(), machine_seconds()
             began, wall = time.monotonic(), time.time()
             mean_s = mean_run_s(args.nodes * args.gpus, args.rate)
             latencies, ids, errors = asyncio.run(submit_all(url, token, args.jobs, args.rate, args.clients, mean_s))
@@ -245,6 +262,7 @@ def main() -> None:
             waits.sort()
             cpu1, peak = server_usage(url)
             fleet1, own1 = cpu_seconds(agents.pid)[0], time.process_time()
+            pg1, machine1 = postgres_seconds(), machine_seconds()
             measured = time.monotonic() - began
             p50, p99, cycles = cycle_quantiles(url)
         finally:
@@ -255,6 +273,8 @@ def main() -> None:
                 (args.keep / "fleet.log").write_text(out)
         beats = re.search(r"(\d+) heartbeats in ([0-9.]+) s \(([0-9.]+)/s\), (\d+) failed", out)
         lat = sorted(latency for _, latency in latencies)
+        busy = (machine1[0] - machine0[0]) / max(machine1[2] - machine0[2], 1e-9)
+        per_job = 1000 / max(len(ids), 1)
         api50, api99 = statistics.median(lat), lat[int(0.99 * (len(lat) - 1))]
         print(f"\n{args.nodes} nodes x {args.gpus} GPUs, {args.jobs:,} jobs offered at {args.rate:g}/s "
               f"({len(ids):,} accepted in {took:.0f} s: {len(ids) / took:.1f}/s), {'PostgreSQL' if db else 'SQLite'}, "
@@ -277,6 +297,10 @@ def main() -> None:
             ("server peak memory", f"{peak:.0f} MiB", ""),
             ("fleet, client CPU",
              f"{(fleet1 - fleet0) / measured:.2f} cores, {(own1 - own0) / measured:.2f} cores", ""),
+            ("PostgreSQL CPU", f"{(pg1 - pg0) / measured:.2f} cores" if db else "-", ""),
+            ("CPU per job", f"server {(cpu1 - cpu0) * per_job:.1f} ms"
+             + (f", PostgreSQL {(pg1 - pg0) * per_job:.1f} ms" if db else ""), ""),
+            ("the machine", f"{busy:.0%} busy on {os.cpu_count()} cores", ""),
         ]
         for name, value, target in rows:
             print(f"  {name:<22} {value:<40} {('target ' + target) if target else ''}")

@@ -55,8 +55,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
+# the benchmarks' own modules: task-spooler's figures, the shared helpers
 import taskspooler
-from load import cpu_seconds, free_port, interpreter, nanum_exe, stamped  # the benchmarks' shared helpers
+from load import cpu_seconds, free_port, interpreter, machine_seconds, nanum_exe, stamped
 
 from nanum.client import TERMINAL_STATES, ApiError, Client, NanumError
 
@@ -283,15 +284,6 @@ def client_wait_running(client: Client, job_id: int) -> None:
 
 
 # -- 5. drain ------------------------------------------------------------------------------------------------
-
-def machine_seconds() -> tuple[float, float, float]:
-    """(busy, waiting for I/O, all) CPU seconds of the whole machine since boot."""
-    user, nice, system, idle, iowait, irq, softirq, steal = (
-        int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9])
-    tick = os.sysconf("SC_CLK_TCK")
-    busy = user + nice + system + irq + softirq + steal
-    return busy / tick, iowait / tick, (busy + idle + iowait) / tick
-
 
 def child_of(parent: int, match: Callable[[Path], bool]) -> int | None:
     """A child of process `parent` whose /proc directory `match` accepts."""
