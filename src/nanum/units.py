@@ -70,6 +70,13 @@ def parse_mem(text: str, what: str) -> int:
     return max(1, round(mib))
 
 
+def memory_text(memory_mb: int) -> str:
+    """`2048` → `2 GiB`, `1536` → `1.5 GiB`, `512` → `512 MiB`."""
+    if memory_mb < 1024:
+        return f"{memory_mb} MiB"
+    return f"{memory_mb / 1024:.1f}".removesuffix(".0") + " GiB"
+
+
 def parse_time(text: str, what: str) -> int:
     """'4h' -> 14400, '1:30:00' -> 5400, '2-00:00:00' -> 172800, '90' -> 5400 (minutes, as in sbatch)."""
     if sum(c.isdigit() for c in text) > 30:  # past any duration, and past what int() and float() convert

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from nanum.agent.cgroups import NOT_ENFORCED, Cgroups, CpuStats, memory_text, probe
+from nanum.agent.cgroups import NOT_ENFORCED, Cgroups, CpuStats, probe
 from nanum.agent.executor import Executor
 from nanum.protocol import JobLaunch
+from nanum.units import memory_text
 from tests.agent.conftest import NODE, make_launch
 from tests.e2e.cluster import job_account, remove, shared_dir
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import time
 
@@ -327,6 +328,34 @@ def test_a_node_may_not_write_another_nodes_job_logs(client: AsgiClient, ctx: Se
     intruder.logs = [LogChunk(job_id=j["id"], offset=0, data="forged\n")]
     intruder.beat()
     assert client.get(f"/api/v1/jobs/{j['id']}/logs", headers=auth(ALICE)).text == ""
+
+
+def test_the_server_keeps_at_most_max_output_of_a_run_whatever_a_node_sends(
+    client: AsgiClient, ctx: ServerContext, agent: FakeAgent
+) -> None:
+    """An agent of an earlier version (or a stolen node token) ignores `max_output_bytes` and sends without end:
+    the server keeps the first `--max-output` bytes of the run and says so once, and takes the rest as received
+    (else the agent would send it again and again) without writing it, so its disk cannot fill."""
+    ctx.settings = dataclasses.replace(ctx.settings, max_output_bytes=1 << 20)
+    j = submit(client)
+    tick(client)
+    agent.beat()
+    piece = 600 * 1024
+    for n, letter in enumerate("abc"):
+        agent.logs = [LogChunk(job_id=j["id"], offset=n * piece, data=letter * piece)]
+        assert agent.beat().log_offsets[j["id"]] == (n + 1) * piece  # the node moves on
+    text, offset = "", 0
+    while (r := client.get(f"/api/v1/jobs/{j['id']}/logs", params={"offset": offset}, headers=auth(ALICE))).text:
+        text, offset = text + r.text, int(r.headers["X-Nanum-Log-Offset"])  # a read returns at most 1 MiB
+    said = ("\n[nanum: this run's output passed 1 MiB, the most the server keeps (its --max-output); the rest was not "
+            "kept]\n")
+    assert text == "a" * piece + "b" * ((1 << 20) - piece) + said
+    assert (ctx.settings.logs_dir / f"{j['id']}.log").stat().st_size == (1 << 20) + len(said)
+    agent.exit(j["id"])
+    agent.exited[j["id"]] = agent.exited[j["id"]].model_copy(update={"log_size": 3 * piece})
+    agent.beat()
+    r = client.get(f"/api/v1/jobs/{j['id']}/logs", headers=auth(ALICE))
+    assert r.headers["X-Nanum-Job-State"] == "completed" and "X-Nanum-Log-Missing" not in r.headers  # nothing owed
 
 
 def test_a_requeued_jobs_next_run_logs_from_zero_after_a_header(

@@ -46,8 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+from nanum.units import memory_text
+
 __all__ = [
-    "NOT_ENFORCED", "ROOT", "CgroupV1", "CgroupV2", "Cgroups", "CpuStats", "agent_cgroup_name", "memory_text",
+    "NOT_ENFORCED", "ROOT", "CgroupV1", "CgroupV2", "Cgroups", "CpuStats", "agent_cgroup_name",
     "oom_reason", "probe",
 ]
 
@@ -139,13 +141,6 @@ def tasks_max() -> int:
 def agent_cgroup_name(node: str, state_dir: Path) -> str:
     digest = hashlib.sha1(str(Path(state_dir).resolve()).encode()).hexdigest()[:8]
     return f"{node.replace('/', '_')}-{digest}"
-
-
-def memory_text(memory_mb: int) -> str:
-    """`2048` → `2 GiB`, `1536` → `1.5 GiB`, `512` → `512 MiB`."""
-    if memory_mb < 1024:
-        return f"{memory_mb} MiB"
-    return f"{memory_mb / 1024:.1f}".removesuffix(".0") + " GiB"
 
 
 def oom_reason(memory_mb: int | None) -> str:

@@ -13,8 +13,8 @@ import logging
 import signal
 import time
 
-from nanum.agent.cgroups import memory_text
 from nanum.agent.jobrecord import JobRecord, signal_of
+from nanum.units import memory_text
 
 __all__ = ["NODE_FAULTS", "describe_end", "failed_to_start", "set_result", "workdir_failure"]
 

@@ -7,6 +7,10 @@ are skipped, and a chunk that would leave a gap is dropped; the length the serve
 send from. So an agent may send again what a request without a reply carried: appends are checked and made under
 a lock on the logs directory that every server process on the machine shares.
 
+The server keeps at most `--max-output` bytes of a run (of each node's part): agents stop a job that writes more,
+but an agent of an earlier version, or a node's token in the wrong hands, could send without end and fill the
+server's disk. Bytes past the cap are counted as received (the agent moves on) and dropped, once said in the log.
+
 The report of a job's end carries its output's length on the node. Where the server holds less (the output was
 more than a heartbeat carries), `<stem>.log.missing` says how many bytes are still to come, until they have:
 `nanum logs` then knows to wait for them rather than show an ended job's output cut short.
@@ -29,6 +33,7 @@ from nanum.protocol import JobStatus, LogChunk
 from nanum.server.context import ServerContext
 from nanum.server.services import nodelogs
 from nanum.store import JobRow
+from nanum.units import memory_text
 
 __all__ = ["agent_log_size", "missing_bytes", "runs_in", "runs_on", "write_logs"]
 
@@ -60,7 +65,8 @@ def write_logs(ctx: ServerContext, node: str, chunks: list[LogChunk], reports: l
                    if job_id in mentioned or job_id in allowed}
         for chunk in chunks:
             if chunk.job_id in allowed:
-                offsets[chunk.job_id], text = _append(logs, chunk, offsets[chunk.job_id], stems[chunk.job_id])
+                offsets[chunk.job_id], text = _append(logs, chunk, offsets[chunk.job_id], stems[chunk.job_id],
+                                                      ctx.settings.max_output_bytes)
                 if runs[chunk.job_id][1] and text:  # a multi-node job: interleave too
                     nodelogs.interleave(logs, chunk.job_id, node, text, runs[chunk.job_id][0])
         for report in reports:
@@ -180,11 +186,12 @@ def _skew(path: Path) -> int:
         return 0
 
 
-def _append(logs: Path, chunk: LogChunk, have: int, stem: str) -> tuple[int, str]:
-    """Append what `chunk` has beyond `have` (this run's bytes held) to `stem`.log; return the new length and the
-    text appended. A chunk that starts after `have` would leave a gap, and is dropped; one that starts before it
-    (sent again: its first request got no reply) is cut to its new bytes, where its text is its bytes (a chunk
-    that carried bytes that were not UTF-8 cannot be cut: it is dropped, and the agent sends from `have`)."""
+def _append(logs: Path, chunk: LogChunk, have: int, stem: str, cap: int) -> tuple[int, str]:
+    """Append what `chunk` has beyond `have` (this run's bytes held) to `stem`.log, at most `cap` bytes of the run
+    (the module docstring); return the new length and the text appended. A chunk that starts after `have` would
+    leave a gap, and is dropped; one that starts before it (sent again: its first request got no reply) is cut to
+    its new bytes, where its text is its bytes (a chunk that carried bytes that were not UTF-8 cannot be cut: it
+    is dropped, and the agent sends from `have`)."""
     text, data = chunk.data, chunk.data.encode()
     nbytes = len(data) if chunk.nbytes is None else chunk.nbytes
     if chunk.offset < have < chunk.offset + nbytes and nbytes == len(data):
@@ -192,9 +199,19 @@ def _append(logs: Path, chunk: LogChunk, have: int, stem: str) -> tuple[int, str
         text, nbytes = data.decode(errors="replace"), len(data)
     elif chunk.offset != have or nbytes <= 0:
         return have, ""
+    if have + nbytes > cap:
+        data = data[: max(cap - have, 0)]
+        if have <= cap:  # the chunk that passes the cap: said once
+            data += _past_cap(cap).encode()
+        text = data.decode(errors="replace")
     path = logs / f"{stem}.log"
     with open(path, "ab") as f:
         f.write(data)
     if nbytes != len(data):
         (logs / f"{path.name}.skew").write_text(str(_skew(path) + nbytes - len(data)))
     return have + nbytes, text
+
+
+def _past_cap(cap: int) -> str:
+    return (f"\n[nanum: this run's output passed {memory_text(cap // (1 << 20))}, the most the server keeps "
+            "(its --max-output); the rest was not kept]\n")
