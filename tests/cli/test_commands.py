@@ -91,6 +91,8 @@ def test_submit_a_script_with_headers_and_json_output(api: FakeApi, nanum: Nanum
                      "nanum: error: --time: at most 365 days may be asked for; give less", id="time-too-long"),
         pytest.param(["--gpus", "5000", "--", "true"], "nanum: error: --gpus: at most 1024 may be", id="gpus"),
         pytest.param(["--mem", "100T", "--", "true"], "nanum: error: --mem: at most 64T may be", id="mem-too-big"),
+        pytest.param(["--gpu-mem", "99999999999999999999T", "--", "true"],
+                     "nanum: error: --gpu-mem: at most 64T may be asked for; give less", id="gpu-mem-too-big"),
         pytest.param(["--nodes", "0", "--", "true"], "nanum: error: --nodes: 0 is below 1", id="no-nodes"),
         pytest.param(["--tier", "10", "--", "true"], "nanum: error: --tier: 10 must be between 0 and 9", id="tier"),
         pytest.param(["--requeue", "--no-requeue", "--", "true"],

@@ -52,7 +52,11 @@ def test_modify_changes_where_a_job_runs_and_empty_means_any(nanum: Nanum, api: 
     assert cleared.stdout == "Modified job 12: gpu_model=any, gpu_memory_mb=any, constraints=none, memory_mb=any\n"
     for words, said in ((["--constraint", "net"], "--constraint: cannot read 'net'"),
                         (["--gpu-mem", "lots"], "--gpu-mem: cannot read 'lots'"),
-                        (["--gpu-model", "A100;rm"], "--gpu-model: cannot read 'A100;rm'")):
+                        (["--gpu-model", "A100;rm"], "--gpu-model: cannot read 'A100;rm'"),
+                        (["--gpu-mem", "99999999T"], "--gpu-mem: at most 64T may be asked for; give less"),
+                        (["--mem", "100T"], "--mem: at most 64T may be asked for; give less"),
+                        (["--time", "400d"], "--time: at most 365 days may be asked for; give less"),
+                        (["--nodes", "0"], "--nodes: 0 is below 1; give 1 or more")):
         refused = nanum("modify", "12", *words)
         assert refused.exit_code == 2 and said in refused.stderr, refused.output
     assert len(api.sent("PATCH", "/jobs/12")) == 2

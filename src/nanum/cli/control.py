@@ -82,7 +82,7 @@ def modify(
 ) -> None:
     """Change a job while it waits (pending or held): yours within your limits, anyone's (and its tier) as an
     admin. Options are read as `nanum submit` reads them."""
-    from nanum.cli.jobspec import HEADER_OPTIONS, parse_label, parse_mem, parse_models, parse_time
+    from nanum.cli.jobspec import HEADER_OPTIONS, check_bounds, parse_label, parse_mem, parse_models, parse_time
     from nanum.jobfields import CLEARED_BY_NULL, change_text
 
     def cleared(text: str | None, parse: Callable[[str], Any]) -> Any:
@@ -100,6 +100,7 @@ def modify(
     if not changes:
         raise UsageProblem("nothing to change; give --time, --gpus, --nodes, --gpu-model, --gpu-mem, --constraint, "
                            "--cpus, --mem, --priority, --tier, --lab or --name")
+    check_bounds(changes)
     with connect(server, token) as client:
         found, task = resolve(client, job_id)
         modified = client.modify(found, **changes)

@@ -307,7 +307,7 @@ def build_request(command: list[str], cli: SubmitOptions, cwd: StrPath, notes: l
     body.update((key, value) for key, value in options.items() if key not in _NOT_AS_GIVEN and value is not None)
     if options.get("output") or options.get("error"):
         body["command"] = redirected(body["command"], options.get("output"), options.get("error"), body["name"])
-    _check_bounds(body)
+    check_bounds(body)
     return body
 
 
@@ -340,11 +340,14 @@ _BOUNDS: dict[str, tuple[str, int, int, str]] = {
     "nodes": ("--nodes", 1, MAX_NODES, f"{MAX_NODES}"),
     "cpus": ("--cpus", 0, MAX_CPUS, f"{MAX_CPUS:,}"),
     "memory_mb": ("--mem", 1, MAX_MEMORY_MB, f"{MAX_MEMORY_MB >> 20}T"),
+    "gpu_memory_mb": ("--gpu-mem", 0, MAX_MEMORY_MB, f"{MAX_MEMORY_MB >> 20}T"),
     "time_limit_s": ("--time", 1, MAX_TIME_LIMIT_S, f"{MAX_TIME_LIMIT_S // 86400} days"),
 }
 
 
-def _check_bounds(body: dict[str, Any]) -> None:
+def check_bounds(body: dict[str, Any]) -> None:
+    """Refuse a submitted or modified field past the server's limits in the words of its option (`--mem: at most
+    64T ...`), not in the API's (`invalid memory_mb: ...`)."""
     for key, (option, least, most, words) in _BOUNDS.items():
         value = body.get(key)
         if value is not None and value > most:
