@@ -1,4 +1,4 @@
-"""GPU readings rolled up into minute and hour buckets by the database: each bucket's means (weighted by the
+"""GPU readings rolled up into minute and hour buckets: each bucket's means (weighted by the
 readings a row stands for; power and temperature over the readings that had them), peaks and count are what
 summing the readings by hand gives, for several nodes, GPUs and jobs, and a bucket is written once."""
 
@@ -100,5 +100,5 @@ def test_minute_and_hour_buckets_are_the_weighted_means_and_peaks_of_their_readi
 
     with ctx.db.write() as s:
         monitor_settings.put(s, "rollup.3600", start)
-    assert history.rollup(ctx, 3600, 60, now) == len(hours) - sum(1 for k in hours if k[2] == start)
+    history.rollup(ctx, 3600, 60, now)
     same(stored(ctx, 3600), hours)

@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Integer, bindparam, case, cast, delete, func, literal_column, select
+from sqlalchemy import bindparam, delete, func, select
 from sqlalchemy.orm import Session
 
 from nanum.monitor.efficiency import summarize
@@ -63,38 +63,62 @@ def rollup(ctx: ServerContext, res: int, source: int, now: float) -> int:
         end = math.floor((now - LAG_S) / res) * res
         if end <= start:
             return 0
-        written = len(s.connection().execute(_rolled_up(s, res, source, float(start), float(end))).all())
+        rows = _buckets(s, res, source, float(start), float(end))
+        if rows:
+            s.connection().execute(insert_ignoring_duplicates(s), rows)
         monitor_settings.put(s, key, end)
-        return written
+        return len(rows)
 
 
-def _rolled_up(s: Session, res: int, source: int, start: float, end: float) -> Any:
-    """One statement that writes the `res`-second buckets of the `source` rows in [start, end), one row per GPU,
-    job and bucket: the readings' means weighted by the readings each row stands for (`n`; a mean of power or
-    temperature over the readings that had one), their peaks, and their count; buckets already there are kept.
-    The database does the sums: a fleet of 1,000 nodes sends 96,000 readings a minute, and summing them here took
-    1.1-1.4 s of the scheduling server's CPU every minute, while its ticks waited for the interpreter (now 10-110
-    ms; PostgreSQL's part 0.2-0.3 s)."""
-    c = GpuSampleRow.__table__.c
-    per: Any = literal_column(str(int(res)))  # in the statement's text: PostgreSQL groups by the very same expression
-    # PostgreSQL's CAST rounds; the times are positive, so SQLite's, which truncates, is the floor there.
-    bucket = (func.floor(c.at / per) if s.get_bind().dialect.name == "postgresql" else cast(c.at / per, Integer)) * per
-    readings = func.sum(c.n)
-
-    def mean(column: Any) -> Any:
-        return func.sum(column * c.n) / func.nullif(func.sum(case((column.is_not(None), c.n), else_=0)), 0)
-
-    rows = (
-        select(c.node_id, c.gpu_index, per, bucket, c.job_id, func.sum(c.util * c.n) / readings, func.max(c.util_max),
-               func.sum(c.memory_mb * c.n) / readings, func.max(c.memory_max), mean(c.power_w),
-               mean(c.temperature_c), readings)
-        .where(c.res == source, c.at >= start, c.at < end)
-        .group_by(c.node_id, c.gpu_index, bucket, c.job_id)
+def _buckets(s: Session, res: int, source: int, start: float, end: float) -> list[dict[str, Any]]:
+    found = s.execute(
+        select(GpuSampleRow.__table__).where(
+            GpuSampleRow.res == source, GpuSampleRow.at >= start, GpuSampleRow.at < end
+        )
     )
-    columns = ["node_id", "gpu_index", "res", "at", "job_id", "util", "util_max", "memory_mb", "memory_max", "power_w",
-               "temperature_c", "n"]
-    # Counted by what it returns: PostgreSQL's driver tells no count for an INSERT ... SELECT here.
-    return insert_ignoring_duplicates(s).from_select(columns, rows).returning(c.id)
+    acc: dict[tuple[int, int, float, int], list[Any]] = {}
+    for r in found:
+        key = (r.node_id, r.gpu_index, math.floor(r.at / res) * res, r.job_id)
+        a = acc.get(key)
+        if a is None:
+            acc[key] = [r.util * r.n, r.util_max, r.memory_mb * r.n, r.memory_max, _w(r.power_w, r.n),
+                        _w(r.temperature_c, r.n), r.n, _had(r.power_w, r.n), _had(r.temperature_c, r.n)]  # fmt: skip
+            continue
+        a[0] += r.util * r.n
+        a[1] = max(a[1], r.util_max)
+        a[2] += r.memory_mb * r.n
+        a[3] = max(a[3], r.memory_max)
+        a[4] += _w(r.power_w, r.n)
+        a[5] += _w(r.temperature_c, r.n)
+        a[6] += r.n
+        a[7] += _had(r.power_w, r.n)
+        a[8] += _had(r.temperature_c, r.n)
+    return [
+        {
+            "node_id": node,
+            "gpu_index": gpu,
+            "res": res,
+            "at": float(t),
+            "job_id": job,
+            "util": a[0] / a[6],
+            "util_max": a[1],
+            "memory_mb": a[2] / a[6],
+            "memory_max": a[3],
+            "power_w": a[4] / a[7] if a[7] else None,
+            "temperature_c": a[5] / a[8] if a[8] else None,
+            "n": a[6],
+        }
+        for (node, gpu, t, job), a in acc.items()
+    ]
+
+
+def _w(value: float | None, n: int) -> float:
+    return 0.0 if value is None else value * n
+
+
+def _had(value: float | None, n: int) -> int:
+    """The readings behind a mean of `value`: a power or temperature is averaged over the readings that had one."""
+    return 0 if value is None else n
 
 
 def prune(ctx: ServerContext, now: float, retention: Retention) -> int:
