@@ -196,7 +196,9 @@ class Scheduler:
             if not self.core.free_gpus():
                 return
         loop, poked = self._loop, self._poked
-        if loop is not None and poked is not None and not loop.is_closed():
+        # Already asked and not yet begun: the tick reads the store after its event is cleared, so after the commit
+        # that preceded this poke (a poke per heartbeat at 1,000 nodes otherwise wakes the loop for nothing).
+        if loop is not None and poked is not None and not poked.is_set() and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop is closing
                 loop.call_soon_threadsafe(poked.set)
 
