@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 
-from fastapi import APIRouter, FastAPI
+from fastapi import FastAPI
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -192,9 +192,7 @@ def install(app: FastAPI, ctx: ServerContext, *, run_upkeep: bool = True) -> Mon
     metrics = Metrics(ctx)
     app.state.monitoring, app.state.metrics = found, metrics
     app.state.scheduler.on_tick = lambda result: metrics.observe_cycle(result.seconds)
-    api = APIRouter(prefix="/api/v1")
-    api.include_router(monitoring_api.router)
-    app.include_router(api)
+    app.include_router(monitoring_api.router, prefix="/api/v1")
 
     @app.get("/metrics", include_in_schema=False)
     def prometheus() -> Response:
