@@ -77,9 +77,12 @@ def test_top_and_requeue(nanum: Nanum, api: FakeApi) -> None:
     api.on("POST", "/jobs/12/requeue", JOB)
     assert nanum("top", "12").stdout == "Moved job 12 before your other waiting jobs of its tier\n"
     assert nanum("requeue", "12").stdout == "Requeued job 12\n"
-    # an array's id acts on its first task: said as ps names it
+    # an array's id acts on all its tasks, as hold and cancel do; ID_TASK on one
     api.on("POST", "/jobs/20/requeue", {**JOB, "id": 20, "array_id": 20, "array_task": 0})
-    assert nanum("requeue", "20").stdout == "Requeued job 20_0\n"
+    api.on("POST", "/jobs/20/top", {**JOB, "id": 20, "array_id": 20, "array_task": 0})
+    assert nanum("requeue", "20").stdout == "Requeued array 20\n"
+    assert nanum("top", "20").stdout == "Moved array 20 before your other waiting jobs of its tier\n"
+    assert [r.query for r in api.sent("POST", "/jobs/20/requeue")] == [{}]  # not one task: every task
     api.on("POST", "/jobs/13/requeue", {"detail": "job 13 is pending, not running or ended; it is already "
                                                   "waiting to run"}, status=409)
     refused = nanum("requeue", "13")

@@ -123,6 +123,23 @@ def test_top_stays_behind_a_job_an_admin_put_in_a_higher_tier(client: AsgiClient
     assert job(client, second)["state"] == "pending"
 
 
+def test_top_on_an_arrays_id_moves_all_its_waiting_tasks_in_their_order(client: AsgiClient,
+                                                                        agent: FakeAgent) -> None:
+    blocker = int(submit(client, gpus=4)["id"])  # type: ignore[call-overload]
+    cycle(client, agent)
+    first = int(submit(client, gpus=4)["id"])  # type: ignore[call-overload]
+    array = int(submit(client, gpus=4, array="0-1")["id"])  # type: ignore[call-overload]
+    tasks = [t["id"] for t in client.get(f"/api/v1/jobs?array={array}", headers=auth(ALICE)).json()]
+    post(client, f"/api/v1/jobs/{array}/top")
+    ran = []
+    for ending in (blocker, tasks[0], tasks[1]):
+        agent.exit(ending)
+        agent.beat()
+        cycle(client, agent)
+        ran += [j for j in agent.running if j not in ran]
+    assert ran == [tasks[0], tasks[1], first]  # the array, as moved, before the job submitted ahead of it
+
+
 def test_retries_run_a_failing_job_again_keeping_each_exit_code(client: AsgiClient, agent: FakeAgent) -> None:
     j = int(submit(client, gpus=1, retries=2)["id"])  # type: ignore[call-overload]
     for code in (3, 4, 5):
@@ -149,6 +166,28 @@ def test_requeue_stops_a_running_job_and_runs_it_again(client: AsgiClient, agent
     post(client, f"/api/v1/jobs/{j}/requeue")
     cycle(client, agent)
     assert job(client, j)["runs"] == 3
+
+
+def test_requeue_on_an_arrays_id_queues_its_running_and_ended_tasks_again(client: AsgiClient,
+                                                                          agent: FakeAgent) -> None:
+    array = int(submit(client, gpus=0, array="0-2%2")["id"])  # type: ignore[call-overload]
+    cycle(client, agent)
+    done, running, waiting = (t["id"] for t in client.get(f"/api/v1/jobs?array={array}", headers=auth(ALICE)).json())
+    agent.exit(done)
+    agent.beat()
+    assert [job(client, j)["state"] for j in (done, running, waiting)] == ["completed", "running", "pending"]
+    post(client, f"/api/v1/jobs/{array}/requeue")
+    agent.beat()  # the agent stops the running task
+    agent.beat()
+    got = [job(client, j) for j in (done, running, waiting)]
+    assert [g["state"] for g in got] == ["pending"] * 3
+    assert [("requeue" in str(g["reason"])) for g in got] == [True, True, False]  # the waiting one was left as is
+    r = client.post(f"/api/v1/jobs/{array}/requeue", headers=auth(ALICE))
+    assert (r.status_code, r.json()["detail"]) == (409, f"array {array}'s tasks are pending, not running or ended; "
+                                                        "they are already waiting to run")
+    cycle(client, agent)
+    assert sorted(agent.running) == sorted([done, running])  # at most 2 at once, in the array's order
+    assert job(client, done)["runs"] == 2
 
 
 def test_a_chain_runs_in_order_and_a_failure_cancels_the_rest(client: AsgiClient, agent: FakeAgent) -> None:

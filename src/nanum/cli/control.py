@@ -1,7 +1,7 @@
 """Changing queued jobs: `nanum hold`, `release`, `modify`, `top` and `requeue`.
 
-An ID is a job's (`12`) or one task's (`12_7`: task 7 of array 12). An array's ID means all its tasks to `hold`,
-`release` and `modify`; `top` and `requeue` take its first task and say so.
+An ID is a job's (`12`) or one task's (`12_7`: task 7 of array 12). An array's ID means all its tasks (those it
+applies to: the waiting ones for `top`, those that run or ended for `requeue`).
 """
 
 from __future__ import annotations
@@ -37,21 +37,17 @@ def release(job_ids: IdsArg, server: ServerOpt = None, token: TokenOpt = None) -
 
 @app.command(cls=Command)
 @clean_errors
-def top(job_id: JobIdArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
-    """Move a waiting job before your other waiting jobs of its tier (a higher tier, set by admins, stays ahead)."""
-    with connect(server, token) as client:
-        moved = client.top(resolve(client, job_id)[0])
-    print(f"Moved job {job_ref(moved)} before your other waiting jobs of its tier")
+def top(job_ids: IdsArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
+    """Move waiting jobs before your other waiting jobs of their tier (a higher tier, set by admins, stays ahead)."""
+    each(job_ids, server, token, "top", "Moved", " before your other waiting jobs of its tier")
 
 
 @app.command(cls=Command)
 @clean_errors
-def requeue(job_id: JobIdArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
-    """Queue a job again: a running one is stopped first, an ended one runs again as submitted. An array's ID
-    acts on its first task (ID_TASK on another)."""
-    with connect(server, token) as client:
-        requeued = client.requeue(resolve(client, job_id)[0])
-    print(f"Requeued job {job_ref(requeued)}")
+def requeue(job_ids: IdsArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
+    """Queue jobs again: a running one is stopped first, an ended one runs again as submitted. An array's ID
+    requeues its tasks that run or ended."""
+    each(job_ids, server, token, "requeue", "Requeued")
 
 
 @app.command(cls=Command)

@@ -178,8 +178,8 @@ def resolve(client: Client, text: str) -> tuple[int, bool]:
     raise UsageProblem(f"array {head} has no task {task}; `nanum ps --expand` lists its tasks")
 
 
-def each(ids: list[str], server: str | None, token: str | None, action: str, done: str) -> None:
-    """Run `action` on every ID; report each; exit with the worst failure's code."""
+def each(ids: list[str], server: str | None, token: str | None, action: str, done: str, after: str = "") -> None:
+    """Run `action` on every ID; report each (`{done} job 12{after}`); exit with the worst failure's code."""
     from nanum.cli.base import exit_code_for_status
     from nanum.client import ApiError
     from nanum.jobref import job_ref
@@ -196,7 +196,7 @@ def each(ids: list[str], server: str | None, token: str | None, action: str, don
                 worst = max(worst, exit_code_for_status(exc.status))
                 continue
             whole = not one and acted.get("array_id") == job_id  # an array's id: every task (not ended)
-            print(f"{done} array {text}" if whole else f"{done} job {job_ref(acted)}")
+            print(f"{done} array {text}{after}" if whole else f"{done} job {job_ref(acted)}{after}")
     raise SystemExit(worst)
 
 

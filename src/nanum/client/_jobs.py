@@ -82,13 +82,14 @@ class JobCalls(Connection):
         """Let a held job (an array's held tasks) be scheduled again."""
         return self._act(job_id, "release", one)
 
-    def top(self, job_id: int) -> Job:
-        """Move a waiting job before your other waiting jobs of its tier."""
-        return self._act(job_id, "top", False)
+    def top(self, job_id: int, *, one: bool = False) -> Job:
+        """Move a waiting job (an array's waiting tasks) before your other waiting jobs of its tier."""
+        return self._act(job_id, "top", one)
 
-    def requeue(self, job_id: int) -> Job:
-        """Stop a running job and queue it again, or queue an ended one again."""
-        return self._act(job_id, "requeue", False)
+    def requeue(self, job_id: int, *, one: bool = False) -> Job:
+        """Stop a running job and queue it again, or queue an ended one again (an array's tasks that run or
+        ended)."""
+        return self._act(job_id, "requeue", one)
 
     def modify(self, job_id: int, **changes: Unpack[JobChanges]) -> Job:
         """Change a waiting job: the fields given (`JobChanges`); as an admin, its tier too. None makes gpu_model,

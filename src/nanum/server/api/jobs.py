@@ -81,15 +81,17 @@ def modify_job(job_id: JobIdPath, body: JobPatch, ctx: Context, caller: CallerDe
 
 
 @router.post("/{job_id}/top", response_model=JobOut)
-def top_job(job_id: JobIdPath, ctx: Context, caller: CallerDep) -> Response:
-    """Owner or admin only: a waiting job moves before its owner's other waiting jobs."""
-    return rendering.json(control.top(ctx, caller, job_id))
+def top_job(job_id: JobIdPath, ctx: Context, caller: CallerDep, one: OneQuery = False) -> Response:
+    """Owner or admin only: a waiting job (an array's waiting tasks) moves before its owner's other waiting
+    jobs."""
+    return rendering.json(control.top(ctx, caller, job_id, one=one))
 
 
 @router.post("/{job_id}/requeue", response_model=JobOut)
-def requeue_job(job_id: JobIdPath, ctx: Context, caller: CallerDep) -> Response:
-    """Owner or admin only: a running job is stopped and queued again; an ended one is queued again."""
-    return rendering.json(control.requeue(ctx, caller, job_id))
+def requeue_job(job_id: JobIdPath, ctx: Context, caller: CallerDep, one: OneQuery = False) -> Response:
+    """Owner or admin only: a running job is stopped and queued again; an ended one is queued again. An array's
+    id requeues all its tasks that run or ended."""
+    return rendering.json(control.requeue(ctx, caller, job_id, one=one))
 
 
 @router.post("/{job_id}/checkpoint", response_model=JobOut)

@@ -109,46 +109,57 @@ def _lab_name(ctx: ServerContext, job: JobRow) -> str:
     return next((name for name, e in catalog.labs(ctx).items() if e.id == job.lab_id), "")
 
 
-def top(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
-    """Move a waiting job before its owner's other waiting jobs of its tier: their earliest queue time and highest
-    priority. A job an admin put in a higher tier stays ahead (tiers come first in every order)."""
+def top(ctx: ServerContext, caller: Caller, job_id: int, *, one: bool = False) -> dict[str, Any]:
+    """Move waiting jobs (an array's waiting tasks, in their order) before their owner's other waiting jobs of
+    their tier: their earliest queue time and highest priority. A job an admin put in a higher tier stays ahead
+    (tiers come first in every order)."""
     now = ctx.clock()
     with ctx.db.write() as s:
-        job = jobs.owned_jobs(s, caller, job_id, one=True)[0]
-        if job.state not in WAITING:
-            raise Conflict(f"job {jobs.ref(job)} is {job.state}; only a pending or held job can be moved to the top")
-        first, highest = _owner_queue(s, job)
-        job.submit_time = min(job.submit_time, first - 0.001)
-        job.priority = max(job.priority, highest)
-        lifecycle.event(s, job.id, now, "top", f"moved before {caller.name}'s other waiting jobs of tier {job.tier}")
+        targets = jobs.owned_jobs(s, caller, job_id, one=one, active=True)
+        waiting = [job for job in targets if job.state in WAITING]
+        if not waiting:
+            raise Conflict(f"{_is(targets, job_id)}; only a pending or held job can be moved to the top")
+        moved = {job.id for job in waiting}
+        for job in waiting:  # in id order: ties in every order go to the lower id, so the tasks keep theirs
+            first, highest = _owner_queue(s, job, moved)
+            job.submit_time = min(job.submit_time, first - 0.001)
+            job.priority = max(job.priority, highest)
+            lifecycle.event(s, job.id, now, "top",
+                            f"moved before {caller.name}'s other waiting jobs of tier {job.tier}")
     ctx.signals.poke()
     return jobs.get_job(ctx, caller, job_id)
 
 
-def _owner_queue(s: Session, job: JobRow) -> tuple[float, int]:
-    """The earliest submit time and the highest priority among the owner's other waiting jobs of its tier."""
+def _owner_queue(s: Session, job: JobRow, moved: set[int]) -> tuple[float, int]:
+    """The earliest submit time and the highest priority among the owner's other waiting jobs of its tier, those
+    being `moved` with it left out."""
     first, highest = s.execute(
         select(func.min(JobRow.submit_time), func.max(JobRow.priority))
-        .where(JobRow.user_id == job.user_id, JobRow.state.in_(WAITING), JobRow.id != job.id, JobRow.tier == job.tier)
+        .where(JobRow.user_id == job.user_id, JobRow.state.in_(WAITING), JobRow.id.not_in(moved),
+               JobRow.tier == job.tier)
     ).one()
     return (job.submit_time if first is None else first), (job.priority if highest is None else highest)
 
 
-def requeue(ctx: ServerContext, caller: Caller, job_id: int) -> dict[str, Any]:
-    """A running job is stopped and queued again; an ended one is queued again as it was submitted."""
+def requeue(ctx: ServerContext, caller: Caller, job_id: int, *, one: bool = False) -> dict[str, Any]:
+    """Running jobs are stopped and queued again; ended ones are queued again as they were submitted. For an
+    array's id, every task that runs or ended; those still waiting stay as they are."""
     now = ctx.clock()
     woken: set[str] = set()
     with ctx.db.write() as s:
-        job = jobs.owned_jobs(s, caller, job_id, one=True)[0]
-        if job.state == "running":
-            job.reason = f"by {caller.name}"
-            woken = lifecycle.request_stop(s, job, "requeue", now, f"requeue requested by {caller.name}")
-        elif job.state in lifecycle.FINISHED:
-            job.state, job.end_time, job.exit_code, job.queued_at = "pending", None, None, now
-            job.reason, job.reason_code = f"requeued by {caller.name}; waiting to run again", "queued"
-            lifecycle.event(s, job.id, now, "requeued", f"by {caller.name}")
-        else:
-            raise Conflict(f"job {jobs.ref(job)} is {job.state}, not running or ended; it is already waiting to run")
+        targets = jobs.owned_jobs(s, caller, job_id, one=one)
+        again = [job for job in targets if job.state == "running" or job.state in lifecycle.FINISHED]
+        if not again:
+            raise Conflict(f"{_is(targets, job_id)}, not running or ended; "
+                           f"{'they are' if len(targets) > 1 else 'it is'} already waiting to run")
+        for job in again:
+            if job.state == "running":
+                job.reason = f"by {caller.name}"
+                woken |= lifecycle.request_stop(s, job, "requeue", now, f"requeue requested by {caller.name}")
+            else:
+                job.state, job.end_time, job.exit_code, job.queued_at = "pending", None, None, now
+                job.reason, job.reason_code = f"requeued by {caller.name}; waiting to run again", "queued"
+                lifecycle.event(s, job.id, now, "requeued", f"by {caller.name}")
     ctx.signals.wake(woken)
     ctx.signals.poke()
     return jobs.get_job(ctx, caller, job_id)
