@@ -97,6 +97,11 @@ def test_submit_a_script_with_headers_and_json_output(api: FakeApi, nanum: Nanum
         pytest.param(["--tier", "10", "--", "true"], "nanum: error: --tier: 10 must be between 0 and 9", id="tier"),
         pytest.param(["--requeue", "--no-requeue", "--", "true"],
                      "nanum: error: --requeue and --no-requeue contradict each other", id="requeue-both"),
+        pytest.param(["--name", "", "--", "true"], "nanum: error: --name is empty; give one, or leave the option "
+                     "out for the command's name", id="empty-name"),
+        pytest.param(["-D", "", "--", "true"], "nanum: error: --workdir is empty", id="empty-workdir"),
+        pytest.param(["--lab=", "--", "true"], "nanum: error: --lab is empty; give one, or leave the option out "
+                     "for your default lab", id="empty-lab"),
     ],
 )
 def test_bad_submissions_are_refused_before_reaching_the_server(api: FakeApi, nanum: Nanum, args: list[str],

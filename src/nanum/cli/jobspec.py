@@ -297,6 +297,9 @@ def build_request(command: list[str], cli: SubmitOptions, cwd: StrPath, notes: l
         # torchrun starts the script itself (with Python), on every node
         command = ([os.path.realpath(first), *command[1:]] if options.get("torchrun")
                    else script_command(first, command[1:]))
+    for key, option, default in _EMPTY_REFUSED:
+        if options.get(key) == "":
+            raise UsageProblem(f"{option} is empty; give one, or leave the option out for {default}")
     workdir = options.get("workdir") or cwd
     body: dict[str, Any] = {
         "command": command,
@@ -310,6 +313,10 @@ def build_request(command: list[str], cli: SubmitOptions, cwd: StrPath, notes: l
     check_bounds(body)
     return body
 
+
+#: Options that name something, each with what leaving it out gives: given as "", the user meant something else.
+_EMPTY_REFUSED = (("name", "--name", "the command's name"), ("lab", "--lab", "your default lab"),
+                  ("workdir", "--workdir", "the current directory"))
 
 #: Options `build_request` makes fields of itself; every other one given is sent as it is.
 _NOT_AS_GIVEN = frozenset({"name", "workdir", "env", "output", "error"})
