@@ -134,6 +134,9 @@ class SubmitFields(TypedDict, total=False):
     preemptible: Annotated[bool | None, Spec(None, (
         "may be preempted, and so borrow idle GPUs beyond its lab's share; default: true for batch jobs, false for "
         "notebooks and shells"))]
+    hold: Annotated[bool, Spec(False, (
+        "submitted held: it waits, and is not scheduled, until released (`nanum release ID`; Slurm's `sbatch "
+        "--hold`)"))]
     requeue: Annotated[bool, Spec(True, (
         "queued again when a node it runs on is lost (its other parts are stopped first); false: it fails instead"))]
     client_request_id: Annotated[str | None, Spec(

@@ -64,6 +64,26 @@ def test_requeue_is_asked_for_by_flag_or_script_line(api: FakeApi, nanum: Nanum,
     assert api.sent("POST", "/jobs")[0].body.get("requeue") == requeue
 
 
+@pytest.mark.parametrize(("header", "args"), [
+    pytest.param("", ["--hold"], id="flag"),
+    pytest.param("", ["-H"], id="short"),
+    pytest.param("#NANUM --hold\n", [], id="script"),
+    pytest.param("#SBATCH -H\n", [], id="sbatch"),
+    pytest.param("#BSUB -H\n", [], id="bsub"),
+])
+def test_hold_at_submission_is_asked_for_by_flag_or_script_line(api: FakeApi, nanum: Nanum, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch, header: str,
+                                                                args: list[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\n{header}python train.py\n")
+    api.on("POST", "/jobs", job(id=3), status=201)
+    assert nanum("submit", *args, "train.sh").exit_code == 0
+    assert api.sent("POST", "/jobs")[0].body.get("hold") is True
+    assert nanum("submit", "train.sh").exit_code == 0 or header  # without it, not held (unless the script says)
+    if not header:
+        assert "hold" not in api.sent("POST", "/jobs")[1].body
+
+
 def test_submit_a_script_with_headers_and_json_output(api: FakeApi, nanum: Nanum, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)

@@ -111,6 +111,22 @@ def top_after_a_blocker(client: AsgiClient, agent: FakeAgent, first_tier: int = 
     return first, second
 
 
+def test_a_job_submitted_held_waits_until_released(client: AsgiClient, agent: FakeAgent) -> None:
+    held = submit(client, gpus=1, hold=True)
+    array = submit(client, gpus=1, array="0-1", hold=True)
+    assert (held["state"], held["reason"]) == (
+        "held", f"held by alice at submission; `nanum release {held['id']}` lets it run")
+    tasks = client.get(f"/api/v1/jobs?array={array['id']}", headers=auth(ALICE)).json()
+    assert [(t["state"], t["reason"]) for t in tasks] == [
+        ("held", f"held by alice at submission; `nanum release {array['id']}` lets it run")] * 2
+    cycle(client, agent)
+    assert agent.running == {}
+    post(client, f"/api/v1/jobs/{held['id']}/release")
+    post(client, f"/api/v1/jobs/{array['id']}/release")
+    cycle(client, agent)
+    assert sorted(agent.running) == sorted([held["id"], *(t["id"] for t in tasks)])
+
+
 def test_top_moves_a_job_before_its_owners_others(client: AsgiClient, agent: FakeAgent) -> None:
     first, second = top_after_a_blocker(client, agent)
     assert job(client, second)["state"] == "running"

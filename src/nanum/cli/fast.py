@@ -30,6 +30,7 @@ SPEC: dict[str, dict[str, Any]] = {
             "--lab": ["lab", "str", False], "--name": ["name", "str", False], "-J": ["name", "str", False],
             "--workdir": ["workdir", "str", False], "-D": ["workdir", "str", False], "--env": ["env", "str", True],
             "-e": ["env", "str", True], "--no-preempt": ["no_preempt", "flag", False],
+            "--hold": ["hold", "flag", False], "-H": ["hold", "flag", False],
             "--requeue": ["requeue", "flag", False], "--no-requeue": ["no_requeue", "flag", False],
             "--array": ["array", "str", False], "--after": ["after", "str", True],
             "--after-ok": ["after_ok", "str", True], "--after-failed": ["after_failed", "str", True],

@@ -27,9 +27,11 @@ _SLURM_SAME = {
 _SLURM_SHORT = {"-t": "--time", "-J": "--job-name", "-c": "--cpus-per-task", "-a": "--array", "-o": "--output",
                 "-e": "--error", "-p": "--partition", "-N": "--nodes", "-D": "--chdir", "-G": "--gpus",
                 "-d": "--dependency"}
+#: Short Slurm flags (they take no value) -> their long names.
+_SLURM_SHORT_FLAGS = {"-H": "--hold"}
 #: Slurm flags nanum has under the same name.
-_SLURM_FLAGS_SAME = {"--requeue", "--no-requeue"}
-_SLURM_FLAGS_IGNORED = {"--exclusive", "--export", "--hold", "--wait",
+_SLURM_FLAGS_SAME = {"--requeue", "--no-requeue", "--hold"}
+_SLURM_FLAGS_IGNORED = {"--exclusive", "--export", "--wait",
                         "--parsable", "--test-only"}
 _DEPENDENCY = {"after": "--after", "afterok": "--after-ok", "afternotok": "--after-failed",
                "afterany": "--after-any"}
@@ -84,8 +86,9 @@ def _slurm(words: list[str]) -> list[str]:
     takes = set(_SLURM_SHORT) | set(_SLURM_SAME) | set(_WHY) | {"--gres", "--gpus", "--gpus-per-node",
                                                                   "--dependency", "--chdir"}
     out: list[str] = []
-    for opt, value in _pairs(words, _SLURM_SHORT, takes):
-        opt = _SLURM_SHORT.get(opt, opt)
+    short = {**_SLURM_SHORT, **_SLURM_SHORT_FLAGS}
+    for opt, value in _pairs(words, short, takes):
+        opt = short.get(opt, opt)
         if opt in _WHY:
             raise _Ignored(_WHY[opt])
         if opt in _SLURM_FLAGS_IGNORED:
@@ -166,6 +169,9 @@ def _lsf(words: list[str]) -> list[str]:
     for opt, value in _pairs(words, {}, _LSF_TAKES):
         if opt in _LSF_WHY:
             raise _Ignored(_LSF_WHY[opt])
+        if opt == "-H" and value is None:  # submitted held, as bsub -H
+            out.append("--hold")
+            continue
         if value is None:
             raise _Ignored(f"nanum does not know {opt}")
         if opt == "-gpu":

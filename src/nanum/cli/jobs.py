@@ -61,6 +61,7 @@ WorkdirOpt = Annotated[str | None, _Opt("--workdir", "-D", metavar="DIR",
 EnvOpt = Annotated[list[str] | None, _Opt(
     "--env", "-e", metavar="K=V", help="Environment variable for the job (K alone copies yours); repeat.")]
 NoPreemptOpt = Annotated[bool, _Opt("--no-preempt", help="Never preempt this job (it will not borrow GPUs).")]
+HoldOpt = Annotated[bool, _Opt("--hold", "-H", help="Submit it held: it waits until `nanum release ID`.")]
 RequeueOpt = Annotated[bool, _Opt("--requeue", help=(
     "If a node it runs on is lost, queue the job again to start anew: the default, given to say so (it overrides a "
     "script's #NANUM --no-requeue)."))]
@@ -108,6 +109,7 @@ def submit(
     workdir: WorkdirOpt = None,
     env: EnvOpt = None,
     no_preempt: NoPreemptOpt = False,
+    hold: HoldOpt = False,
     requeue: RequeueOpt = False,
     no_requeue: NoRequeueOpt = False,
     array: ArrayOpt = None,

@@ -176,9 +176,9 @@ HEADER_OPTIONS: dict[str, tuple[str, Any]] = {
 }
 #: Short forms, as `nanum submit --help` lists them.
 SHORT_OPTIONS = {"-g": "--gpus", "-N": "--nodes", "-c": "--cpus", "-t": "--time", "-J": "--name",
-                 "-D": "--workdir", "-e": "--env", "-o": "--output", "-E": "--environment"}
+                 "-D": "--workdir", "-e": "--env", "-o": "--output", "-E": "--environment", "-H": "--hold"}
 FLAGS = {"--no-preempt": ("preemptible", False), "--requeue": ("requeue", True), "--no-requeue": ("requeue", False),
-         "--keep-if-unmet": ("keep_if_unmet", True),
+         "--keep-if-unmet": ("keep_if_unmet", True), "--hold": ("hold", True),
          "--torchrun": ("torchrun", True)}
 #: Options that may be given more than once, each adding a value.
 REPEATED: dict[str, tuple[str, Callable[[str], str]]] = {

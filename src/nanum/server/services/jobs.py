@@ -86,16 +86,29 @@ def _submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> dict[str, An
         _refuse_over_cap(ctx, s, caller, max(len(tasks), 1))
         if row.after:
             _wait_reason(s, values, row.after)
+        if request["hold"]:  # after the dependencies' reason: held says what the job waits for first
+            values["state"], values["reason_code"] = row.state, row.reason_code = "held", "held"
         values["burst"] = row.burst = _burst(s, row)
         environments.count_uses(s, values, max(len(tasks), 1))
         if tasks:
             _insert_array(s, row, values, tasks, limit)
         else:
             row.id = s.connection().execute(INSERT_JOB, values).scalar_one()
+        if request["hold"]:
+            _held_reason(s, row, caller)
         lifecycle.event(s, row.id, now, "submitted", f"by {caller.name}" + (
-            f" as array {row.id} of {len(tasks)} tasks ({request['array']})" if tasks else ""))
+            f" as array {row.id} of {len(tasks)} tasks ({request['array']})" if tasks else "")
+            + (" (held)" if request["hold"] else ""))
     ctx.signals.poke(new_gpu_job=request["gpus"] > 0)
     return job_out(row, caller.name, lab.lab.name)
+
+
+def _held_reason(s: Session, row: JobRow, caller: Caller) -> None:
+    """The reason of a job (an array's tasks) submitted held, naming its id now that it has one."""
+    row.reason = f"held by {caller.name} at submission; `nanum release {row.id}` lets it run"
+    jobs_table = table(JobRow)
+    which = jobs_table.c.array_id == row.id if row.array_id is not None else jobs_table.c.id == row.id
+    s.connection().execute(jobs_table.update().where(which).values(reason=row.reason))
 
 
 #: The caller's jobs waiting, held or running, counted through (user_id, state).
