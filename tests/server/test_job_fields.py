@@ -18,8 +18,8 @@ from tests.server.asgiclient import AsgiClient
 from tests.server.conftest import ALICE, auth, job, submit
 
 #: Submitted fields `Job` shows under another name or shape (a lab's name, the dependencies as pairs, an
-#: array's id), or keeps to the server (the request id).
-NOT_SHOWN_AS_SENT = {"lab", "array", "after_ok", "after_failed", "after_any", "client_request_id"}
+#: array's id, a hold as its state), or keeps to the server (the request id).
+NOT_SHOWN_AS_SENT = {"lab", "array", "after_ok", "after_failed", "after_any", "client_request_id", "hold"}
 
 
 def _bounded() -> list[Any]:
