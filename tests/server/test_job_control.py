@@ -371,3 +371,15 @@ def test_reasons_name_an_arrays_task_as_users_do(client: AsgiClient, agent: Fake
     later = submit(client, gpus=4)
     cycle(client, agent)
     assert f"job {array}_1" in str(job(client, later["id"])["reason"]), job(client, later["id"])["reason"]
+
+
+def test_top_of_one_task_moves_it_before_its_arrays_other_tasks(client: AsgiClient, agent: FakeAgent) -> None:
+    blocker = int(submit(client, gpus=4)["id"])  # type: ignore[call-overload]
+    cycle(client, agent)
+    array = int(submit(client, gpus=4, array="0-2")["id"])  # type: ignore[call-overload]
+    tasks = [t["id"] for t in client.get(f"/api/v1/jobs?array={array}", headers=auth(ALICE)).json()]
+    post(client, f"/api/v1/jobs/{tasks[2]}/top")
+    agent.exit(blocker)
+    agent.beat()
+    cycle(client, agent)
+    assert list(agent.running) == [tasks[2]]

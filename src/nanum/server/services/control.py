@@ -119,26 +119,30 @@ def top(ctx: ServerContext, caller: Caller, job_id: int, *, one: bool = False) -
         waiting = [job for job in targets if job.state in WAITING]
         if not waiting:
             raise Conflict(f"{_is(targets, job_id)}; only a pending or held job can be moved to the top")
-        moved = {job.id for job in waiting}
+        # The jobs moved are left out of those they move before: one array's tasks by their array, however many.
+        whole = not one and (len(targets) > 1 or targets[0].array_id == job_id)
+        others = JobRow.array_id.is_distinct_from(job_id) if whole else JobRow.id != waiting[0].id
+        ahead: dict[int, tuple[float | None, int | None]] = {}
         for job in waiting:  # in id order: ties in every order go to the lower id, so the tasks keep theirs
-            first, highest = _owner_queue(s, job, moved)
-            job.submit_time = min(job.submit_time, first - 0.001)
-            job.priority = max(job.priority, highest)
-            lifecycle.event(s, job.id, now, "top",
-                            f"moved before {caller.name}'s other waiting jobs of tier {job.tier}")
+            if job.tier not in ahead:
+                ahead[job.tier] = _owner_queue(s, job, others)
+            first, highest = ahead[job.tier]
+            job.submit_time = min(job.submit_time, job.submit_time if first is None else first - 0.001)
+            job.priority = max(job.priority, job.priority if highest is None else highest)
+        lifecycle.events(s, [(job.id, now, "top", f"moved before {caller.name}'s other waiting jobs of tier {job.tier}")
+                             for job in waiting])
     ctx.signals.poke()
     return jobs.get_job(ctx, caller, job_id)
 
 
-def _owner_queue(s: Session, job: JobRow, moved: set[int]) -> tuple[float, int]:
-    """The earliest submit time and the highest priority among the owner's other waiting jobs of its tier, those
-    being `moved` with it left out."""
+def _owner_queue(s: Session, job: JobRow, others: Any) -> tuple[float | None, int | None]:
+    """The earliest submit time and the highest priority among the owner's other waiting jobs of its tier (those
+    `others` picks); None where there are none."""
     first, highest = s.execute(
         select(func.min(JobRow.submit_time), func.max(JobRow.priority))
-        .where(JobRow.user_id == job.user_id, JobRow.state.in_(WAITING), JobRow.id.not_in(moved),
-               JobRow.tier == job.tier)
+        .where(JobRow.user_id == job.user_id, JobRow.state.in_(WAITING), others, JobRow.tier == job.tier)
     ).one()
-    return (job.submit_time if first is None else first), (job.priority if highest is None else highest)
+    return first, highest
 
 
 def requeue(ctx: ServerContext, caller: Caller, job_id: int, *, one: bool = False) -> dict[str, Any]:
@@ -152,6 +156,7 @@ def requeue(ctx: ServerContext, caller: Caller, job_id: int, *, one: bool = Fals
         if not again:
             raise Conflict(f"{_is(targets, job_id)}, not running or ended; "
                            f"{'they are' if len(targets) > 1 else 'it is'} already waiting to run")
+        ended = []
         for job in again:
             if job.state == "running":
                 job.reason = f"by {caller.name}"
@@ -159,7 +164,8 @@ def requeue(ctx: ServerContext, caller: Caller, job_id: int, *, one: bool = Fals
             else:
                 job.state, job.end_time, job.exit_code, job.queued_at = "pending", None, None, now
                 job.reason, job.reason_code = f"requeued by {caller.name}; waiting to run again", "queued"
-                lifecycle.event(s, job.id, now, "requeued", f"by {caller.name}")
+                ended.append((job.id, now, "requeued", f"by {caller.name}"))
+        lifecycle.events(s, ended)
     ctx.signals.wake(woken)
     ctx.signals.poke()
     return jobs.get_job(ctx, caller, job_id)
