@@ -418,3 +418,16 @@ def test_server_opens_webhooks_to_named_hosts_and_names_in_metrics_only_when_ask
     assert nanum("server", "--home", str(tmp_path), *args).exit_code == 0
     assert (started[0].webhook_allow_hosts, started[0].metrics_names) == (frozenset(), False)
     assert started[1].webhook_allow_hosts == {"hooks.lab.internal", "::1"} and started[1].metrics_names
+
+
+@pytest.mark.parametrize("token", ["tok\nen", "tok\x01", "tok✓"])
+def test_a_token_no_server_could_take_is_refused_in_one_sentence(api: FakeApi, nanum: Nanum, token: str) -> None:
+    """A token copied with its line break, or mangled, would make an HTTP header the server cannot read (a 400
+    blamed on the server) or one the client cannot write (a traceback)."""
+    for args in (["ps"], ["submit", "--", "true"]):
+        result = nanum(*args, env={"NANUM_TOKEN": token})
+        assert result.exit_code == 1 and (result.exception is None or isinstance(result.exception, SystemExit))
+        assert result.stderr.startswith("nanum: error: the API token (--token, NANUM_TOKEN or the one saved by "
+                                        "`nanum login`) contains a character no token has"), result.output
+        assert len(result.stderr.splitlines()) == 1
+    assert api.requests == []

@@ -91,6 +91,10 @@ class Connection:
         self.servers = server_urls(server)
         if not self.servers:
             raise NanumError(f"{server!r} is not a server URL; give one like http://127.0.0.1:8765")
+        if token and not (token.isascii() and token.isprintable()):
+            raise NanumError("the API token (--token, NANUM_TOKEN or the one saved by `nanum login`) contains a "
+                             "character no token has (a line break, a control character or a letter outside ASCII); "
+                             "copy the token again")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         each = [_transport(url, headers, timeout, transport) for url in self.servers]
         self._http: HttpTransport = each[0] if len(each) == 1 else FailoverTransport(each)
