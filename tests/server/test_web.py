@@ -162,6 +162,20 @@ def test_only_the_owner_or_an_admin_may_cancel(client: AsgiClient, node: Monitor
     assert r.status_code == 303 and job(client, j["id"])["state"] == "cancelled"
 
 
+def test_a_held_job_is_released_from_its_page_by_its_owner(client: AsgiClient, node: MonitoredAgent) -> None:
+    j = submit(client, ALICE, gpus=1, hold=True)
+    bob, alice = login(client, BOB), login(client, ALICE)
+    assert "Release job" not in get(client, f"/jobs/{j['id']}", bob).text
+    r = post(client, f"/jobs/{j['id']}/release", {"csrf": csrf(client, bob, f"/jobs/{j['id']}")}, bob)
+    assert r.status_code == 403 and "belongs to another user" in r.text and job(client, j["id"])["state"] == "held"
+    assert "Release job" in get(client, f"/jobs/{j['id']}", alice).text
+    r = post(client, f"/jobs/{j['id']}/release", {"csrf": csrf(client, alice)}, alice)
+    assert r.status_code == 303 and job(client, j["id"])["state"] != "held"
+    assert "Release job" not in get(client, f"/jobs/{j['id']}", alice).text
+    r = post(client, f"/jobs/{j['id']}/release", {"csrf": csrf(client, alice)}, alice)
+    assert r.status_code == 409 and "only a held job can be released" in r.text
+
+
 def test_the_admin_page_is_for_admins(client: AsgiClient) -> None:
     alice = login(client, ALICE)
     assert get(client, "/admin", alice).status_code == 403

@@ -68,6 +68,16 @@ def test_a_batch_job_from_the_form_is_the_job_the_api_makes(client: AsgiClient, 
     assert "2 GPUs (A100) with at least 40 GiB each, on nodes labelled net=ib, rack=b2, 8 CPUs" in shown.text
 
 
+def test_a_job_held_from_the_form_waits_until_released(client: AsgiClient, alice: dict[str, str]) -> None:
+    assert 'name="hold"' in get(client, "/submit", alice).text
+    r = post(client, "/submit", form(client, alice, command="python train.py", gpus="1", hold="on"), alice)
+    assert r.status_code == 303, refusal(r.text)
+    job_id = int(r.headers["location"].removeprefix("/jobs/"))
+    assert job(client, job_id)["state"] == "held"
+    r = post(client, "/submit", form(client, alice, command="python train.py", gpus="1"), alice)
+    assert job(client, int(r.headers["location"].removeprefix("/jobs/")))["state"] == "pending"
+
+
 def test_an_array_from_the_form_is_one_job_per_index(client: AsgiClient, alice: dict[str, str]) -> None:
     r = post(client, "/submit", form(client, alice, command="python train.py", gpus="1", array="0-3%2"), alice)
     assert r.status_code == 303, refusal(r.text)

@@ -4,6 +4,7 @@ admin, and "Open notebook" for the owner of a running notebook; its JSON for liv
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Form, Query, Request
@@ -12,10 +13,11 @@ from starlette.concurrency import run_in_threadpool
 
 from nanum.predicted import prediction_text
 from nanum.server.callers import Caller
+from nanum.server.context import ServerContext
 from nanum.server.errors import ApiError, NotFound
 from nanum.server.inputs import JobIdPath
 from nanum.server.limits import MAX_OFFSET
-from nanum.server.services import jobs
+from nanum.server.services import control, jobs
 from nanum.server.web import charts, data, session
 from nanum.server.web.render import clock, clock_s, duration, page
 
@@ -121,9 +123,22 @@ async def job_live(request: Request, job_id: JobIdPath, who: WebCaller, log: Log
 @router.post("/jobs/{job_id}/cancel")
 async def cancel(request: Request, job_id: JobIdPath, who: WebCaller, csrf: Annotated[str, Form()] = "") -> Response:
     """Owner or admin: stop the job. Anyone else gets the job page back with the refusal (403)."""
+    return await _act(request, who, job_id, csrf, jobs.cancel)
+
+
+@router.post("/jobs/{job_id}/release")
+async def release(request: Request, job_id: JobIdPath, who: WebCaller, csrf: Annotated[str, Form()] = "") -> Response:
+    """Owner or admin: let a held job be scheduled. Anyone else, or a job not held, gets the page back with the
+    refusal."""
+    return await _act(request, who, job_id, csrf, control.release)
+
+
+async def _act(request: Request, who: Caller, job_id: int, csrf: str,
+               action: Callable[[ServerContext, Caller, int], object]) -> Response:
+    """Do what the job page's button asks, then show the page again (with the refusal, where refused)."""
     session.check_csrf(request, csrf)
     try:
-        await run_in_threadpool(jobs.cancel, request.app.state.ctx, who, job_id)
+        await run_in_threadpool(action, request.app.state.ctx, who, job_id)
     except ApiError as exc:
         return await _render(request, who, job_id, error=exc.detail, status=exc.status)
     return RedirectResponse(f"/jobs/{job_id}", status_code=303)

@@ -35,9 +35,11 @@ from nanum.server.web.render import page
 router = APIRouter(include_in_schema=False)
 WebCaller = Annotated[Caller, Depends(session.caller)]
 
-#: The form's text fields (datasets, a multi-select, and the no-preempt checkbox aside).
+#: The form's text fields (datasets, a multi-select, and the checkboxes aside).
 FIELDS = ("kind", "command", "name", "gpus", "nodes", "gpu_model", "gpu_memory", "constraints", "cpus", "memory",
           "time", "array", "lab", "priority", "environment", "workdir", "env", "request")
+#: The form's checkboxes ("on" when ticked).
+CHECKBOXES = ("no_preempt", "hold")
 #: Passed to `JobSubmit` as typed, so a bad one gets the API's own sentence (`invalid gpus: ...`).
 AS_TYPED = ("gpus", "nodes", "cpus", "priority", "name", "gpu_model", "lab", "environment", "workdir", "array")
 #: What a shell would do with these, unquoted: the form runs no shell, so it refuses them rather than pass them on.
@@ -53,7 +55,7 @@ def request_body(form: Mapping[str, str], datasets: list[str]) -> dict[str, Any]
     """The `POST /jobs` body the form describes; ValueError naming the field it cannot read."""
     kind = form.get("kind") or "batch"
     body: dict[str, Any] = {key: form[key] for key in AS_TYPED if form.get(key)}
-    body.update(kind=kind, datasets=datasets, preemptible=form.get("no_preempt") != "on",
+    body.update(kind=kind, datasets=datasets, preemptible=form.get("no_preempt") != "on", hold=form.get("hold") == "on",
                 command=SESSION_COMMANDS[kind] if kind in SESSION_COMMANDS else command_words(form.get("command", "")))
     if kind in SESSION_COMMANDS:
         body.setdefault("name", kind)
@@ -144,7 +146,7 @@ def choices(ctx: ServerContext, caller: Caller) -> dict[str, Any]:
 async def _page(request: Request, who: Caller, form: Mapping[str, str], chosen: list[str],
                 error: str | None = None, status: int = 200) -> Response:  # fmt: skip
     found = await run_in_threadpool(choices, request.app.state.ctx, who)
-    values = {key: form.get(key, "") for key in FIELDS} | {"no_preempt": form.get("no_preempt", "")}
+    values = {key: form.get(key, "") for key in (*FIELDS, *CHECKBOXES)}
     values["request"] = values["request"] or secrets.token_hex(12)
     values["kind"] = values["kind"] or "batch"
     values["lab"] = values["lab"] or who.default_lab or ""

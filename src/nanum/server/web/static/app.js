@@ -132,6 +132,8 @@
     if (notebook) { notebook.hidden = !data.notebook; if (data.notebook) notebook.setAttribute("href", data.notebook); }
     var cancel = $("[data-cancel]");
     if (cancel && data.finished) cancel.hidden = true;
+    var release = $("[data-release]");
+    if (release && data.state !== "held") release.hidden = true;
     var events = $("[data-events]");
     if (events && events.children.length !== data.events.length) {
       events.replaceChildren.apply(events, data.events.map(function (e) {
