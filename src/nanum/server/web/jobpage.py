@@ -1,5 +1,6 @@
-"""The job page: state history, allocation, GPU utilisation chart, live log tail, cancel for its owner or an
-admin, and "Open notebook" for the owner of a running notebook; its JSON for live updates."""
+"""The job page: state history, allocation, GPU utilisation chart, live log tail, cancel (and release, while it is
+held) for its owner or an admin, and "Open notebook" for the owner of a running notebook; its JSON for live
+updates."""
 
 from __future__ import annotations
 
