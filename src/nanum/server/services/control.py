@@ -34,7 +34,7 @@ def hold(ctx: ServerContext, caller: Caller, job_id: int, *, one: bool = False) 
         for job in targets:
             if job.state == "pending":
                 job.state, job.reason_code, job.estimated_start = "held", "held", None
-                job.reason = f"held by {caller.name}; `nanum release {job.id}` lets it run"
+                job.reason = jobs.held_reason(caller.name, job.id)
                 lifecycle.event(s, job.id, now, "held", f"by {caller.name}")
     return jobs.get_job(ctx, caller, job_id)
 
@@ -122,27 +122,24 @@ def top(ctx: ServerContext, caller: Caller, job_id: int, *, one: bool = False) -
         # The jobs moved are left out of those they move before: one array's tasks by their array, however many.
         whole = not one and (len(targets) > 1 or targets[0].array_id == job_id)
         others = JobRow.array_id.is_distinct_from(job_id) if whole else JobRow.id != waiting[0].id
-        ahead: dict[int, tuple[float | None, int | None]] = {}
+        ahead = _owner_queue(s, waiting[0].user_id, others)
         for job in waiting:  # in id order: ties in every order go to the lower id, so the tasks keep theirs
-            if job.tier not in ahead:
-                ahead[job.tier] = _owner_queue(s, job, others)
-            first, highest = ahead[job.tier]
-            job.submit_time = min(job.submit_time, job.submit_time if first is None else first - 0.001)
-            job.priority = max(job.priority, job.priority if highest is None else highest)
+            if job.tier in ahead:
+                first, highest = ahead[job.tier]
+                job.submit_time = min(job.submit_time, first - 0.001)
+                job.priority = max(job.priority, highest)
         lifecycle.events(s, [(job.id, now, "top", f"moved before {caller.name}'s other waiting jobs of tier {job.tier}")
                              for job in waiting])
     ctx.signals.poke()
     return jobs.get_job(ctx, caller, job_id)
 
 
-def _owner_queue(s: Session, job: JobRow, others: Any) -> tuple[float | None, int | None]:
-    """The earliest submit time and the highest priority among the owner's other waiting jobs of its tier (those
-    `others` picks); None where there are none."""
-    first, highest = s.execute(
-        select(func.min(JobRow.submit_time), func.max(JobRow.priority))
-        .where(JobRow.user_id == job.user_id, JobRow.state.in_(WAITING), others, JobRow.tier == job.tier)
-    ).one()
-    return first, highest
+def _owner_queue(s: Session, user_id: int, others: Any) -> dict[int, tuple[float, int]]:
+    """By tier, the earliest submit time and the highest priority among the owner's other waiting jobs (those
+    `others` picks); a tier with none is left out."""
+    query = (select(JobRow.tier, func.min(JobRow.submit_time), func.max(JobRow.priority))
+             .where(JobRow.user_id == user_id, JobRow.state.in_(WAITING), others).group_by(JobRow.tier))
+    return {tier: (first, highest) for tier, first, highest in s.execute(query)}
 
 
 def requeue(ctx: ServerContext, caller: Caller, job_id: int, *, one: bool = False) -> dict[str, Any]:

@@ -103,9 +103,14 @@ def _submit(ctx: ServerContext, caller: Caller, spec: JobSubmit) -> dict[str, An
     return job_out(row, caller.name, lab.lab.name)
 
 
+def held_reason(by: str, job_id: int, when: str = "") -> str:
+    """Why a held job waits, and how to let it run: `held by alice; nanum release 12 lets it run`."""
+    return f"held by {by}{when}; `nanum release {job_id}` lets it run"
+
+
 def _held_reason(s: Session, row: JobRow, caller: Caller) -> None:
     """The reason of a job (an array's tasks) submitted held, naming its id now that it has one."""
-    row.reason = f"held by {caller.name} at submission; `nanum release {row.id}` lets it run"
+    row.reason = held_reason(caller.name, row.id, " at submission")
     jobs_table = table(JobRow)
     which = jobs_table.c.array_id == row.id if row.array_id is not None else jobs_table.c.id == row.id
     s.connection().execute(jobs_table.update().where(which).values(reason=row.reason))
