@@ -1,5 +1,7 @@
 """Server time to draw the cluster grid for 100 nodes × 8 GPUs (target: under 300 ms), and its neighbours.
 
+`--nodes N` builds N nodes instead (the target is for 100).
+
 Builds a migrated database (SQLite in a temporary directory, or `--db URL`) with 100 nodes of 8 GPUs, each GPU
 with a fresh reading, ~80 % of them held by ~500 running jobs of 40 users in 8 labs (some idle, some flagged),
 a few GPUs used outside nanum, and 2,000 pending jobs; then times, through the real app in process (httpx over
@@ -7,9 +9,12 @@ ASGI, so routing, session check, queries, templates and response included):
 
 - `GET /` (the Cluster page), `GET /ui/cluster.json` (its live data), `GET /queue`, `GET /metrics`.
 
-Prints the median and p95 milliseconds of each over `--repeat` requests.
+Prints the median and p95 milliseconds of each over `--repeat` requests, each building its cluster view anew.
+`--viewers 1 10 50` then keeps that many Cluster pages open, each asking for its live data every 2.5 s as the
+page does, and prints the server's CPU (in process: this script's) while they are open.
 
     .venv/bin/python benchmarks/dashboard.py [--repeat 20] [--db postgresql+psycopg://postgres@127.0.0.1/test]
+    .venv/bin/python benchmarks/dashboard.py --nodes 1000 --viewers 1 10 50 --db postgresql+psycopg://...
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ NODES, GPUS, LABS, USERS, PENDING = 100, 8, 8, 40, 2000
 TARGET_MS = 300.0
 
 
-def build(ctx: ServerContext, rnd: random.Random) -> str:
+def build(ctx: ServerContext, rnd: random.Random, count: int = NODES) -> str:
     """Fill the database; returns the admin's token."""
     token = accounts.create_user(ctx, UserIn(name="admin", labs=["lab0"], admin=True))
     for u in range(USERS):
@@ -48,7 +53,7 @@ def build(ctx: ServerContext, rnd: random.Random) -> str:
         users = {
             name: (uid, lab) for name, uid, lab in s.execute(select(UserRow.name, UserRow.id, UserRow.default_lab_id))
         }
-        nodes = [_node(s, i, now) for i in range(NODES)]
+        nodes = [_node(s, i, now) for i in range(count)]
         s.flush()
         job_id = 0
         for node in nodes:
@@ -118,11 +123,33 @@ async def measure(app: Any, cookie: str, path: str, repeat: int) -> list[float]:
     times = []
     async with httpx.AsyncClient(transport=transport, base_url="http://bench", headers={"Cookie": cookie}) as client:
         for _ in range(repeat + 2):
+            app.state.ctx.caches.cluster.clear()  # each request builds its view (`services.cluster.shared`)
             began = time.perf_counter()
             response = await client.get(path)
             times.append((time.perf_counter() - began) * 1000)
             assert response.status_code == 200, (path, response.status_code, response.text[:200])
     return times[2:]  # the first requests warm caches
+
+
+async def viewers(app: Any, cookie: str, count: int, seconds: float) -> tuple[int, float]:
+    """`count` Cluster pages open for `seconds`, each asking for its live data every 2.5 s as the page does (their
+    first asks spread over the first 2.5 s). Returns the requests answered and the server's CPU seconds."""
+    async def viewer(client: httpx.AsyncClient, first: float, until: float) -> int:
+        await asyncio.sleep(first)
+        answered = 0
+        while time.monotonic() < until:
+            response = await client.get("/ui/cluster.json")
+            assert response.status_code == 200, response.status_code
+            answered += 1
+            await asyncio.sleep(2.5)
+        return answered
+
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://bench", headers={"Cookie": cookie}) as client:
+        app.state.ctx.caches.cluster.clear()
+        began, until = time.process_time(), time.monotonic() + seconds
+        answered = await asyncio.gather(*(viewer(client, 2.5 * i / count, until) for i in range(count)))
+        return sum(answered), time.process_time() - began
 
 
 async def login(app: Any, token: str) -> str:
@@ -140,17 +167,21 @@ async def login(app: Any, token: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--nodes", type=int, default=NODES, help=f"nodes of {GPUS} GPUs (default {NODES})")
     parser.add_argument("--db", help="database URL (default: SQLite in a temporary directory)")
+    parser.add_argument("--viewers", type=int, nargs="*", default=[], metavar="N",
+                        help="then keep N Cluster pages open (each N in turn) and print the server's CPU")
+    parser.add_argument("--seconds", type=float, default=20.0, help="how long the pages of --viewers stay open")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         settings = ServerSettings(home=Path(tmp), db_url=args.db)
         db = Database(settings.database_url)
         upgrade(db)
         ctx = ServerContext.create(settings, db)
-        token = build(ctx, random.Random(7))
+        token = build(ctx, random.Random(7), args.nodes)
         app = create_app(ctx, run_scheduler=False)
         cookie = asyncio.run(login(app, token))
-        print(f"{NODES} nodes × {GPUS} GPUs, {PENDING} pending jobs, {'SQLite' if db.is_sqlite else 'PostgreSQL'}")
+        print(f"{args.nodes} nodes × {GPUS} GPUs, {PENDING} pending jobs, {'SQLite' if db.is_sqlite else 'PostgreSQL'}")
         for path in ("/", "/ui/cluster.json", "/queue", "/metrics"):
             times = asyncio.run(measure(app, cookie, path, args.repeat))
             median, p95 = statistics.median(times), sorted(times)[int(0.95 * (len(times) - 1))]
@@ -158,6 +189,10 @@ def main() -> None:
                 f"  (target < {TARGET_MS:.0f} ms: {'met' if median < TARGET_MS else 'MISSED'})" if path == "/" else ""
             )
             print(f"GET {path:<18} median {median:6.1f} ms   p95 {p95:6.1f} ms{note}")
+        for count in args.viewers:
+            answered, cpu = asyncio.run(viewers(app, cookie, count, args.seconds))
+            print(f"{count:3d} Cluster pages open for {args.seconds:.0f} s: {answered} live updates, "
+                  f"{cpu / args.seconds:.2f} cores of server CPU")
         db.dispose()
 
 

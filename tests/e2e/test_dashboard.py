@@ -137,6 +137,32 @@ def test_the_grid_updates_as_a_job_starts_and_the_owner_cancels_it(
     page.close()
 
 
+def test_a_page_in_a_hidden_tab_stops_asking_and_catches_up_when_shown(
+    browser: Browser, cluster: Cluster, workdir: Path
+) -> None:
+    page = login(browser, cluster, cluster.tokens["alice"])
+    # The tab's visibility as the browser would report it, switched here (a headless page is always visible).
+    page.add_init_script("window.__hidden = false;"
+                         " Object.defineProperty(document, 'hidden', {get: function () { return window.__hidden; }});")
+    asked: list[float] = []
+    page.on("request", lambda r: asked.append(time.monotonic()) if "/ui/cluster.json" in r.url else None)
+    page.goto(cluster.url + "/")
+    expect(page.locator('[data-total="free"]')).to_have_text("4")
+    page.wait_for_timeout(3_000)
+    assert asked, "the visible page asks for its live data"
+    page.evaluate("window.__hidden = true; document.dispatchEvent(new Event('visibilitychange'))")
+    page.wait_for_timeout(3_000)  # any ask already under way is answered; no new one starts
+    hidden_at = time.monotonic()
+    job_id = cluster.submit("alice", "--gpus", "1", "--", "sleep", "60", cwd=workdir)
+    cluster.wait_state(job_id, "running")
+    page.wait_for_timeout(6_000)
+    assert not [t for t in asked if t > hidden_at], "a hidden page asked for its live data"
+    expect(page.locator('[data-total="busy"]')).to_have_text("0")
+    page.evaluate("window.__hidden = false; document.dispatchEvent(new Event('visibilitychange'))")
+    expect(page.locator('[data-total="busy"]')).to_have_text("1", timeout=2_000)  # at once, not a poll later
+    page.close()
+
+
 def test_someone_elses_job_cannot_be_cancelled(browser: Browser, cluster: Cluster, workdir: Path) -> None:
     job_id = cluster.submit("bob", "--gpus", "1", "--", "sleep", "300", cwd=workdir)
     cluster.wait_state(job_id, "running")

@@ -67,3 +67,18 @@ def test_a_cleared_entry_is_loaded_anew() -> None:
     assert cache.get_or_load("all", lambda: 1) == 1
     cache.clear()
     assert cache.get_or_load("all", lambda: 2) == 2
+
+
+def test_keep_sets_how_long_a_loaded_value_serves_from_what_its_load_took() -> None:
+    cache: TtlCache[str, int] = TtlCache(60.0)
+    took: list[float] = []
+
+    def keep(seconds: float) -> float:
+        took.append(seconds)
+        return 0.0 if seconds < 0.05 else 60.0
+
+    assert cache.get_or_load("all", lambda: 1, keep) == 1
+    assert cache.get_or_load("all", lambda: 2, keep) == 2  # a quick load is not kept
+    assert cache.get_or_load("all", lambda: time.sleep(0.06) or 3, keep) == 3
+    assert cache.get_or_load("all", lambda: 4, keep) == 3  # a slow one is
+    assert took[0] < 0.05 <= took[2]

@@ -122,6 +122,36 @@ def test_every_page_renders(client: AsgiClient, node: MonitoredAgent) -> None:
     assert live["state"] == "running" and live["util"] == "64%" and live["may_cancel"]
 
 
+def test_a_small_clusters_live_data_shows_a_start_at_once_and_a_large_ones_is_built_once_for_every_viewer(
+    client: AsgiClient, node: MonitoredAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Cluster page's live data and `/metrics` read one view: built for each request where that is quick, and
+    shared for a second where building it is slow (a large cluster; here, by lowering the threshold)."""
+    from nanum.server.services import cluster
+
+    builds = 0
+    build = cluster.cluster
+
+    def counted(ctx: ServerContext) -> cluster.ClusterView:
+        nonlocal builds
+        builds += 1
+        return build(ctx)
+
+    monkeypatch.setattr(cluster, "cluster", counted)
+    cookies = login(client, ALICE)
+    assert get(client, "/ui/cluster.json", cookies).json()["totals"]["busy"] == 0
+    submit(client, gpus=2)
+    tick(client)
+    assert get(client, "/ui/cluster.json", cookies).json()["totals"]["busy"] == 2  # seen at once
+    assert builds == 2
+    monkeypatch.setattr(cluster, "SHARE_AFTER_S", 0.0)
+    first = get(client, "/ui/cluster.json", cookies)
+    again = get(client, "/ui/cluster.json", {"nanum_session": login(client, BOB)["nanum_session"]})
+    metrics = get(client, "/metrics").text
+    assert builds == 3 and again.content == first.content
+    assert 'nanum_gpus{state="busy"} 2.0' in metrics
+
+
 def test_a_long_queue_lists_its_first_jobs_and_counts_the_rest(
     client: AsgiClient, node: MonitoredAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -43,11 +43,11 @@ class TtlCache(Generic[K, V]):
             return None
         return item[1]
 
-    def get_or_load(self, key: K, load: Callable[[], V]) -> V:
+    def get_or_load(self, key: K, load: Callable[[], V], keep: Callable[[float], float] | None = None) -> V:
         """The entry, loaded if missing or expired. While one thread loads an expired entry, the others are given
         the expired value; where there is none (never loaded, or cleared), they wait for the load. (At 1,000
         nodes, ten submissions at once each reading the whole fleet when its entry expired took a sixth of the
-        server's time.)"""
+        server's time.) `keep`: how long to keep the value, given the seconds its load took (default: `ttl`)."""
         item = self._items.get(key)
         if item is not None and item[0] >= time.monotonic():
             return item[1]
@@ -66,19 +66,21 @@ class TtlCache(Generic[K, V]):
             value = self.get(key)
             return value if value is not None else self.get_or_load(key, load)
         try:
+            began = time.monotonic()
             value = load()
-            self.put(key, value)
+            self.put(key, value, None if keep is None else keep(time.monotonic() - began))
             return value
         finally:
             with self._lock:
                 del self._loading[key]
             loading.release()
 
-    def put(self, key: K, value: V) -> None:
+    def put(self, key: K, value: V, ttl: float | None = None) -> None:
+        """Store `value`, kept `ttl` seconds (default: the cache's)."""
         with self._lock:
             if len(self._items) >= self.maxsize:
                 self._items.clear()
-            self._items[key] = (time.monotonic() + self.ttl, value)
+            self._items[key] = (time.monotonic() + (self.ttl if ttl is None else ttl), value)
 
     def clear(self) -> None:
         with self._lock:
@@ -110,6 +112,8 @@ class Caches:
     #: the memory (MiB) of each GPU model some node has (`services.history.cluster_models`), read again each minute:
     #: finished jobs' summaries name the smallest that would have held them
     models: TtlCache[str, dict[str, int]] = field(default_factory=lambda: TtlCache(60.0))
+    #: the cluster view the dashboard's pages, their live data and `/metrics` share (`services.cluster.shared`)
+    cluster: TtlCache[str, Any] = field(default_factory=lambda: TtlCache(0.0))
     #: by user id, how many more jobs the user may submit here before theirs are counted again
     #: (`services.jobs._refuse_over_cap`)
     room: dict[int, int] = field(default_factory=dict)

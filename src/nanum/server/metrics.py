@@ -1,6 +1,7 @@
 """`/metrics` for Prometheus: GPUs, jobs, the queue and the scheduler.
 
-Cluster figures are read from the store at scrape time (so every server sharing a database reports the same);
+Cluster figures are read from the store at scrape time (so every server sharing a database reports the same;
+on a large cluster, the view the dashboard read within the second, `services.cluster.shared`);
 the scheduler's cycle time is observed by the scheduling server as it ticks. The processes of one server
 (`nanum server --workers`) keep their observations in files of a directory they share (`MULTIPROCESS_ENV`, set
 by the first process), so whichever answers a scrape reports the cycles of all of them. Metrics:
@@ -32,7 +33,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import case, func, select
 
 from nanum.server.context import ServerContext
-from nanum.server.services.cluster import Totals, cluster
+from nanum.server.services.cluster import Totals, shared
 from nanum.store import JobRow, JobStatsRow, LabRow
 
 WAIT_BUCKETS = (10.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 86400.0, 3 * 86400.0, 7 * 86400.0)
@@ -84,7 +85,7 @@ class ClusterCollector(Collector):
         yield from self._jobs()
 
     def _gpus(self) -> Iterator[Metric]:
-        view = cluster(self.ctx)
+        view = shared(self.ctx)
         labels = ["node", "gpu", "model"]
         util = GaugeMetricFamily("nanum_gpu_utilization_percent", "GPU utilisation, latest reading", labels=labels)
         used = GaugeMetricFamily("nanum_gpu_memory_used_bytes", "GPU memory in use, latest reading", labels=labels)

@@ -193,9 +193,18 @@
       })
       .then(function (data) { update(data); stamp(true); })
       .catch(function () { stamp(false); })
-      .then(function () { if (finishedTicks < 3) window.setTimeout(tick, every); });
+      .then(function () { if (finishedTicks < 3) window.setTimeout(next, every); });
   }
+  // A page in a hidden tab asks nothing of the server; it catches up the moment it is shown again.
+  var waiting = false;
+  function next() {
+    if (!document.hidden) return tick();
+    waiting = true;
+  }
+  document.addEventListener("visibilitychange", function () {
+    if (!document.hidden && waiting) { waiting = false; tick(); }
+  });
   var log = $("[data-log]");
   if (log) log.scrollTop = log.scrollHeight;
-  window.setTimeout(tick, every);
+  window.setTimeout(next, every);
 })();
