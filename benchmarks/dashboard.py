@@ -123,7 +123,7 @@ async def measure(app: Any, cookie: str, path: str, repeat: int) -> list[float]:
     times = []
     async with httpx.AsyncClient(transport=transport, base_url="http://bench", headers={"Cookie": cookie}) as client:
         for _ in range(repeat + 2):
-            app.state.ctx.caches.cluster.clear()  # each request builds its view (`services.cluster.shared`)
+            app.state.ctx.caches.views.clear()  # each request builds its view (`services.cluster.shared`)
             began = time.perf_counter()
             response = await client.get(path)
             times.append((time.perf_counter() - began) * 1000)
@@ -146,7 +146,7 @@ async def viewers(app: Any, cookie: str, count: int, seconds: float) -> tuple[in
 
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://bench", headers={"Cookie": cookie}) as client:
-        app.state.ctx.caches.cluster.clear()
+        app.state.ctx.caches.views.clear()
         began, until = time.process_time(), time.monotonic() + seconds
         answered = await asyncio.gather(*(viewer(client, 2.5 * i / count, until) for i in range(count)))
         return sum(answered), time.process_time() - began

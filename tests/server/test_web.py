@@ -125,9 +125,12 @@ def test_every_page_renders(client: AsgiClient, node: MonitoredAgent) -> None:
 def test_a_small_clusters_live_data_shows_a_start_at_once_and_a_large_ones_is_built_once_for_every_viewer(
     client: AsgiClient, node: MonitoredAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The Cluster page's live data and `/metrics` read one view: built for each request where that is quick, and
-    shared for a second where building it is slow (a large cluster; here, by lowering the threshold)."""
+    """The Cluster page's live data and `/metrics` read one view, and the Queue page and its live data one queue:
+    built for each request where that is quick, shared for a second where building it is slow (a large cluster;
+    here, by lowering the threshold)."""
+    from nanum.server import context
     from nanum.server.services import cluster
+    from nanum.server.web import data
 
     builds = 0
     build = cluster.cluster
@@ -144,12 +147,24 @@ def test_a_small_clusters_live_data_shows_a_start_at_once_and_a_large_ones_is_bu
     tick(client)
     assert get(client, "/ui/cluster.json", cookies).json()["totals"]["busy"] == 2  # seen at once
     assert builds == 2
-    monkeypatch.setattr(cluster, "SHARE_AFTER_S", 0.0)
+    monkeypatch.setattr(context, "SHARE_AFTER_S", 0.0)
     first = get(client, "/ui/cluster.json", cookies)
     again = get(client, "/ui/cluster.json", {"nanum_session": login(client, BOB)["nanum_session"]})
     metrics = get(client, "/metrics").text
     assert builds == 3 and again.content == first.content
     assert 'nanum_gpus{state="busy"} 2.0' in metrics
+    queues = 0
+    read_queue = data.queue
+
+    def counted_queue(ctx: ServerContext) -> dict[str, object]:
+        nonlocal queues
+        queues += 1
+        return read_queue(ctx)
+
+    monkeypatch.setattr(data, "queue", counted_queue)
+    assert get(client, "/queue", cookies).status_code == 200
+    assert get(client, "/ui/queue.json", cookies).json()["running"][0]["user"] == "alice"
+    assert queues == 1
 
 
 def test_a_long_queue_lists_its_first_jobs_and_counts_the_rest(

@@ -13,9 +13,7 @@ cluster's size. A GPU is, in this order of precedence:
 Down and drained are told apart: a drain is planned, and an alert on GPUs down should not fire for one.
 
 Pages, their live data and `/metrics` read the view through `shared`: where building it takes long (at 1,000
-nodes × 8 GPUs, about 0.2 s of CPU), one view serves every request of the next second. The Cluster page asks
-again every 2.5 s while it is open, so each viewer would otherwise cost the server a tenth of a core; a small
-cluster's view, built in milliseconds, is built anew for every request.
+nodes × 8 GPUs, about 0.2 s of CPU), one view serves every request of the next second (`Caches.shared`).
 """
 
 from __future__ import annotations
@@ -118,17 +116,9 @@ _HOLDERS = (
 )
 
 
-#: A view that took at least this long to build (seconds) is shared for `SHARE_FOR_S` (see the module docstring).
-SHARE_AFTER_S = 0.05
-#: How long a shared view serves: GPU readings are written about once a second, so a view this old shows what a
-#: fresh one would, but for a job that started or ended within the second.
-SHARE_FOR_S = 1.0
-
-
 def shared(ctx: ServerContext) -> ClusterView:
     """The cluster view as this server's pages, live data and `/metrics` read it (see the module docstring)."""
-    return ctx.caches.cluster.get_or_load(  # type: ignore[no-any-return]
-        "view", lambda: cluster(ctx), keep=lambda seconds: SHARE_FOR_S if seconds >= SHARE_AFTER_S else 0.0)
+    return ctx.caches.shared("cluster", lambda: cluster(ctx))
 
 
 def cluster(ctx: ServerContext, now: float | None = None) -> ClusterView:

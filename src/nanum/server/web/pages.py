@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from nanum.jobref import job_ref
 from nanum.server.callers import Caller
+from nanum.server.context import ServerContext
 from nanum.server.services.cluster import ClusterView, GpuView, NodeView, Totals, shared
 from nanum.server.web import charts, data
 from nanum.server.web.render import ago, duration, page
@@ -86,6 +87,11 @@ async def cluster_live(request: Request, _: WebCaller) -> Response:
     return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})
 
 
+def _queue(ctx: ServerContext) -> dict[str, Any]:
+    """The queue as the Queue page and its live data read it: shared, as the cluster view is (`Caches.shared`)."""
+    return ctx.caches.shared("queue", lambda: data.queue(ctx))
+
+
 def queue_json(found: dict[str, Any], now: float) -> dict[str, Any]:
     pending = [
         {
@@ -141,13 +147,13 @@ def _idle_text(job: dict[str, Any], now: float) -> str:
 
 @router.get("/queue")
 async def queue_page(request: Request, who: WebCaller) -> Response:
-    found = await run_in_threadpool(data.queue, request.app.state.ctx)
+    found = await run_in_threadpool(_queue, request.app.state.ctx)
     return page(request, "queue.html", who, title="Queue", q=queue_json(found, time.time()))
 
 
 @router.get("/ui/queue.json")
 async def queue_live(request: Request, _: WebCaller) -> Response:
-    found = await run_in_threadpool(data.queue, request.app.state.ctx)
+    found = await run_in_threadpool(_queue, request.app.state.ctx)
     return JSONResponse(queue_json(found, time.time()), headers={"Cache-Control": "no-store"})
 
 
