@@ -241,6 +241,34 @@ def test_priority_breaks_each_pending_job_into_factors(client: AsgiClient, agent
     ] == [waiting[1], array, array + 1]
 
 
+def test_priority_on_a_large_cluster_orders_the_queue_once_for_every_request_of_the_second(
+    client: AsgiClient, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where ordering the queue is slow (a large cluster; here, by lowering the threshold), the requests of the
+    next second share one order, each still given its own rows; a small cluster's is ordered for every request."""
+    from nanum.server import context
+    from nanum.server.services import priority
+
+    orders = 0
+    ordered = priority._ordered
+
+    def counted(ctx: ServerContext) -> object:
+        nonlocal orders
+        orders += 1
+        return ordered(ctx)
+
+    monkeypatch.setattr(priority, "_ordered", counted)
+    mine = submit(client, gpus=1)["id"]
+    assert [j["job_id"] for j in client.get("/api/v1/priority", headers=auth(ALICE)).json()["jobs"]] == [mine]
+    theirs = submit(client, BOB, gpus=1)["id"]
+    assert [j["job_id"] for j in client.get("/api/v1/priority", headers=auth(ALICE)).json()["jobs"]] == [mine, theirs]
+    assert orders == 2
+    monkeypatch.setattr(context, "SHARE_AFTER_S", 0.0)
+    everyone = client.get("/api/v1/priority", headers=auth(ALICE)).json()["jobs"]
+    bobs = client.get("/api/v1/priority", params={"user": "bob"}, headers=auth(BOB)).json()["jobs"]
+    assert orders == 3 and [j["job_id"] for j in bobs] == [theirs] and bobs[0]["rank"] == everyone[1]["rank"]
+
+
 def test_a_job_larger_than_the_users_own_cap_is_refused_at_once(client: AsgiClient, agent: FakeAgent) -> None:
     assert client.patch("/api/v1/users/alice", json={"max_gpus": 1}, headers=auth(ADMIN)).status_code == 200
     r = client.post("/api/v1/jobs", json={"command": ["true"], "gpus": 2}, headers=auth(ALICE))

@@ -69,7 +69,14 @@ def test_a_cleared_entry_is_loaded_anew() -> None:
     assert cache.get_or_load("all", lambda: 2) == 2
 
 
-def test_keep_sets_how_long_a_loaded_value_serves_from_what_its_load_took() -> None:
+def _busy(seconds: float) -> None:
+    """Spend `seconds` of this thread's CPU."""
+    until = time.thread_time() + seconds
+    while time.thread_time() < until:
+        pass
+
+
+def test_keep_sets_how_long_a_loaded_value_serves_from_the_cpu_its_load_took() -> None:
     cache: TtlCache[str, int] = TtlCache(60.0)
     took: list[float] = []
 
@@ -79,6 +86,8 @@ def test_keep_sets_how_long_a_loaded_value_serves_from_what_its_load_took() -> N
 
     assert cache.get_or_load("all", lambda: 1, keep) == 1
     assert cache.get_or_load("all", lambda: 2, keep) == 2  # a quick load is not kept
-    assert cache.get_or_load("all", lambda: time.sleep(0.06) or 3, keep) == 3
+    assert cache.get_or_load("all", lambda: time.sleep(0.06) or 5, keep) == 5  # nor one that only waited
+    assert cache.get_or_load("all", lambda: 2, keep) == 2
+    assert cache.get_or_load("all", lambda: _busy(0.06) or 3, keep) == 3
     assert cache.get_or_load("all", lambda: 4, keep) == 3  # a slow one is
-    assert took[0] < 0.05 <= took[2]
+    assert took[0] < 0.05 and took[2] < 0.05 <= took[4]

@@ -23,7 +23,7 @@ from nanum.store import Database
 
 #: the GPUs the jobs on a node hold, by job, sorted: what a node's cached desired jobs were built for.
 HeldGpus = tuple[tuple[int, tuple[int, ...]], ...]
-#: A whole-cluster read that took at least this long to build (seconds) is shared for `SHARE_FOR_S` (`Caches.shared`).
+#: A whole-cluster read that took at least this much CPU to build (seconds) is shared for `SHARE_FOR_S` (`Caches.shared`).
 SHARE_AFTER_S = 0.05
 #: How long a shared read serves: GPU readings are written about once a second, so a read this old shows what a
 #: fresh one would, but for a job that started or ended within the second.
@@ -52,7 +52,8 @@ class TtlCache(Generic[K, V]):
         """The entry, loaded if missing or expired. While one thread loads an expired entry, the others are given
         the expired value; where there is none (never loaded, or cleared), they wait for the load. (At 1,000
         nodes, ten submissions at once each reading the whole fleet when its entry expired took a sixth of the
-        server's time.) `keep`: how long to keep the value, given the seconds its load took (default: `ttl`)."""
+        server's time.) `keep`: how long to keep the value, given the CPU seconds its load took (the loading
+        thread's: on a busy machine, its wall time says more of the machine than of the load; default: `ttl`)."""
         item = self._items.get(key)
         if item is not None and item[0] >= time.monotonic():
             return item[1]
@@ -71,9 +72,9 @@ class TtlCache(Generic[K, V]):
             value = self.get(key)
             return value if value is not None else self.get_or_load(key, load)
         try:
-            began = time.monotonic()
+            began = time.thread_time()
             value = load()
-            self.put(key, value, None if keep is None else keep(time.monotonic() - began))
+            self.put(key, value, None if keep is None else keep(time.thread_time() - began))
             return value
         finally:
             with self._lock:
@@ -125,7 +126,7 @@ class Caches:
 
     def shared(self, name: str, build: Callable[[], V]) -> V:
         """What `build` reads, shared by every request of the next `SHARE_FOR_S` seconds where building it took
-        `SHARE_AFTER_S` or more: at 1,000 nodes × 8 GPUs the cluster view takes about 0.2 s of CPU, and each open
+        `SHARE_AFTER_S` of CPU or more: at 1,000 nodes × 8 GPUs the cluster view takes about 0.2 s of CPU, and each open
         Cluster page asks for it every 2.5 s (ten open pages took a whole core). A small cluster's, built in
         milliseconds, is built anew for every request."""
         return self.views.get_or_load(  # type: ignore[no-any-return]

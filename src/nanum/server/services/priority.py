@@ -12,16 +12,24 @@ Rows come by rank, then in that order.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
 
-from nanum.core import HistoryPredictor, OrderContext, priority_factors
+from nanum.core import HistoryPredictor, Job, OrderContext, priority_factors
 from nanum.core.ordering import PRIORITY_WEIGHTS
 from nanum.core.scheduler import partition_of
 from nanum.server import snapshot
 from nanum.server.context import ServerContext
 
 
-def report(ctx: ServerContext, *, user: str | None = None, lab: str | None = None) -> dict[str, Any]:
+class _Ordered(NamedTuple):
+    """The pending jobs in the server's order, what the order read, and the labs that own nodes."""
+
+    queue: list[Job]
+    order_ctx: OrderContext
+    owners: set[str]
+
+
+def _ordered(ctx: ServerContext) -> _Ordered:
     now = ctx.clock()
     settings = ctx.settings
     with ctx.db.read() as s:
@@ -34,7 +42,14 @@ def report(ctx: ServerContext, *, user: str | None = None, lab: str | None = Non
     arrange = getattr(order, "arrange", None)
     if arrange is not None and queue:
         queue = arrange(queue)
-    owners = {n.owner for n in snap.nodes if n.owner is not None}
+    return _Ordered(queue, order_ctx, {n.owner for n in snap.nodes if n.owner is not None})
+
+
+def report(ctx: ServerContext, *, user: str | None = None, lab: str | None = None) -> dict[str, Any]:
+    """The rows of the pending jobs of `user` and `lab` (all where None). The ordered queue is read once for the
+    requests of the next second on a large cluster (`Caches.shared`: at 1,000 nodes it takes about 0.3 s of CPU,
+    and people run this under `watch`)."""
+    queue, order_ctx, owners = ctx.caches.shared("priority", lambda: _ordered(ctx))
     places: Counter[str | None] = Counter()
     rows: list[tuple[int, dict[str, Any]]] = []
     for job in queue:
