@@ -23,7 +23,8 @@ from nanum.store import Database
 
 #: the GPUs the jobs on a node hold, by job, sorted: what a node's cached desired jobs were built for.
 HeldGpus = tuple[tuple[int, tuple[int, ...]], ...]
-#: A whole-cluster read that took at least this much CPU to build (seconds) is shared for `SHARE_FOR_S` (`Caches.shared`).
+#: A whole-cluster read that took this much CPU or more to build (seconds) is shared for `SHARE_FOR_S`
+#: (`Caches.shared`).
 SHARE_AFTER_S = 0.05
 #: How long a shared read serves: GPU readings are written about once a second, so a read this old shows what a
 #: fresh one would, but for a job that started or ended within the second.
