@@ -33,6 +33,7 @@ from nanum.protocol import GpuSample, JobSample, Sample
 from nanum.server.context import ServerContext
 from nanum.server.services import lifecycle, monitor_settings
 from nanum.store import AllocationRow, GpuSampleRow, JobRow, JobStatsRow, NodeLiveRow, NodeRow, UserRow, table
+from nanum.store.pgarray import PgArray
 
 GPU_SAMPLES = table(GpuSampleRow)
 _INSERTS: dict[str, Any] = {}
@@ -94,7 +95,7 @@ def _among(s: Session, column: Any, ids: list[int]) -> Any:
     """`column IN ids`; on PostgreSQL `column = ANY(array)`, whose text is the same whatever the number of ids (so
     neither SQLAlchemy nor psycopg builds it anew for each batch)."""
     if s.get_bind().dialect.name == "postgresql":
-        return column == any_(bindparam(None, ids, type_=postgresql.ARRAY(Integer)))
+        return column == any_(bindparam(None, PgArray(ids), type_=postgresql.ARRAY(Integer)))
     return column.in_(ids)
 
 
@@ -112,9 +113,10 @@ def _insert_raw(s: Session, nodes: list[tuple[int, list[Sample], dict[int, int]]
     if conn.dialect.name == "postgresql":
         node, gpu, at, job, util, memory, power, temperature = (list(column) for column in zip(*rows, strict=True))
         conn.execute(_INSERT_RAW_PG, {
-            "node": node, "gpu": gpu, "at": [float(t) for t in at], "job": job, "util": [float(u) for u in util],
-            "memory": memory, "power": [None if w is None else float(w) for w in power],
-            "temperature": [None if c is None else float(c) for c in temperature]})
+            "node": PgArray(node), "gpu": PgArray(gpu), "at": PgArray(float(t) for t in at), "job": PgArray(job),
+            "util": PgArray(float(u) for u in util), "memory": PgArray(memory),
+            "power": PgArray(None if w is None else float(w) for w in power),
+            "temperature": PgArray(None if c is None else float(c) for c in temperature)})
         return
     conn.execute(insert_ignoring_duplicates(s), [
         {"node_id": node, "gpu_index": gpu, "res": 0, "at": at, "job_id": job, "util": util, "util_max": util,
@@ -291,10 +293,10 @@ def _write_stats(s: Session, changed: list[SimpleNamespace], created: list[Simpl
     """Store the tallies folded here: one statement for the changed, one for the new."""
     conn = s.connection()
     if changed and conn.dialect.name == "postgresql":
-        columns: dict[str, list[Any]] = {"job_id": [r.job_id for r in changed]}
+        columns: dict[str, list[Any]] = {"job_id": PgArray(r.job_id for r in changed)}
         for name, kind in _STATS_WRITTEN.items():
             values = [getattr(r, name) for r in changed]
-            columns[name] = [None if v is None else _AS[kind](v) for v in values]
+            columns[name] = PgArray(None if v is None else _AS[kind](v) for v in values)
         conn.execute(_UPDATE_STATS_PG, columns)
     elif changed:
         conn.execute(_UPDATE_STATS, [
