@@ -7,9 +7,11 @@ with a fresh reading, ~80 % of them held by ~500 running jobs of 40 users in 8 l
 a few GPUs used outside nanum, and 2,000 pending jobs; then times, through the real app in process (httpx over
 ASGI, so routing, session check, queries, templates and response included):
 
-- `GET /` (the Cluster page), `GET /ui/cluster.json` (its live data), `GET /queue`, `GET /metrics`.
+- `GET /` (the Cluster page), `GET /ui/cluster.json` (its live data), `GET /queue`, `GET /nodes`, `GET /labs`,
+  `GET /metrics`.
 
-Prints the median and p95 milliseconds of each over `--repeat` requests, each building its cluster view anew.
+Prints the median and p95 milliseconds of each over `--repeat` requests, each building its reads anew (none
+shared, `Caches.shared`).
 `--viewers 1 10 50` then keeps that many Cluster pages open, each asking for its live data every 2.5 s as the
 page does, and prints the server's CPU (in process: this script's) while they are open.
 
@@ -182,7 +184,7 @@ def main() -> None:
         app = create_app(ctx, run_scheduler=False)
         cookie = asyncio.run(login(app, token))
         print(f"{args.nodes} nodes × {GPUS} GPUs, {PENDING} pending jobs, {'SQLite' if db.is_sqlite else 'PostgreSQL'}")
-        for path in ("/", "/ui/cluster.json", "/queue", "/metrics"):
+        for path in ("/", "/ui/cluster.json", "/queue", "/nodes", "/labs", "/metrics"):
             times = asyncio.run(measure(app, cookie, path, args.repeat))
             median, p95 = statistics.median(times), sorted(times)[int(0.95 * (len(times) - 1))]
             note = (
