@@ -258,12 +258,14 @@ def test_priority_on_a_large_cluster_orders_the_queue_once_for_every_request_of_
         return ordered(ctx)
 
     monkeypatch.setattr(priority, "_ordered", counted)
+    monkeypatch.setattr(context, "SHARE_AFTER_S", 10.0)  # no order of a small queue takes as long, however busy
     mine = submit(client, gpus=1)["id"]
     assert [j["job_id"] for j in client.get("/api/v1/priority", headers=auth(ALICE)).json()["jobs"]] == [mine]
     theirs = submit(client, BOB, gpus=1)["id"]
     assert [j["job_id"] for j in client.get("/api/v1/priority", headers=auth(ALICE)).json()["jobs"]] == [mine, theirs]
     assert orders == 2
     monkeypatch.setattr(context, "SHARE_AFTER_S", 0.0)
+    monkeypatch.setattr(context, "SHARE_FOR_S", 60.0)  # however slow the requests below
     everyone = client.get("/api/v1/priority", headers=auth(ALICE)).json()["jobs"]
     bobs = client.get("/api/v1/priority", params={"user": "bob"}, headers=auth(BOB)).json()["jobs"]
     assert orders == 3 and [j["job_id"] for j in bobs] == [theirs] and bobs[0]["rank"] == everyone[1]["rank"]

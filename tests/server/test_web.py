@@ -21,7 +21,7 @@ def browse(
     """One request with exactly these cookies (as a browser holding them would send)."""
     client.cookies.clear()
     if cookies:
-        kw["headers"] = {"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())}
+        kw["headers"] = {**kw.get("headers", {}), "Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())}  # type: ignore[dict-item]
     response = client.request(method, path, **kw)  # type: ignore[arg-type]
     client.cookies.clear()
     return response
@@ -141,15 +141,17 @@ def test_a_small_clusters_live_data_shows_a_start_at_once_and_a_large_ones_is_bu
         return build(ctx)
 
     monkeypatch.setattr(cluster, "cluster", counted)
-    cookies = login(client, ALICE)
+    monkeypatch.setattr(context, "SHARE_AFTER_S", 10.0)  # no build of a small cluster takes as long, however busy
+    cookies, bobs = login(client, ALICE), login(client, BOB)
     assert get(client, "/ui/cluster.json", cookies).json()["totals"]["busy"] == 0
     submit(client, gpus=2)
     tick(client)
     assert get(client, "/ui/cluster.json", cookies).json()["totals"]["busy"] == 2  # seen at once
     assert builds == 2
     monkeypatch.setattr(context, "SHARE_AFTER_S", 0.0)
+    monkeypatch.setattr(context, "SHARE_FOR_S", 60.0)  # however slow the requests below
     first = get(client, "/ui/cluster.json", cookies)
-    again = get(client, "/ui/cluster.json", {"nanum_session": login(client, BOB)["nanum_session"]})
+    again = get(client, "/ui/cluster.json", bobs)
     metrics = get(client, "/metrics").text
     assert builds == 3 and again.content == first.content
     assert 'nanum_gpus{state="busy"} 2.0' in metrics
@@ -165,6 +167,29 @@ def test_a_small_clusters_live_data_shows_a_start_at_once_and_a_large_ones_is_bu
     assert get(client, "/queue", cookies).status_code == 200
     assert get(client, "/ui/queue.json", cookies).json()["running"][0]["user"] == "alice"
     assert queues == 1
+
+
+def test_large_live_data_goes_gzipped_to_a_browser_that_takes_it(
+    client: AsgiClient, node: MonitoredAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Live data past `GZIP_FROM` bytes is sent gzipped where the request accepts it, plain otherwise; the
+    pages themselves never are (their forms carry a CSRF token)."""
+    from nanum.server.web import pages
+
+    cookies = login(client, ALICE)
+    submit(client, gpus=2)
+    tick(client)
+    small = browse(client, "GET", "/ui/cluster.json", cookies, headers={"Accept-Encoding": "gzip"})
+    assert "content-encoding" not in small.headers  # a few hundred bytes: not worth it
+    monkeypatch.setattr(pages, "GZIP_FROM", 0)
+    for path in ("/ui/cluster.json", "/ui/queue.json"):
+        packed = browse(client, "GET", path, cookies, headers={"Accept-Encoding": "gzip, deflate"})
+        plain = browse(client, "GET", path, cookies, headers={"Accept-Encoding": "identity"})
+        assert packed.headers["content-encoding"] == "gzip" and "content-encoding" not in plain.headers, path
+        assert packed.headers["vary"] == "Accept-Encoding" and packed.json().keys() == plain.json().keys()
+    assert packed.json()["running"][0]["user"] == "alice"
+    page = browse(client, "GET", "/", cookies, headers={"Accept-Encoding": "gzip"})
+    assert page.status_code == 200 and "content-encoding" not in page.headers
 
 
 def test_a_long_queue_lists_its_first_jobs_and_counts_the_rest(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -79,12 +81,35 @@ async def cluster_page(request: Request, who: WebCaller) -> Response:
 @router.get("/ui/cluster.json")
 async def cluster_live(request: Request, _: WebCaller) -> Response:
     view = await run_in_threadpool(shared, request.app.state.ctx)
-    # Rendered once for every viewer a shared view serves (at 1,000 nodes, a third of the request's time).
-    rendered, body = getattr(request.app.state, "cluster_json", (None, b""))
-    if rendered is not view:
-        body = JSONResponse(cluster_json(view)).body
-        request.app.state.cluster_json = (view, body)
-    return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})
+    return await _live(request, "cluster", view, lambda: cluster_json(view))
+
+
+#: Live data of at least this many bytes goes gzipped to a browser that takes it: at 1,000 nodes × 8 GPUs the
+#: Cluster page's is 1.9 MB (0.19 MB gzipped), asked for every 2.5 s by each open page.
+GZIP_FROM = 16 * 1024
+
+
+async def _live(request: Request, name: str, read: object, render: Callable[[], dict[str, Any]]) -> Response:
+    """A live page's data, rendered (and gzipped) once for every request that `read`, a shared read
+    (`Caches.shared`), serves: at 1,000 nodes rendering was a third of such a request's time. Only this data
+    is compressed, not the pages: their forms carry a CSRF token, which compression beside text a request
+    chose would let an observer of the traffic guess."""
+    kept = getattr(request.app.state, "live", None)
+    if kept is None:
+        kept = request.app.state.live = {}
+    if name not in kept or kept[name][0] is not read:
+        kept[name] = (read, *await run_in_threadpool(_rendered, render))
+    _, body, packed = kept[name]
+    headers = {"Cache-Control": "no-store", "Vary": "Accept-Encoding"}
+    if packed is not None and "gzip" in request.headers.get("accept-encoding", ""):
+        return Response(packed, media_type="application/json", headers={**headers, "Content-Encoding": "gzip"})
+    return Response(body, media_type="application/json", headers=headers)
+
+
+def _rendered(render: Callable[[], dict[str, Any]]) -> tuple[bytes, bytes | None]:
+    """The JSON `render` gives, and the same gzipped where it is large enough (`GZIP_FROM`)."""
+    body = bytes(JSONResponse(render()).body)
+    return body, gzip.compress(body, 5) if len(body) >= GZIP_FROM else None
 
 
 def _queue(ctx: ServerContext) -> dict[str, Any]:
@@ -154,7 +179,7 @@ async def queue_page(request: Request, who: WebCaller) -> Response:
 @router.get("/ui/queue.json")
 async def queue_live(request: Request, _: WebCaller) -> Response:
     found = await run_in_threadpool(_queue, request.app.state.ctx)
-    return JSONResponse(queue_json(found, time.time()), headers={"Cache-Control": "no-store"})
+    return await _live(request, "queue", found, lambda: queue_json(found, time.time()))
 
 
 @router.get("/nodes")
