@@ -65,6 +65,19 @@ def tick(client: AsgiClient) -> None:
     client.app.state.scheduler.tick()
 
 
+def count_calls(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[object]:
+    """Wrap `owner.name` so that each call is counted: the list returned grows by one per call."""
+    calls: list[object] = []
+    wrapped = getattr(owner, name)
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(args)
+        return wrapped(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
 def settle(db: Database, half_life: float) -> int:
     """What the scheduler's next tick settles: the runs not yet charged to their labs and users."""
     with db.write() as s:

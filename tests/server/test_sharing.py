@@ -14,7 +14,7 @@ from nanum.server.context import ServerContext
 from nanum.server.services import budgets, lifecycle
 from nanum.store import JobRow
 from tests.server.asgiclient import AsgiClient
-from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, settle, submit, tick
+from tests.server.conftest import ADMIN, ALICE, BOB, auth, count_calls, job, settle, submit, tick
 from tests.server.fakeagent import FakeAgent
 
 
@@ -249,26 +249,18 @@ def test_priority_on_a_large_cluster_orders_the_queue_once_for_every_request_of_
     from nanum.server import context
     from nanum.server.services import priority
 
-    orders = 0
-    ordered = priority._ordered
-
-    def counted(ctx: ServerContext) -> object:
-        nonlocal orders
-        orders += 1
-        return ordered(ctx)
-
-    monkeypatch.setattr(priority, "_ordered", counted)
+    orders = count_calls(monkeypatch, priority, "_ordered")
     monkeypatch.setattr(context, "SHARE_AFTER_S", 10.0)  # no order of a small queue takes as long, however busy
     mine = submit(client, gpus=1)["id"]
     assert [j["job_id"] for j in client.get("/api/v1/priority", headers=auth(ALICE)).json()["jobs"]] == [mine]
     theirs = submit(client, BOB, gpus=1)["id"]
     assert [j["job_id"] for j in client.get("/api/v1/priority", headers=auth(ALICE)).json()["jobs"]] == [mine, theirs]
-    assert orders == 2
+    assert len(orders) == 2
     monkeypatch.setattr(context, "SHARE_AFTER_S", 0.0)
     monkeypatch.setattr(context, "SHARE_FOR_S", 60.0)  # however slow the requests below
     everyone = client.get("/api/v1/priority", headers=auth(ALICE)).json()["jobs"]
     bobs = client.get("/api/v1/priority", params={"user": "bob"}, headers=auth(BOB)).json()["jobs"]
-    assert orders == 3 and [j["job_id"] for j in bobs] == [theirs] and bobs[0]["rank"] == everyone[1]["rank"]
+    assert len(orders) == 3 and [j["job_id"] for j in bobs] == [theirs] and bobs[0]["rank"] == everyone[1]["rank"]
 
 
 def test_a_job_larger_than_the_users_own_cap_is_refused_at_once(client: AsgiClient, agent: FakeAgent) -> None:

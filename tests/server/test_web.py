@@ -11,7 +11,7 @@ import pytest
 from nanum.server.context import ServerContext
 from nanum.server.services import accounts
 from tests.server.asgiclient import AsgiClient
-from tests.server.conftest import ADMIN, ALICE, BOB, auth, job, submit, tick
+from tests.server.conftest import ADMIN, ALICE, BOB, auth, count_calls, job, submit, tick
 from tests.server.monitoredagent import MonitoredAgent
 
 
@@ -132,41 +132,25 @@ def test_a_small_clusters_live_data_shows_a_start_at_once_and_a_large_ones_is_bu
     from nanum.server.services import cluster
     from nanum.server.web import data
 
-    builds = 0
-    build = cluster.cluster
-
-    def counted(ctx: ServerContext) -> cluster.ClusterView:
-        nonlocal builds
-        builds += 1
-        return build(ctx)
-
-    monkeypatch.setattr(cluster, "cluster", counted)
+    builds = count_calls(monkeypatch, cluster, "cluster")
     monkeypatch.setattr(context, "SHARE_AFTER_S", 10.0)  # no build of a small cluster takes as long, however busy
     cookies, bobs = login(client, ALICE), login(client, BOB)
     assert get(client, "/ui/cluster.json", cookies).json()["totals"]["busy"] == 0
     submit(client, gpus=2)
     tick(client)
     assert get(client, "/ui/cluster.json", cookies).json()["totals"]["busy"] == 2  # seen at once
-    assert builds == 2
+    assert len(builds) == 2
     monkeypatch.setattr(context, "SHARE_AFTER_S", 0.0)
     monkeypatch.setattr(context, "SHARE_FOR_S", 60.0)  # however slow the requests below
     first = get(client, "/ui/cluster.json", cookies)
     again = get(client, "/ui/cluster.json", bobs)
     metrics = get(client, "/metrics").text
-    assert builds == 3 and again.content == first.content
+    assert len(builds) == 3 and again.content == first.content
     assert 'nanum_gpus{state="busy"} 2.0' in metrics
-    queues = 0
-    read_queue = data.queue
-
-    def counted_queue(ctx: ServerContext) -> dict[str, object]:
-        nonlocal queues
-        queues += 1
-        return read_queue(ctx)
-
-    monkeypatch.setattr(data, "queue", counted_queue)
+    queues = count_calls(monkeypatch, data, "queue")
     assert get(client, "/queue", cookies).status_code == 200
     assert get(client, "/ui/queue.json", cookies).json()["running"][0]["user"] == "alice"
-    assert queues == 1
+    assert len(queues) == 1
 
 
 def test_large_live_data_goes_gzipped_to_a_browser_that_takes_it(

@@ -25,7 +25,7 @@ from sqlalchemy import select
 
 from nanum.jobref import ref_of
 from nanum.server.context import ServerContext
-from nanum.store import AllocationRow, JobRow, JobStatsRow, LabRow, NodeLiveRow, NodeRow, UserRow
+from nanum.store import AllocationRow, JobRow, JobStatsRow, LabRow, NodeLiveRow, NodeRow, UserRow, table
 
 
 @dataclass(slots=True)
@@ -94,7 +94,7 @@ class ClusterView:
     totals: Totals
 
 
-_LIVE = NodeLiveRow.__table__
+_LIVE = table(NodeLiveRow)
 _HOLDERS = (
     select(
         AllocationRow.node_id,
