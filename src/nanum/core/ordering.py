@@ -1,6 +1,9 @@
 """Queue orders: which pending job the cycle considers first. One small class per order, found by name.
 
 Each order gives a sort key; ties always fall back to submit time and then job id, so a cycle is deterministic.
+`ordered` puts a queue in an order's sequence. Most of a long queue is jobs alike in everything the key reads but
+their submission (a sweep: one user's jobs of one request, in one burst); an order that can say which jobs those
+are (`grouping`) has its key computed once per group, and the sequence is exactly the sorted one.
 Every key starts with `-job.tier`: a job an admin put in a higher tier (0..9) goes before every job of a lower
 tier, whatever the order, and inside a tier the order's own rule below decides. A tier orders the queue only (its
 head gets the partition's backfill reservation); it is no preemption class: `level` ignores it, so a higher tier
@@ -27,7 +30,7 @@ does not by itself preempt anything.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import ClassVar, Protocol
@@ -109,8 +112,64 @@ class QueueOrder(Protocol):
     reads_users: ClassVar[bool]
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
-        """Smaller keys go first. Must be pure: the same job and context give the same key."""
+        """Smaller keys go first, and every key ends with (submit time, id). Must be pure: the same job and context
+        give the same key."""
         ...
+
+    # Optional: `grouping(ctx)`, a function giving jobs whose keys are equal but for their last two fields (submit
+    # time, id) one value, or None when the order cannot tell them in this context; and `arrange(queue)`, a last
+    # step over the sorted queue (`ordered` calls both).
+
+
+#: Every key's last two fields: a group keeps its jobs in this order (`ordered`).
+_SUBMITTED = attrgetter("submit_time", "id")
+
+
+def ordered(jobs: Iterable[Job], order: QueueOrder, ctx: OrderContext) -> list[Job]:
+    """`jobs` in `order`'s sequence: sorted by its key, then `arrange`d where the order has that last step.
+
+    Where the order groups jobs (`grouping`), the key is computed once per group: its members, in submission order,
+    take the group's place. The result is the same as sorting by the key (the key's other fields are equal inside a
+    group, and its last two are the submission order), at a fraction of the cost on a queue of sweeps: 19,000
+    waiting jobs were a 47 ms tick, half of it computing their keys."""
+    queue = list(jobs)
+    if len(queue) < 2:  # a lone job needs no key (most cycles of a driver that cycles at every arrival)
+        return queue
+    grouping = getattr(order, "grouping", None)
+    alike: Callable[[Job], Hashable] | None = grouping(ctx) if grouping is not None else None
+    if alike is None:
+        queue.sort(key=lambda j: order.sort_key(j, ctx))
+    else:
+        queue.sort(key=_SUBMITTED)
+        heads: dict[Hashable, tuple[float, ...]] = {}
+        runs: dict[tuple[float, ...], list[Job]] = {}
+        for job in queue:
+            group = alike(job)
+            head = heads.get(group)
+            if head is None:
+                head = heads[group] = order.sort_key(job, ctx)[:-2]
+            run = runs.get(head)
+            if run is None:
+                runs[head] = [job]
+            else:
+                run.append(job)
+        if len(runs) > 1:
+            queue = [job for head in sorted(runs) for job in runs[head]]
+    arrange = getattr(order, "arrange", None)
+    return queue if arrange is None else list(arrange(queue))
+
+
+def _likeness(ctx: OrderContext) -> Callable[[Job], Hashable] | None:
+    """How the context's predictor tells jobs it predicts alike (`HistoryPredictor.likeness`); None where it cannot
+    say (a predictor may know each job apart)."""
+    if ctx.predictor is None:
+        return _nothing
+    alike: Callable[[Job], Hashable] | None = getattr(ctx.predictor, "likeness", None)
+    return alike
+
+
+def _nothing(job: Job) -> None:
+    return None
 
 
 class Fifo:
@@ -120,6 +179,9 @@ class Fifo:
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         return (-job.tier, job.submit_time, job.id)
+
+    def grouping(self, ctx: OrderContext) -> Callable[[Job], Hashable]:
+        return _TIER
 
 
 def priority_factors(job: Job, ctx: OrderContext) -> dict[str, float]:
@@ -164,6 +226,9 @@ class FairShare:
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         return (-job.tier, -ctx.lab_factor(job.lab), -ctx.user_factor(job.user), job.submit_time, job.id)
 
+    def grouping(self, ctx: OrderContext) -> Callable[[Job], Hashable]:
+        return _TIER_LAB_USER
+
 
 class Las:
     name: ClassVar[str] = "las"
@@ -172,6 +237,9 @@ class Las:
 
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         return (-job.tier, self.level(job, job.attained_gpu_seconds), job.submit_time, job.id)
+
+    def grouping(self, ctx: OrderContext) -> Callable[[Job], Hashable] | None:
+        return _TIER_ATTAINED
 
     def level(self, job: Job, attained: float) -> int:
         """The LAS queue: 0 below 2 GPU-hours received, 1 below 20, else 2 (the classes `+preempt` uses; the
@@ -210,6 +278,17 @@ class Gittins(Las):
         scale, factor = ctx.lab_scale(job.lab)
         return (-job.tier, self.level(job, attained), -(index or 0.0) * scale, -factor, job.submit_time, job.id)
 
+    def grouping(self, ctx: OrderContext) -> Callable[[Job], Hashable] | None:
+        """Jobs of one tier, service received and lab, alike to the predictor, in one burst and of one size: the
+        index reads the predictor's history for such jobs and the burst's running siblings."""
+        if getattr(ctx.predictor, "gittins_index", None) is None:  # no index: the tier, service and lab decide
+            return _TIER_ATTAINED_LAB
+        alike = _likeness(ctx)
+        if alike is None:
+            return None
+        return lambda job: (job.tier, job.attained_gpu_seconds, job.lab, job.id if job.burst is None else job.burst,
+                            job.gpus * job.nodes, alike(job))
+
     def arrange(self, queue: list[Job]) -> list[Job]:
         """`by_user_priority`: a user's priorities reorder that user's own jobs of the same tier."""
         return by_user_priority(queue)
@@ -241,6 +320,10 @@ def by_user_priority(queue: list[Job]) -> list[Job]:
 
 
 _priority = attrgetter("priority")
+_TIER = attrgetter("tier")
+_TIER_LAB_USER = attrgetter("tier", "lab", "user")
+_TIER_ATTAINED = attrgetter("tier", "attained_gpu_seconds")
+_TIER_ATTAINED_LAB = attrgetter("tier", "attained_gpu_seconds", "lab")
 
 
 class Shortest:
@@ -251,6 +334,12 @@ class Shortest:
     def sort_key(self, job: Job, ctx: OrderContext) -> tuple[float, ...]:
         runtime = expected_runtime(job, ctx.predictor)
         return (-job.tier, INF if runtime is None else runtime, job.submit_time, job.id)
+
+    def grouping(self, ctx: OrderContext) -> Callable[[Job], Hashable] | None:
+        alike = _likeness(ctx)
+        if alike is None:
+            return None
+        return lambda job: (job.tier, job.time_limit, alike(job))
 
 
 ORDERS: dict[str, type[QueueOrder]] = {o.name: o for o in (Fifo, Priority, FairShare, Las, Gittins, Shortest)}

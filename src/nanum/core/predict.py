@@ -80,6 +80,12 @@ class HistoryPredictor:
             ("all",),
         )
 
+    @staticmethod
+    def likeness(job: Job) -> Hashable:
+        """All that `predict` and `gittins_index` read of a job (its keys above): jobs alike in it are predicted
+        alike, and indexed alike at the same service received and known (`nanum.core.ordering.ordered`)."""
+        return (job.user, job.name, job.lab, job.gpus, job.nodes)
+
     def observe(self, job: Job, run_time: float) -> None:
         """Learn that `job` ran for `run_time` seconds (to completion, not cut short by preemption)."""
         self._memo.clear()

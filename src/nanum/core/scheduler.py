@@ -29,7 +29,7 @@ from nanum.core.cycle import CycleState, Partition, Shape, partition_of
 from nanum.core.decision import Code, Decisions, Reason
 from nanum.core.explain import explain
 from nanum.core.model import Job, Placement, Snapshot
-from nanum.core.ordering import OrderContext
+from nanum.core.ordering import OrderContext, ordered
 from nanum.core.policy import Policy
 from nanum.core.predict import Predictor
 from nanum.core.quota import impossible, would_borrow
@@ -54,13 +54,7 @@ def schedule(
     # 1. Order the queue.
     ctx = OrderContext(snapshot.now, snapshot.labs, snapshot.users, c.total_gpus, predictor, snapshot.running,
                        cache.siblings if cache is not None else None)
-    order = c.order
-    queue = list(snapshot.pending)
-    if len(queue) > 1:  # a lone job needs no key (most cycles of a driver that cycles at every arrival)
-        queue.sort(key=lambda j: order.sort_key(j, ctx))
-        arrange = getattr(order, "arrange", None)
-        if arrange is not None:
-            queue = arrange(queue)
+    queue = ordered(snapshot.pending, c.order, ctx)
     # 2. Owners first: jobs within their lab's guarantee (or in labs without one).
     usage, labs = c.usage, snapshot.labs
     borrowers: list[Job] = []

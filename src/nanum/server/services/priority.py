@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Any, NamedTuple
 
 from nanum.core import HistoryPredictor, Job, OrderContext, priority_factors
-from nanum.core.ordering import PRIORITY_WEIGHTS
+from nanum.core.ordering import PRIORITY_WEIGHTS, ordered
 from nanum.core.scheduler import partition_of
 from nanum.server import snapshot
 from nanum.server.context import ServerContext
@@ -37,11 +37,7 @@ def _ordered(ctx: ServerContext) -> _Ordered:
                               ctx.last_seen.since)
     snap = plan.snapshot
     order_ctx = OrderContext(now, snap.labs, snap.users, sum(len(n.gpus) for n in snap.nodes), None, snap.running)
-    order = ctx.policy.make_order()
-    queue = sorted(snap.pending, key=lambda j: order.sort_key(j, order_ctx))
-    arrange = getattr(order, "arrange", None)
-    if arrange is not None and queue:
-        queue = arrange(queue)
+    queue = ordered(snap.pending, ctx.policy.make_order(), order_ctx)
     return _Ordered(queue, order_ctx, {n.owner for n in snap.nodes if n.owner is not None})
 
 
