@@ -11,12 +11,14 @@ ASGI, so routing, session check, queries, templates and response included):
   `GET /metrics`.
 
 Prints the median and p95 milliseconds of each over `--repeat` requests, each building its reads anew (none
-shared, `Caches.shared`).
+shared, `Caches.shared`). `--finished N` adds a history of N finished jobs first: `/metrics` counts every job at its
+first scrape and then only the jobs written since (`nanum.server.jobtally`); the first scrape is printed apart.
 `--viewers 1 10 50` then keeps that many Cluster pages open, each asking for its live data every 2.5 s as the
 page does, and prints the server's CPU (in process: this script's) while they are open.
 
     .venv/bin/python benchmarks/dashboard.py [--repeat 20] [--db postgresql+psycopg://postgres@127.0.0.1/test]
     .venv/bin/python benchmarks/dashboard.py --nodes 1000 --viewers 1 10 50 --db postgresql+psycopg://...
+    .venv/bin/python benchmarks/dashboard.py --finished 200000 --db postgresql+psycopg://...
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from nanum.protocol import GpuInfo, NodeInfo
 from nanum.server.app import create_app
@@ -74,6 +76,22 @@ def build(ctx: ServerContext, rnd: random.Random, count: int = NODES) -> str:
             user = rnd.choice(list(users))
             s.add(_row(job_id, users[user], rnd.choice((1, 2, 4, 8)), "pending", now - rnd.uniform(0, 86400)))
     return token
+
+
+def add_finished(ctx: ServerContext, count: int) -> None:
+    """`count` finished jobs, copies of the first running job's row that waited 0 to 5,000 s and completed."""
+    columns = [c.name for c in JobRow.__table__.columns if c.name not in ("id", "rev")]
+    values = {"state": "'completed'", "start_time": "submit_time + (g % 5000)", "end_time": "submit_time + 6000",
+              "exit_code": "0"}
+    chosen = ", ".join(values.get(c, c) for c in columns)
+    series = ("generate_series(1, :n) AS s(g)" if not ctx.db.is_sqlite else
+              "(WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :n) SELECT g FROM s)")
+    with ctx.db.write() as s:
+        if not ctx.db.is_sqlite:  # `build` gave its jobs their ids itself
+            s.execute(text("SELECT setval(pg_get_serial_sequence('jobs', 'id'), (SELECT max(id) FROM jobs))"))
+        s.execute(text(f"INSERT INTO jobs ({', '.join(columns)}) SELECT {chosen} FROM "
+                       f"(SELECT * FROM jobs WHERE state = 'running' ORDER BY id LIMIT 1) AS j, {series}"),
+                  {"n": count})
 
 
 def _node(s: Any, i: int, now: float) -> NodeRow:
@@ -120,17 +138,17 @@ def _live(s: Any, rnd: random.Random, node: NodeRow, now: float) -> None:
     s.add(NodeLiveRow(node_id=node.id, time=now, gpus=gpus, jobs=[], rogue=rogue))
 
 
-async def measure(app: Any, cookie: str, path: str, repeat: int) -> list[float]:
+async def measure(app: Any, cookie: str, path: str, repeat: int, warm: int = 2) -> list[float]:
     transport = httpx.ASGITransport(app=app)
     times = []
     async with httpx.AsyncClient(transport=transport, base_url="http://bench", headers={"Cookie": cookie}) as client:
-        for _ in range(repeat + 2):
+        for _ in range(repeat + warm):
             app.state.ctx.caches.views.clear()  # each request builds its view (`services.cluster.shared`)
             began = time.perf_counter()
             response = await client.get(path)
             times.append((time.perf_counter() - began) * 1000)
             assert response.status_code == 200, (path, response.status_code, response.text[:200])
-    return times[2:]  # the first requests warm caches
+    return times[warm:]  # the first requests warm caches
 
 
 async def viewers(app: Any, cookie: str, count: int, seconds: float) -> tuple[int, float]:
@@ -177,6 +195,7 @@ def main() -> None:
     parser.add_argument("--viewers", type=int, nargs="*", default=[], metavar="N",
                         help="then keep N Cluster pages open (each N in turn) and print the server's CPU")
     parser.add_argument("--seconds", type=float, default=20.0, help="how long the pages of --viewers stay open")
+    parser.add_argument("--finished", type=int, default=0, metavar="N", help="a history of N finished jobs")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         settings = ServerSettings(home=Path(tmp), db_url=args.db)
@@ -184,9 +203,14 @@ def main() -> None:
         upgrade(db)
         ctx = ServerContext.create(settings, db)
         token = build(ctx, random.Random(7), args.nodes)
+        if args.finished:
+            add_finished(ctx, args.finished)
         app = create_app(ctx, run_scheduler=False)
         cookie = asyncio.run(login(app, token))
-        print(f"{args.nodes} nodes × {GPUS} GPUs, {PENDING} pending jobs, {'SQLite' if db.is_sqlite else 'PostgreSQL'}")
+        print(f"{args.nodes} nodes × {GPUS} GPUs, {PENDING} pending jobs, {args.finished:,} finished ones, "
+              f"{'SQLite' if db.is_sqlite else 'PostgreSQL'}")
+        first = asyncio.run(measure(app, cookie, "/metrics", 1, warm=0))[0]
+        print(f"GET /metrics, the first  {first:6.1f} ms (counts every job)")
         for path in ("/", "/ui/cluster.json", "/queue", "/nodes", "/labs", "/metrics"):
             times = asyncio.run(measure(app, cookie, path, args.repeat))
             median, p95 = statistics.median(times), sorted(times)[int(0.95 * (len(times) - 1))]

@@ -498,3 +498,64 @@ def test_the_owner_of_an_idle_job_gets_an_email(client: AsgiClient, node: Monito
     finally:
         mailbox.shutdown()
         mailbox.server_close()
+
+
+def _counted_afresh(ctx: ServerContext) -> dict[str, float]:
+    """The job families' samples by definition, counted over every job by the database: jobs per state, pending
+    jobs per lab, and each started job's wait (start - submit) per lab."""
+    from sqlalchemy import case
+
+    from nanum.server.metrics import WAIT_BUCKETS, _le
+    from nanum.store import JobRow, LabRow
+
+    out: dict[str, float] = {}
+    wait = JobRow.start_time - JobRow.submit_time
+    with ctx.db.read() as s:
+        for state, n in s.execute(select(JobRow.state, func.count()).group_by(JobRow.state)):
+            out[f'nanum_jobs{{state="{state}"}}'] = n
+        pending = (JobRow.lab_id == LabRow.id) & (JobRow.state == "pending")
+        for lab, n in s.execute(select(LabRow.name, func.count(JobRow.id)).join(JobRow, pending, isouter=True)
+                                .group_by(LabRow.name)):
+            out[f'nanum_queue_length{{lab="{lab}"}}'] = n
+        for lab, n, total, *under in s.execute(
+                select(LabRow.name, func.count(JobRow.id), func.sum(wait),
+                       *(func.sum(case((wait <= b, 1), else_=0)) for b in WAIT_BUCKETS))
+                .join(LabRow, LabRow.id == JobRow.lab_id).where(JobRow.start_time.is_not(None)).group_by(LabRow.name)):
+            out[f'nanum_job_wait_seconds_count{{lab="{lab}"}}'] = n
+            out[f'nanum_job_wait_seconds_sum{{lab="{lab}"}}'] = round(total, 3)
+            for bound, k in zip(WAIT_BUCKETS, under, strict=True):
+                out[f'nanum_job_wait_seconds_bucket{{lab="{lab}",le="{_le(bound)}"}}'] = k
+            out[f'nanum_job_wait_seconds_bucket{{lab="{lab}",le="+Inf"}}'] = n
+    return out
+
+
+def _job_samples(text: str) -> dict[str, float]:
+    found = re.findall(r'(?m)^((?:nanum_jobs|nanum_queue_length|nanum_job_wait_seconds_(?:count|sum|bucket))\{[^}]*\})'
+                       r' (\S+)$', text)
+    return {name: round(float(value), 3) if "_sum" in name else float(value) for name, value in found}
+
+
+def test_metrics_count_jobs_as_they_change_between_scrapes(client: AsgiClient, node: MonitoredAgent,
+                                                           ctx: ServerContext) -> None:
+    """Each scrape reads only the jobs written since the last (`nanum.server.jobtally`), yet says what counting every
+    job afresh says: a job that ends, one cancelled while waiting, and a finished one requeued, whose old wait
+    leaves the histogram until it starts again."""
+    ctx.settings = dataclasses.replace(ctx.settings, metrics_names=True)
+    first = run_job(client, node, gpus=2)
+    waiting = int(submit(client, gpus=4)["id"])  # type: ignore[call-overload]
+    submit(client, token=BOB, lab="nlp", gpus=4)
+    assert _job_samples(client.get("/metrics").text) == _counted_afresh(ctx)  # the first scrape: every job
+
+    node.exit(first, 0)
+    node.beat()
+    assert client.post(f"/api/v1/jobs/{waiting}/cancel", headers=auth(ALICE)).status_code == 200
+    tick(client)
+    node.beat()
+    seen = _job_samples(client.get("/metrics").text)
+    assert seen == _counted_afresh(ctx)
+    assert seen['nanum_jobs{state="completed"}'] == 1 and seen['nanum_jobs{state="cancelled"}'] == 1
+
+    assert client.post(f"/api/v1/jobs/{first}/requeue", headers=auth(ALICE)).status_code == 200
+    seen = _job_samples(client.get("/metrics").text)
+    assert seen == _counted_afresh(ctx)
+    assert 'nanum_jobs{state="completed"}' not in seen  # it waits again

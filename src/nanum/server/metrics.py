@@ -1,7 +1,8 @@
 """`/metrics` for Prometheus: GPUs, jobs, the queue and the scheduler.
 
 Cluster figures are read from the store at scrape time (so every server sharing a database reports the same;
-on a large cluster, the view the dashboard read within the second, `services.cluster.shared`);
+on a large cluster, the view the dashboard read within the second, `services.cluster.shared`); the job counts and
+waits are kept from scrape to scrape, each reading only the jobs written since the last (`nanum.server.jobtally`);
 the scheduler's cycle time is observed by the scheduling server as it ticks. The processes of one server
 (`nanum server --workers`) keep their observations in files of a directory they share (`MULTIPROCESS_ENV`, set
 by the first process), so whichever answers a scrape reports the cycles of all of them. Metrics:
@@ -30,9 +31,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import case, func, select
+from sqlalchemy import func, select
 
 from nanum.server.context import ServerContext
+from nanum.server.jobtally import JobTally
 from nanum.server.services.cluster import Totals, shared
 from nanum.store import JobRow, JobStatsRow, LabRow
 
@@ -50,7 +52,8 @@ class Metrics:
     """One registry per app: the cluster collector and the scheduler's cycle histogram."""
 
     def __init__(self, ctx: ServerContext) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        # Not described on registering: that would read the whole cluster from the store while the app is made.
+        self.registry = CollectorRegistry(auto_describe=False)
         shared = os.environ.get(MULTIPROCESS_ENV)
         if shared:
             from prometheus_client import multiprocess, values
@@ -75,6 +78,7 @@ class Metrics:
 class ClusterCollector(Collector):
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
+        self.tally = JobTally(WAIT_BUCKETS)
 
     @property
     def names(self) -> bool:
@@ -114,50 +118,37 @@ class ClusterCollector(Collector):
         yield from (util, used, total, power, temp, alloc, state, up, states)
 
     def _jobs(self) -> Iterator[Metric]:
-        with self.ctx.db.read() as s:
-            by_state = s.execute(select(JobRow.state, func.count()).group_by(JobRow.state)).all()
-            queue = s.execute(
-                select(LabRow.name, func.count(JobRow.id))
-                .join(JobRow, (JobRow.lab_id == LabRow.id) & (JobRow.state == "pending"), isouter=True)
-                .group_by(LabRow.name)
-            ).all()
-            waits = s.execute(_wait_query()).all()
+        with self.ctx.db.read(one_moment=True) as s:
+            self.tally.update(s)  # the jobs written since the last scrape (`nanum.server.jobtally`)
+            labs = dict(s.execute(select(LabRow.id, LabRow.name)).all())
             idle = s.execute(
                 select(JobStatsRow.idle_stage, func.count())
                 .join(JobRow, JobRow.id == JobStatsRow.job_id)
                 .where(JobRow.state == "running", JobStatsRow.idle_stage.in_(("flagged", "released")))
                 .group_by(JobStatsRow.idle_stage)
             ).all()
+        by_state, pending, waits = self.tally.snapshot()
         jobs = GaugeMetricFamily("nanum_jobs", "Jobs per state", labels=["state"])
-        for name, count in by_state:
+        for name, count in sorted(by_state.items()):
             jobs.add_metric([name], count)
         length = GaugeMetricFamily("nanum_queue_length", "Pending jobs per lab", labels=["lab"] if self.names else [])
         if self.names:
-            for lab, count in queue:
-                length.add_metric([lab], count)
+            for lab_id, lab in sorted(labs.items(), key=lambda item: item[1]):
+                length.add_metric([lab], pending.get(lab_id, 0))
         else:
-            length.add_metric([], sum(count for _, count in queue))
+            length.add_metric([], sum(pending.values()))
         flagged = GaugeMetricFamily("nanum_idle_jobs", "Running jobs flagged idle, by stage", labels=["stage"])
         found = dict(idle)
         for stage in ("flagged", "released"):
             flagged.add_metric([stage], found.get(stage, 0))
-        yield from (jobs, length, _wait_histogram(waits if self.names else _summed(waits), self.names), flagged)
+        rows = [(labs.get(lab_id, str(lab_id)), w.count, w.micros / 1_000_000, *w.cumulative())
+                for lab_id, w in sorted(waits.items())]
+        yield from (jobs, length, _wait_histogram(rows if self.names else _summed(rows), self.names), flagged)
 
 
 def _maybe(family: GaugeMetricFamily, labels: list[str], value: float | None) -> None:
     if value is not None:
         family.add_metric(labels, float(value))
-
-
-def _wait_query() -> Any:
-    wait = JobRow.start_time - JobRow.submit_time
-    buckets = [func.sum(case((wait <= b, 1), else_=0)) for b in WAIT_BUCKETS]
-    return (
-        select(LabRow.name, func.count(JobRow.id), func.coalesce(func.sum(wait), 0.0), *buckets)
-        .join(LabRow, LabRow.id == JobRow.lab_id)
-        .where(JobRow.start_time.is_not(None))
-        .group_by(LabRow.name)
-    )
 
 
 def _summed(rows: Sequence[Any]) -> list[tuple[Any, ...]]:
