@@ -47,8 +47,8 @@ NODES, GPUS, LABS, USERS, PENDING = 100, 8, 8, 40, 2000
 TARGET_MS = 300.0
 
 
-def build(ctx: ServerContext, rnd: random.Random, count: int = NODES) -> str:
-    """Fill the database; returns the admin's token."""
+def build(ctx: ServerContext, rnd: random.Random, count: int = NODES, first_id: int = 0) -> str:
+    """Fill the database, its jobs' ids after `first_id`; returns the admin's token."""
     token = accounts.create_user(ctx, UserIn(name="admin", labs=["lab0"], admin=True))
     for u in range(USERS):
         accounts.create_user(ctx, UserIn(name=f"user{u:02d}", labs=[f"lab{u % LABS}"]))
@@ -59,7 +59,7 @@ def build(ctx: ServerContext, rnd: random.Random, count: int = NODES) -> str:
         }
         nodes = [_node(s, i, now) for i in range(count)]
         s.flush()
-        job_id = 0
+        job_id = first_id
         for node in nodes:
             gpu = 0
             while gpu < GPUS:
@@ -79,16 +79,15 @@ def build(ctx: ServerContext, rnd: random.Random, count: int = NODES) -> str:
 
 
 def add_finished(ctx: ServerContext, count: int) -> None:
-    """`count` finished jobs, copies of the first running job's row that waited 0 to 5,000 s and completed."""
-    columns = [c.name for c in JobRow.__table__.columns if c.name not in ("id", "rev")]
-    values = {"state": "'completed'", "start_time": "submit_time + (g % 5000)", "end_time": "submit_time + 6000",
-              "exit_code": "0"}
+    """`count` finished jobs with ids 1 to `count` (a history before the jobs of `build`, which come after it):
+    copies of the first running job's row that waited 0 to 5,000 s and completed."""
+    columns = [c.name for c in JobRow.__table__.columns if c.name != "rev"]
+    values = {"id": "g", "state": "'completed'", "start_time": "submit_time + (g % 5000)",
+              "end_time": "submit_time + 6000", "exit_code": "0"}
     chosen = ", ".join(values.get(c, c) for c in columns)
     series = ("generate_series(1, :n) AS s(g)" if not ctx.db.is_sqlite else
               "(WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :n) SELECT g FROM s)")
     with ctx.db.write() as s:
-        if not ctx.db.is_sqlite:  # `build` gave its jobs their ids itself
-            s.execute(text("SELECT setval(pg_get_serial_sequence('jobs', 'id'), (SELECT max(id) FROM jobs))"))
         s.execute(text(f"INSERT INTO jobs ({', '.join(columns)}) SELECT {chosen} FROM "
                        f"(SELECT * FROM jobs WHERE state = 'running' ORDER BY id LIMIT 1) AS j, {series}"),
                   {"n": count})
@@ -202,9 +201,14 @@ def main() -> None:
         db = Database(settings.database_url)
         upgrade(db)
         ctx = ServerContext.create(settings, db)
-        token = build(ctx, random.Random(7), args.nodes)
+        token = build(ctx, random.Random(7), args.nodes, first_id=args.finished)
         if args.finished:
             add_finished(ctx, args.finished)
+        if not db.is_sqlite:  # the jobs were given their ids here; and the planner its statistics, as autovacuum would
+            with db.engine.connect() as conn:
+                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+                conn.execute(text("SELECT setval(pg_get_serial_sequence('jobs', 'id'), (SELECT max(id) FROM jobs))"))
+                conn.execute(text("ANALYZE"))
         app = create_app(ctx, run_scheduler=False)
         cookie = asyncio.run(login(app, token))
         print(f"{args.nodes} nodes × {GPUS} GPUs, {PENDING} pending jobs, {args.finished:,} finished ones, "
