@@ -122,6 +122,28 @@ def test_every_page_renders(client: AsgiClient, node: MonitoredAgent) -> None:
     assert live["state"] == "running" and live["util"] == "64%" and live["may_cancel"]
 
 
+def test_the_labs_page_reads_this_months_usage_once_for_every_lab(
+    client: AsgiClient, node: MonitoredAgent, ctx: ServerContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This month's usage of every lab (it reads every running job) is read once for the Labs page, not once a lab:
+    each lab still shows what `nanum lab show` says of it."""
+    from nanum.server.services import budgets, labs
+    from nanum.server.web import data
+
+    submit(client, gpus=2)
+    submit(client, token=BOB, lab="nlp", gpus=1)
+    tick(client)
+    node.beat()
+    moment = ctx.clock() + 3600.0  # an hour on: the running jobs have used GPU-hours
+    ctx.clock = lambda: moment
+    reads = count_calls(monkeypatch, budgets, "month_seconds")
+    r = get(client, "/labs", login(client, ADMIN))
+    assert r.status_code == 200 and len(reads) == 1
+    shown = {lab["name"]: lab["used_gpu_hours"] for lab in data.labs_page(ctx)}
+    assert shown == {name: labs.lab_detail(ctx, name)["used_gpu_hours"] for name in shown}
+    assert shown["vision"] == pytest.approx(2.0, abs=0.01) and shown["nlp"] == pytest.approx(1.0, abs=0.01)
+
+
 def test_a_small_clusters_live_data_shows_a_start_at_once_and_a_large_ones_is_built_once_for_every_viewer(
     client: AsgiClient, node: MonitoredAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:

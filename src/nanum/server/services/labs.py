@@ -3,6 +3,7 @@ the work lost to preemption, and the history of its quota (`GET /api/v1/labs/{na
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import func, select
@@ -15,7 +16,10 @@ from nanum.server.services.lifecycle import month_of, month_start
 from nanum.store import JobRow, LabRow, MembershipRow, SegmentRow, UserRow
 
 
-def lab_detail(ctx: ServerContext, name: str) -> dict[str, Any]:
+def lab_detail(ctx: ServerContext, name: str, month_used: Mapping[budgets.Key, float] | None = None) -> dict[str, Any]:
+    """`month_used`: every lab's and user's GPU-seconds this month as `budgets.month_seconds` reads them at
+    `ctx.clock()`, given by a caller that shows several labs: it reads every running job, so the Labs page reads it
+    once, not once a lab."""
     now = ctx.clock()
     with ctx.db.read() as s:
         lab = s.scalars(select(LabRow).where(LabRow.name == name)).first()
@@ -36,7 +40,7 @@ def lab_detail(ctx: ServerContext, name: str) -> dict[str, Any]:
         pending = s.scalar(
             select(func.count()).select_from(JobRow).where(JobRow.lab_id == lab.id, JobRow.state == "pending")
         )
-        used = budgets.month_seconds(s, now)[("lab", name)] / 3600.0
+        used = (budgets.month_seconds(s, now) if month_used is None else month_used).get(("lab", name), 0.0) / 3600.0
         lost = s.scalar(
             select(func.coalesce(func.sum(SegmentRow.lost_gpu_seconds), 0.0)).where(
                 SegmentRow.lab_id == lab.id, SegmentRow.end >= month_start(now)

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from nanum.server.callers import Caller
 from nanum.server.context import ServerContext
 from nanum.server.errors import NotFound
-from nanum.server.services import audit, jobs, jobusage, labs, usage
+from nanum.server.services import audit, budgets, jobs, jobusage, labs, usage
 from nanum.store import EventRow, JobRow, JobStatsRow, LabRow, UserRow
 
 DAY = 86400.0
@@ -146,11 +146,12 @@ def labs_page(ctx: ServerContext, now: float | None = None) -> list[dict[str, An
     now = time.time() if now is None else now
     with ctx.db.read() as s:
         names = list(s.scalars(select(LabRow.name).order_by(LabRow.name)))
+        used = budgets.month_seconds(s, ctx.clock())  # once for every lab (`labs.lab_detail`)
     month = usage.window(None, None, None, now)
     since = (now // DAY - 29) * DAY
     out = []
     for name in names:
-        detail = labs.lab_detail(ctx, name)
+        detail = labs.lab_detail(ctx, name, used)
         days = usage.report(ctx, usage.Window(since, now), by="day", lab=name)["rows"]
         users = usage.report(ctx, month, by="user", lab=name)["rows"]
         detail["by_day"] = _days(days, since, now)
