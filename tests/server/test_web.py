@@ -122,6 +122,18 @@ def test_every_page_renders(client: AsgiClient, node: MonitoredAgent) -> None:
     assert live["state"] == "running" and live["util"] == "64%" and live["may_cancel"]
 
 
+def test_a_few_gpu_seconds_are_not_drawn_as_a_full_bar() -> None:
+    """A lab that used a few GPU-seconds this month (shown as "0.0 GPU-h") gets a sliver, not the whole chart; real
+    usage still fills it."""
+    from nanum.server.web import charts
+
+    tiny = charts.columns([("12-07", 0.0), ("12-08", 0.002)], "GPU-h")
+    assert tiny.max_value == 1.0 and tiny.bars[1].h < 0.01 * 160
+    assert charts.rows([("fin", 0.002)], "GPU-h").bars[0].w <= 1
+    busy = charts.columns([("12-07", 12.0), ("12-08", 48.0)], "GPU-h")
+    assert busy.max_value == 48.0 and busy.bars[1].h == 4 * busy.bars[0].h
+
+
 def test_the_labs_page_reads_this_months_usage_once_for_every_lab(
     client: AsgiClient, node: MonitoredAgent, ctx: ServerContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -83,9 +83,14 @@ class Bars:
     unit: str
 
 
+#: The least top of a bar chart's scale (one GPU-hour): values are shown to a tenth, and a few GPU-seconds drawn
+#: against themselves filled the whole chart while reading "0.0".
+MIN_TOP = 1.0
+
+
 def columns(items: list[tuple[str, float]], unit: str, width: int = WIDTH, height: int = 160) -> Bars:
     """Vertical bars (e.g. GPU-hours per day), labelled below every few bars."""
-    top = max((v for _, v in items), default=0.0) or 1.0
+    top = max(max((v for _, v in items), default=0.0), MIN_TOP)
     slot = (width - PAD_LEFT - 20) / max(len(items), 1)
     plot_h = height - PAD_TOP - PAD_BOTTOM
     bars = []
@@ -99,7 +104,7 @@ def columns(items: list[tuple[str, float]], unit: str, width: int = WIDTH, heigh
 def rows(items: list[tuple[str, float]], unit: str, width: int = WIDTH, row_h: int = 22) -> Bars:
     """Horizontal bars (e.g. GPU-hours per user), largest first."""
     items = sorted(items, key=lambda kv: -kv[1])
-    top = max((v for _, v in items), default=0.0) or 1.0
+    top = max(max((v for _, v in items), default=0.0), MIN_TOP)
     label_w, plot_w = 140, width - 140 - 90
     bars = tuple(
         Bar(label, value, label_w, i * row_h + 3, max(plot_w * value / top, 1), row_h - 6, f"{value:,.1f} {unit}")
